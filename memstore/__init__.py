@@ -1,0 +1,94 @@
+"""memstore: long-term memory for AI coding agents that lives in git beside the code.
+
+The library API mirrors the CLI: open a workspace, then ``write``, ``update``, ``read``.
+
+    >>> ws = memstore.open_workspace()
+    >>> memstore.read(ws, {"query": "migration fails: column already exists"})
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+from .errors import (
+    AmbiguousId,
+    Conflict,
+    DuplicateError,
+    GitError,
+    IntegrityError,
+    InvalidFile,
+    InvalidRequest,
+    MemstoreError,
+    NoStore,
+    NotFound,
+    SchemaError,
+    SecretError,
+    SemanticError,
+    StoreError,
+)
+
+if TYPE_CHECKING:
+    from .workspace import Workspace
+
+__all__ = [
+    "AmbiguousId",
+    "Conflict",
+    "DuplicateError",
+    "GitError",
+    "IntegrityError",
+    "InvalidFile",
+    "InvalidRequest",
+    "MemstoreError",
+    "NoStore",
+    "NotFound",
+    "SchemaError",
+    "SecretError",
+    "SemanticError",
+    "StoreError",
+    "__version__",
+    "list_memories",
+    "open_workspace",
+    "read",
+    "show",
+    "update",
+    "write",
+]
+
+
+# Thin wrappers keep `import memstore` cheap: the store, index and model load on first use.
+def open_workspace(*args: Any, **kwargs: Any) -> Workspace:
+    from .workspace import open_workspace as _open
+
+    return _open(*args, **kwargs)
+
+
+def write(ws: Workspace, request: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    from .api import write as _write
+
+    return _write(ws, request, **kwargs)
+
+
+def update(ws: Workspace, request: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    from .api import update as _update
+
+    return _update(ws, request, **kwargs)
+
+
+def read(ws: Workspace, request: dict[str, Any]) -> dict[str, Any]:
+    from .retrieve import read as _read
+
+    return _read(ws, request)
+
+
+def show(ws: Workspace, memory_id: str) -> dict[str, Any]:
+    from .api import show as _show
+
+    return _show(ws, memory_id)
+
+
+def list_memories(ws: Workspace, **kwargs: Any) -> dict[str, Any]:
+    from .api import list_memories as _list
+
+    return _list(ws, **kwargs)

@@ -1,0 +1,175 @@
+"""The parsed-records projection of one store: every memory and event, refreshed incrementally.
+
+A cheap stat walk finds what changed since the last call; only those files are parsed again.
+The result is cached in ``.index/catalog.json`` so a fresh process does not re-parse the store.
+Invalid files are kept aside with their reason and never stop the others from loading.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .errors import InvalidFile
+from .files import atomic_write
+from .model import Event, Memory
+from .store import Store
+
+CATALOG_VERSION = 2
+
+
+@dataclass
+class Delta:
+    added: set[str] = field(default_factory=set)
+    changed: set[str] = field(default_factory=set)
+    removed: set[str] = field(default_factory=set)
+    events_changed: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.changed or self.removed or self.events_changed)
+
+
+@dataclass
+class _Entry:
+    mtime_ns: int
+    size: int
+    memory: Memory | None = None
+    event: Event | None = None
+    error: str | None = None
+
+
+class Catalog:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._entries: dict[str, _Entry] = {}
+        self.memories: dict[str, Memory] = {}
+        self.events: dict[str, Event] = {}
+        self.invalid: dict[str, str] = {}
+        self.generation = 0
+        self._loaded = False
+
+    # -- persistence ---------------------------------------------------------------------------
+    @property
+    def _cache_path(self) -> os.PathLike[str]:
+        return self.store.index_dir / "catalog.json"
+
+    def _load_cache(self) -> None:
+        self._loaded = True
+        try:
+            with open(self._cache_path, encoding="utf-8") as fh:
+                raw = json.load(fh)
+        except (OSError, ValueError):
+            return
+        if not isinstance(raw, dict):
+            return
+        if (raw.get("version"), raw.get("root")) != (CATALOG_VERSION, str(self.store.root)):
+            return
+        try:
+            for rel, item in raw["files"].items():
+                entry = _Entry(item["m"], item["s"], error=item.get("e"))
+                if "mem" in item:
+                    entry.memory = Memory(**item["mem"])
+                elif "ev" in item:
+                    entry.event = Event(**item["ev"])
+                self._entries[rel] = entry
+        except (KeyError, TypeError):
+            self._entries = {}
+
+    def _save_cache(self) -> None:
+        files: dict[str, Any] = {}
+        for rel, entry in self._entries.items():
+            item: dict[str, Any] = {"m": entry.mtime_ns, "s": entry.size}
+            if entry.error is not None:
+                item["e"] = entry.error
+            if entry.memory is not None:
+                item["mem"] = asdict(entry.memory)
+            elif entry.event is not None:
+                item["ev"] = asdict(entry.event)
+            files[rel] = item
+        data = {"version": CATALOG_VERSION, "root": str(self.store.root), "files": files}
+        # The cache is a projection: failing to save it only costs the next process a re-parse.
+        with contextlib.suppress(OSError):
+            atomic_write(self.store.index_dir / "catalog.json", json.dumps(data, separators=(",", ":")))
+
+    # -- refresh -------------------------------------------------------------------------------
+    def refresh(self, *, persist: bool = True) -> Delta:
+        """Bring the records in line with the files. Returns what changed since the last call."""
+        if not self._loaded:
+            self._load_cache()
+            first = True
+        else:
+            first = False
+        delta = Delta()
+        seen: set[str] = set()
+        dirty = False
+        walks = [(rel, st, True) for rel, st in self.store.memory_files()]
+        walks += [(rel, st, False) for rel, st in self.store.event_files()]
+        for rel, st, is_memory in walks:
+            seen.add(rel)
+            old = self._entries.get(rel)
+            if old is not None and old.mtime_ns == st.st_mtime_ns and old.size == st.st_size:
+                continue
+            dirty = True
+            entry = _Entry(st.st_mtime_ns, st.st_size)
+            try:
+                if is_memory:
+                    entry.memory = self.store.load_memory(rel)
+                else:
+                    entry.event = self.store.load_event(rel)
+            except InvalidFile as exc:
+                entry.error = exc.message
+            except (OSError, UnicodeDecodeError) as exc:
+                entry.error = f"cannot read: {exc}"
+            self._entries[rel] = entry
+        for rel in [r for r in self._entries if r not in seen]:
+            del self._entries[rel]
+            dirty = True
+        if dirty or first:
+            delta = self._rebuild_views()
+        if dirty:
+            self.generation += 1
+            if persist:
+                self._save_cache()
+        return delta
+
+    def _rebuild_views(self) -> Delta:
+        before = {mid: m for mid, m in self.memories.items()}
+        events_before = set(self.events)
+        memories: dict[str, Memory] = {}
+        events: dict[str, Event] = {}
+        invalid: dict[str, str] = {}
+        for rel in sorted(self._entries):
+            entry = self._entries[rel]
+            if entry.error is not None:
+                invalid[rel] = entry.error
+            elif entry.memory is not None:
+                mem = entry.memory
+                if mem.id in memories:
+                    invalid[rel] = f"duplicate id {mem.id} (also in {memories[mem.id].path})"
+                    continue
+                memories[mem.id] = mem
+            elif entry.event is not None:
+                events[entry.event.id] = entry.event
+        delta = Delta()
+        for mid, mem in memories.items():
+            old = before.get(mid)
+            if old is None:
+                delta.added.add(mid)
+            elif old is not mem:
+                delta.changed.add(mid)
+        delta.removed = set(before) - set(memories)
+        delta.events_changed = set(events) != events_before or any(
+            self.events.get(k) is not v for k, v in events.items()
+        )
+        self.memories, self.events, self.invalid = memories, events, invalid
+        return delta
+
+    # -- lookups ---------------------------------------------------------------------------------
+    def match_prefix(self, prefix: str) -> list[str]:
+        return [mid for mid in self.memories if mid.startswith(prefix)]
+
+    def match_event_prefix(self, prefix: str) -> list[str]:
+        return [eid for eid in self.events if eid.startswith(prefix)]

@@ -1,0 +1,262 @@
+"""``memstore check``: validate every memory and event file, and enforce immutability of what
+is committed (SPEC §2, §7). Vanished evidence is *stale*, never invalid: code moves on."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import gitops
+from .errors import InvalidFile, StoreError
+from .files import dump_markdown, parse_markdown
+from .model import KIND_DIRS, Event, Memory, parse_evidence, utc_now
+from .secrets import find_secrets
+from .store import Store
+from .workspace import Workspace
+
+IMMUTABLE_DIRS = (*KIND_DIRS.values(), "events")
+
+
+@dataclass
+class Finding:
+    severity: str  # error | warning | stale
+    path: str
+    code: str
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"severity": self.severity, "path": self.path, "code": self.code, "message": self.message}
+
+
+@dataclass
+class Report:
+    checked: int = 0
+    problems: list[Finding] = field(default_factory=list)
+    fixed: list[dict[str, str]] = field(default_factory=list)
+
+    def add(self, severity: str, path: str, code: str, message: str) -> None:
+        self.problems.append(Finding(severity, path, code, message))
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.severity == "error" for f in self.problems)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "checked": self.checked, "problems": [f.to_json() for f in self.problems],
+                "fixed": self.fixed}
+
+
+def _store_prefix(store: Store) -> str:
+    assert store.worktree is not None
+    return store.root.relative_to(store.worktree.resolve()).as_posix()
+
+
+def _changed_paths(store: Store, staged: bool, base: str | None) -> tuple[dict[str, str], str | None]:
+    """(path under the store -> git status letter, the rev compared against) for committed files."""
+    if store.worktree is None or not gitops.has_head(store.worktree):
+        return {}, None
+    prefix = _store_prefix(store)
+    if base is not None:
+        sha = gitops.resolve_commit(base, store.worktree)
+        if sha is None:
+            raise StoreError(f"--base {base!r} does not resolve to a commit")
+        old = gitops.merge_base(sha, "HEAD", store.worktree) or sha
+        args = ["diff", "--name-status", "--no-renames", old, "HEAD", "--", prefix]
+    elif staged:
+        old = "HEAD"
+        args = ["diff", "--cached", "--name-status", "--no-renames", "HEAD", "--", prefix]
+    else:
+        old = "HEAD"
+        args = ["diff", "--name-status", "--no-renames", "HEAD", "--", prefix]
+    proc = gitops.run(args, store.worktree)
+    out: dict[str, str] = {}
+    for line in proc.stdout.splitlines():
+        status, _, path = line.partition("\t")
+        if path.startswith(prefix + "/"):
+            out[path[len(prefix) + 1:]] = status[:1]
+    return out, old
+
+
+def _immutability(store: Store, report: Report, changed: dict[str, str], old: str | None) -> None:
+    assert store.worktree is not None
+    prefix = _store_prefix(store)
+    for rel, status in sorted(changed.items()):
+        top = rel.split("/", 1)[0]
+        shown = store.display_path(rel)
+        if status not in ("M", "D", "T"):
+            continue
+        if top in IMMUTABLE_DIRS and not rel.endswith(".gitkeep"):
+            verb = "deleted" if status == "D" else "modified"
+            report.add("error", shown, "immutable",
+                       f"committed memory files are immutable but this one was {verb}; write a new memory that "
+                       "supersedes it (or archive it with `memstore update`) instead")
+        elif top == "episodes" and status == "M" and old is not None:
+            before = gitops.show_file(old, f"{prefix}/{rel}", store.worktree) or b""
+            after = (store.root / rel).read_bytes() if (store.root / rel).exists() else b""
+            if not after.startswith(before):
+                report.add("error", shown, "immutable", "episodes are append-only but committed lines were changed")
+        elif top == "episodes" and status == "D":
+            report.add("error", shown, "immutable", "a committed episode was deleted (evidence refs point into it)")
+
+
+def _check_memory(ws: Workspace, store: Store, mem: Memory, known: dict[str, Memory], report: Report,
+                  strict_ids: bool) -> None:
+    shown = store.display_path(mem.path)
+    if mem.id_derived:
+        report.add("error" if strict_ids else "warning", shown, "missing_id",
+                   "no id/created yet; `memstore check --fix` writes them (the pre-commit hook does this)")
+    if mem.kind in ("solution", "failed_tactic") and not mem.problem:
+        report.add("error", shown, "missing_link", f"a {mem.kind} must link its problem (links.problem)")
+    if mem.kind == "change" and not mem.link_list("change_targets"):
+        report.add("error", shown, "missing_link", "a change must list change_targets")
+    if not mem.evidence:
+        report.add("error", shown, "missing_evidence", "at least one evidence ref is required")
+    if mem.confidence is not None and not 0.0 <= mem.confidence <= 1.0:
+        report.add("error", shown, "schema", "confidence must be in [0, 1]")
+    if len(mem.text) > ws.config.max_text_chars:
+        report.add("error", shown, "too_large", f"text is over {ws.config.max_text_chars} characters")
+    for finding in find_secrets("\n".join([mem.text, mem.rationale, *mem.evidence])):
+        report.add("error", shown, "secret", f"looks like a secret ({finding.kind}: {finding.excerpt})")
+        break
+    for key in ("problem", "related", "change_targets", "supersedes", "via_change"):
+        for target in mem.link_list(key):
+            other = known.get(target)
+            if other is None:
+                report.add("error", shown, "dangling_link", f"links.{key} points at {target}, which does not exist")
+            elif mem.scope == "global" and other.scope == "repo":
+                report.add("error", shown, "global_to_repo", f"links.{key}: a global memory may not link repo "
+                           f"memory {target}")
+            elif key == "problem" and other.kind != "problem":
+                report.add("error", shown, "wrong_kind", f"links.problem points at a {other.kind}")
+            elif key == "supersedes" and other.kind != "fact":
+                report.add("error", shown, "wrong_kind", f"links.supersedes points at a {other.kind}")
+            elif key == "via_change" and other.kind != "change":
+                report.add("error", shown, "wrong_kind", f"links.via_change points at a {other.kind}")
+    _check_evidence(ws, store, shown, mem.evidence, known, report)
+
+
+def _check_evidence(ws: Workspace, store: Store, shown: str, refs: list[str], known: dict[str, Memory],
+                    report: Report) -> None:
+    worktree = ws.repo.worktree if ws.repo is not None else None
+    for raw in refs:
+        try:
+            ref = parse_evidence(raw)
+        except ValueError as exc:
+            report.add("error", shown, "bad_evidence", str(exc))
+            continue
+        if ref.kind == "event":
+            seqs = None
+            for st in ws.stores():
+                seqs = st.episode_seqs(ref.episode or "")
+                if seqs is not None:
+                    break
+            if seqs is None or ref.seq not in seqs:
+                report.add("error", shown, "dangling_evidence", f"{raw}: no such episode event")
+        elif ref.kind == "memory" and not any(m.startswith(ref.value) for m in known):
+            report.add("error", shown, "dangling_evidence", f"{raw}: no such memory")
+        elif ref.kind == "file" and worktree is not None and store.scope == "repo":
+            if not (worktree / (ref.path or "")).is_file():
+                report.add("stale", shown, "stale_evidence", f"{raw}: the file is gone from the work tree")
+        elif ref.kind == "commit" and worktree is not None and gitops.resolve_commit(ref.value, worktree) is None:
+            report.add("stale", shown, "stale_evidence", f"{raw}: the commit is not in this clone")
+
+
+def _check_event(ws: Workspace, store: Store, ev: Event, known: dict[str, Memory], report: Report) -> None:
+    shown = store.display_path(ev.path)
+    wanted: list[tuple[str, str | None, tuple[str, ...] | None]] = []
+    if ev.type in ("utility_vote", "archive"):
+        wanted.append(("memory", ev.memory, None))
+        if ev.type == "utility_vote":
+            if ev.vote is None or not -1.0 <= ev.vote <= 1.0:
+                report.add("error", shown, "schema", "vote must be a number in [-1, 1]")
+            if ev.problem:
+                wanted.append(("problem", ev.problem, ("problem",)))
+        elif ev.archived is None:
+            report.add("error", shown, "schema", "an archive event needs archived: true|false")
+    else:
+        wanted += [("old_fact", ev.old_fact, ("fact",)), ("change", ev.change, ("change",)),
+                   ("new_fact", ev.new_fact, ("fact",))]
+    if ev.type != "utility_vote" and not ev.evidence:
+        report.add("error", shown, "missing_evidence", f"a {ev.type} event needs evidence")
+    for key, target, kinds in wanted:
+        if not target:
+            report.add("error", shown, "missing_link", f"{key} is required")
+            continue
+        other = known.get(target)
+        if other is None:
+            report.add("error", shown, "dangling_link", f"{key} points at {target}, which does not exist")
+        elif kinds and other.kind not in kinds:
+            report.add("error", shown, "wrong_kind", f"{key} points at a {other.kind}")
+        elif store.scope == "global" and other.scope == "repo":
+            report.add("error", shown, "global_to_repo", f"{key}: the global store may not point at repo memory")
+    _check_evidence(ws, store, shown, ev.evidence, known, report)
+
+
+def fix_file(store: Store, mem: Memory) -> str:
+    """Write the provisional (path-derived) id and a created time into a hand-written file."""
+    path = store.root / mem.path
+    meta, body = parse_markdown(path.read_text(encoding="utf-8"))
+    ordered: dict[str, Any] = {"id": mem.id, "kind": mem.kind, "scope": mem.scope,
+                               "created": meta.get("created") or utc_now()}
+    for key, value in meta.items():
+        if key not in ordered:
+            ordered[key] = value
+    from .files import atomic_write
+
+    body = re.sub(r"<!--.*?-->", "", body, flags=re.S).strip()
+    atomic_write(path, dump_markdown(ordered, body))
+    return mem.id
+
+
+def run_check(ws: Workspace, *, staged: bool = False, base: str | None = None, fix: bool = False,
+              include_global: bool = False) -> Report:
+    report = Report()
+    stores = [s for s in ([ws.repo] if ws.repo is not None else []) if s.exists()]
+    if include_global and ws.global_.exists():
+        stores.append(ws.global_)
+    if not stores:
+        raise StoreError("no store to check", hint="run inside a repo with a .memory/ folder, or pass --store")
+    known: dict[str, Memory] = {}
+    for scope in ws.scopes():
+        known.update(ws.catalog(scope).memories)
+    for store in stores:
+        cat = ws.catalog(store.scope)
+        changed, old = _changed_paths(store, staged, base) if store.worktree is not None else ({}, None)
+        if store.worktree is not None:
+            _immutability(store, report, changed, old)
+        scope_to = None
+        if base is not None:
+            # In PR review only what the branch adds is validated; the rest was reviewed before.
+            scope_to = {rel for rel, st in changed.items() if st == "A"}
+        for rel, err in sorted(cat.invalid.items()):
+            if scope_to is None or rel in scope_to:
+                report.checked += 1
+                report.add("error", store.display_path(rel), "invalid_file", err)
+        fixed_paths: list[Path] = []
+        for mem in sorted(cat.memories.values(), key=lambda m: m.path):
+            if scope_to is not None and mem.path not in scope_to:
+                continue
+            report.checked += 1
+            if fix and mem.id_derived:
+                try:
+                    fix_file(store, mem)
+                except (InvalidFile, OSError) as exc:
+                    report.add("error", store.display_path(mem.path), "fix_failed", str(exc))
+                else:
+                    report.fixed.append({"path": store.display_path(mem.path),
+                                         "message": f"wrote id {mem.id} and created"})
+                    fixed_paths.append(store.root / mem.path)
+                    mem.id_derived = False
+            _check_memory(ws, store, mem, known, report, strict_ids=staged or base is not None)
+        for ev in sorted(cat.events.values(), key=lambda e: e.path):
+            if scope_to is not None and ev.path not in scope_to:
+                continue
+            report.checked += 1
+            _check_event(ws, store, ev, known, report)
+        if fixed_paths and staged and store.worktree is not None:
+            gitops.stage(fixed_paths, store.worktree)
+        if fixed_paths:
+            cat.refresh()
+    return report

@@ -1,0 +1,296 @@
+"""The command line: parse, build a request, call the library, hand the answer to ``output``.
+
+This module is the single boundary where errors become exit codes. Heavy modules are imported
+inside the verbs so ``memstore --help`` and daemon-forwarded calls stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .errors import InvalidRequest, MemstoreError
+from .model import EVENT_TYPES, KINDS, SCOPES
+
+
+def _read_json(arg: str) -> dict[str, Any]:
+    try:
+        raw = sys.stdin.read() if arg == "-" else Path(arg).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidRequest(f"cannot read {arg}: {exc.strerror}", code="bad_input") from exc
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise InvalidRequest(f"request is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+                             code="invalid_json") from exc
+    if not isinstance(data, dict):
+        raise InvalidRequest("the request must be a JSON object", code="schema")
+    return data
+
+
+def _check_op(req: dict[str, Any], allowed: tuple[str, ...]) -> dict[str, Any]:
+    op = req.get("op")
+    if op is not None and op not in allowed:
+        raise InvalidRequest(f"this verb takes op {' or '.join(allowed)}, not {op!r}", field="op", code="schema")
+    return req
+
+
+def _write_request(a: argparse.Namespace) -> dict[str, Any]:
+    if a.json:
+        return _check_op(_read_json(a.json), ("write", "create"))
+    if not a.kind or a.text is None:
+        raise InvalidRequest("give --kind and --text (or a request with --json FILE|-)", code="usage")
+    links: dict[str, Any] = {}
+    if a.problem:
+        links["problem_id"] = a.problem
+    for key, value in (("related", a.related), ("change_targets", a.change_target), ("supersedes", a.supersedes)):
+        if value:
+            links[key] = value
+    if a.via_change:
+        links["via_change"] = a.via_change
+    text = sys.stdin.read() if a.text == "-" else a.text
+    memory: dict[str, Any] = {"text": text, "scope": a.scope, "kind": a.kind, "evidence_refs": a.evidence or []}
+    for key in ("confidence", "rationale", "author"):
+        if getattr(a, key) is not None:
+            memory[key] = getattr(a, key)
+    if a.tag:
+        memory["tags"] = a.tag
+    if links:
+        memory["links"] = links
+    req: dict[str, Any] = {"op": "write", "mode": "dry_run" if a.dry_run else "commit", "memory": memory}
+    if a.allow_duplicate:
+        req["allow_duplicate"] = True
+    return req
+
+
+def _update_request(a: argparse.Namespace) -> dict[str, Any]:
+    if a.json:
+        return _check_op(_read_json(a.json), ("update",))
+    if not a.type:
+        raise InvalidRequest("give --type (utility_vote|archive|fact_update_link) or --json FILE|-", code="usage")
+    req: dict[str, Any] = {"op": "update", "mode": "dry_run" if a.dry_run else "commit", "type": a.type}
+    pairs = (("memory_id", a.memory), ("problem_id", a.problem), ("vote", a.vote), ("old_fact_id", a.old_fact),
+             ("change_id", a.change), ("new_fact_id", a.new_fact), ("confidence", a.confidence),
+             ("rationale", a.rationale), ("author", a.author))
+    req.update({k: v for k, v in pairs if v is not None})
+    if a.type == "archive":
+        req["archived"] = not a.unarchive
+    req["evidence_refs"] = a.evidence or []
+    return req
+
+
+def _read_request(a: argparse.Namespace) -> dict[str, Any]:
+    if a.json:
+        return _check_op(_read_json(a.json), ("read",))
+    if not a.query:
+        raise InvalidRequest("give a query (or --json FILE|-)", code="usage")
+    req: dict[str, Any] = {"op": "read", "query": " ".join(a.query), "mode": a.mode}
+    if a.kind:
+        req["kinds"] = a.kind
+    if a.limit is not None:
+        req["limit"] = a.limit
+    if a.no_global:
+        req["include_global"] = False
+    if a.problem:
+        req["problem_id"] = a.problem
+    filters = {}
+    if a.since:
+        filters["since"] = a.since
+    if a.tag:
+        filters["tags"] = a.tag
+    if filters:
+        req["filters"] = filters
+    if a.hops is not None:
+        req["expand"] = {"semantic_hops": a.hops}
+    return req
+
+
+def _author(a: argparse.Namespace) -> str | None:
+    return os.environ.get("MEMSTORE_AUTHOR") or None
+
+
+def _common(p: argparse.ArgumentParser, *, default: bool) -> None:
+    kw: dict[str, Any] = {} if default else {"default": argparse.SUPPRESS}
+    p.add_argument("--store", metavar="DIR", help="use this store directory instead of the repo's .memory/ "
+                   "(also MEMSTORE_STORE)", **({"default": None} if default else kw))
+    p.add_argument("--json-out", action="store_true", help="print JSON even on a terminal",
+                   **({"default": False} if default else kw))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="memstore",
+        description="Long-term memory for AI coding agents, stored as Markdown in git. "
+        "Answers are JSON when piped (or with --json-out), readable text on a terminal.",
+    )
+    p.add_argument("--version", action="version", version=f"memstore {__version__}")
+    _common(p, default=True)
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
+    # Subcommands accept the common options too (`memstore read q --json-out`); SUPPRESS keeps a
+    # subparser from resetting a value given before the verb.
+    common = argparse.ArgumentParser(add_help=False)
+    _common(common, default=False)
+    _add = sub.add_parser
+
+    def add_parser(name: str, **kw: Any) -> argparse.ArgumentParser:
+        return _add(name, parents=[common], **kw)
+
+    sub.add_parser = add_parser  # type: ignore[method-assign]
+
+    s = sub.add_parser("init", help="create .memory/ in this repo (or the global store) idempotently")
+    s.add_argument("--global", dest="global_store", action="store_true", help="initialise the global store")
+
+    for name in ("write", "create"):
+        s = sub.add_parser(name, help="store a new memory" + (" (alias of write)" if name == "create" else ""))
+        s.add_argument("--json", metavar="FILE", help="the request as JSON from FILE, or - for stdin")
+        s.add_argument("--kind", choices=KINDS)
+        s.add_argument("--text", help="the memory's text (- reads stdin)")
+        s.add_argument("--scope", choices=SCOPES, default="repo")
+        s.add_argument("--confidence", type=float)
+        s.add_argument("--rationale")
+        s.add_argument("--author")
+        s.add_argument("--problem", metavar="ID", help="links.problem_id (solutions and failed tactics)")
+        s.add_argument("--related", metavar="ID", action="append")
+        s.add_argument("--change-target", metavar="ID", action="append", help="links.change_targets (changes)")
+        s.add_argument("--supersedes", metavar="ID", action="append", help="older fact(s) this fact replaces")
+        s.add_argument("--via-change", metavar="ID")
+        s.add_argument("--evidence", metavar="REF", action="append",
+                       help="event:EP:SEQ, commit:SHA, file:PATH[@REV][#La-Lb], memory:ID, user:QUOTE, url:URL")
+        s.add_argument("--tag", action="append")
+        s.add_argument("--dry-run", action="store_true", help="run every check, write nothing")
+        s.add_argument("--allow-duplicate", action="store_true", help="skip the near-duplicate refusal")
+
+    s = sub.add_parser("update", help="vote on, archive, or link (fact -> change -> fact) existing memories")
+    s.add_argument("--json", metavar="FILE", help="the request as JSON from FILE, or - for stdin")
+    s.add_argument("--type", choices=EVENT_TYPES)
+    s.add_argument("--memory", metavar="ID")
+    s.add_argument("--problem", metavar="ID", help="the problem in whose context a vote is cast")
+    s.add_argument("--vote", type=float, help="-1 (misled) .. +1 (helped)")
+    s.add_argument("--unarchive", action="store_true", help="with --type archive: restore instead")
+    s.add_argument("--old-fact", metavar="ID")
+    s.add_argument("--change", metavar="ID")
+    s.add_argument("--new-fact", metavar="ID")
+    s.add_argument("--confidence", type=float)
+    s.add_argument("--rationale")
+    s.add_argument("--author")
+    s.add_argument("--evidence", metavar="REF", action="append")
+    s.add_argument("--dry-run", action="store_true", help="show the projected effect, write nothing")
+
+    s = sub.add_parser("read", help="recall memories relevant to a problem or question")
+    s.add_argument("query", nargs="*", help="what you are dealing with, in words")
+    s.add_argument("--json", metavar="FILE", help="the request as JSON from FILE, or - for stdin")
+    s.add_argument("--mode", choices=("targeted", "ambient"), default="targeted")
+    s.add_argument("--kind", choices=KINDS, action="append")
+    s.add_argument("--limit", type=int)
+    s.add_argument("--no-global", action="store_true", help="leave the global store out")
+    s.add_argument("--problem", metavar="ID", help="the problem in hand (weights utility votes)")
+    s.add_argument("--since", metavar="DATE")
+    s.add_argument("--tag", action="append")
+    s.add_argument("--hops", type=int, help="association hops (default 2)")
+
+    s = sub.add_parser("show", help="one memory with its links, utility and state")
+    s.add_argument("id", help="a full id or a unique prefix (>= 6 chars)")
+
+    s = sub.add_parser("list", help="list memories, newest first")
+    s.add_argument("--kind", choices=KINDS)
+    s.add_argument("--scope", choices=SCOPES)
+    s.add_argument("--all", action="store_true", help="include archived memories")
+    s.add_argument("--limit", type=int)
+
+    s = sub.add_parser("new", help="open a template for KIND in $EDITOR and save it as a new memory file")
+    s.add_argument("kind", choices=KINDS)
+    s.add_argument("--scope", choices=SCOPES, default="repo")
+
+    s = sub.add_parser("import", help="bulk-write requests from a JSONL file (one write request per line)")
+    s.add_argument("file", help="a .jsonl file, or - for stdin")
+    s.add_argument("--dry-run", action="store_true", help="validate every line, write nothing")
+
+    s = sub.add_parser("check", help="validate memory files; enforce immutability of committed ones")
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--staged", action="store_true", help="check what is staged (the pre-commit hook)")
+    g.add_argument("--base", metavar="REV", help="check what this branch adds since REV (for CI / PR review)")
+    s.add_argument("--fix", action="store_true", help="write missing id/created into hand-written files")
+    s.add_argument("--global", dest="global_store", action="store_true", help="also check the global store")
+
+    s = sub.add_parser("reindex", help="bring the indexes up to date (--full: rebuild from scratch)")
+    s.add_argument("--full", action="store_true")
+    return p
+
+
+def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
+    from . import api
+    from .workspace import open_workspace
+
+    ws = open_workspace(store_dir=a.store)
+    if a.cmd == "init":
+        return api.init(ws, global_store=a.global_store), None
+    if a.cmd in ("write", "create"):
+        return api.write(ws, _write_request(a), author=_author(a)), None
+    if a.cmd == "update":
+        return api.update(ws, _update_request(a), author=_author(a)), None
+    if a.cmd == "read":
+        from .retrieve import read
+
+        return read(ws, _read_request(a)), "read"
+    if a.cmd == "show":
+        return api.show(ws, a.id), "show"
+    if a.cmd == "list":
+        return api.list_memories(ws, kind=a.kind, scope=a.scope, include_archived=a.all, limit=a.limit), "list"
+    if a.cmd == "new":
+        from .newfile import new_memory_file
+
+        return new_memory_file(ws, a.kind, a.scope), None
+    if a.cmd == "import":
+        from .bulk import import_jsonl
+
+        return import_jsonl(ws, a.file, dry_run=a.dry_run, author=_author(a)), "import"
+    if a.cmd == "check":
+        from .check import run_check
+
+        report = run_check(ws, staged=a.staged, base=a.base, fix=a.fix, include_global=a.global_store)
+        return report.to_json(), "check"
+    if a.cmd == "reindex":
+        from .retrieve import reindex
+
+        return reindex(ws, full=a.full), None
+    raise InvalidRequest(f"unknown command {a.cmd!r}", code="usage")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    if a.cmd is None:
+        parser.print_help()
+        return 0
+    from . import output
+
+    as_json = output.want_json(a.json_out)
+    try:
+        answer, render = _dispatch(a)
+    except MemstoreError as exc:
+        output.emit_error(exc.to_json(), as_json=as_json)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # the one place an unexpected failure becomes exit 1, not a traceback
+        import traceback
+
+        if os.environ.get("MEMSTORE_DEBUG"):
+            traceback.print_exc()
+        err = {"ok": False, "error": {"code": "unexpected", "message": f"{type(exc).__name__}: {exc}",
+                                      "hint": "set MEMSTORE_DEBUG=1 for a traceback; please report it"}}
+        output.emit_error(err, as_json=as_json)
+        return 1
+    output.emit(answer, as_json=as_json, render=render)
+    if render in ("check", "import") and not answer.get("ok", True):
+        return 2
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Typed errors. Every failure a user can cause is a MemstoreError with a stable ``code``.
+
+The CLI maps ``exit_code`` to the process exit status (SPEC §3): 2 invalid request,
+3 not found, 4 duplicate/conflict, 1 unexpected.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class MemstoreError(Exception):
+    """Base of every error memstore raises on purpose."""
+
+    code = "error"
+    exit_code = 1
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str | None = None,
+        hint: str | None = None,
+        code: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.hint = hint
+        if code is not None:
+            self.code = code
+        self.details = details or {}
+
+    def to_json(self) -> dict[str, Any]:
+        err: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.field is not None:
+            err["field"] = self.field
+        if self.hint:
+            err["hint"] = self.hint
+        err.update(self.details)
+        return {"ok": False, "error": err}
+
+
+class InvalidRequest(MemstoreError):
+    """The request is malformed or breaks a rule (schema, semantic or integrity gate)."""
+
+    code = "invalid"
+    exit_code = 2
+
+
+class SchemaError(InvalidRequest):
+    code = "schema"
+
+
+class SemanticError(InvalidRequest):
+    code = "semantic"
+
+
+class SecretError(InvalidRequest):
+    code = "secret"
+
+
+class IntegrityError(InvalidRequest):
+    code = "integrity"
+
+
+class NotFound(MemstoreError):
+    code = "not_found"
+    exit_code = 3
+
+
+class AmbiguousId(InvalidRequest):
+    code = "ambiguous_id"
+
+
+class Conflict(MemstoreError):
+    code = "conflict"
+    exit_code = 4
+
+
+class DuplicateError(Conflict):
+    code = "duplicate"
+
+
+class StoreError(MemstoreError):
+    """The store on disk is missing, unreadable or not initialised."""
+
+    code = "store"
+    exit_code = 1
+
+
+class NoStore(StoreError):
+    code = "no_store"
+    exit_code = 3
+
+
+class GitError(MemstoreError):
+    code = "git"
+    exit_code = 1
+
+
+class InvalidFile(MemstoreError):
+    """A file in the store does not parse or breaks the format. Reported, never fatal to reads."""
+
+    code = "invalid_file"
+    exit_code = 2

@@ -1,0 +1,134 @@
+"""Reading and writing canonical files: strict frontmatter, atomic writes, file locks."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import hashlib
+import io
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import frontmatter
+import yaml
+
+from .errors import InvalidFile
+
+try:  # libyaml ships in pyyaml's wheels; the pure-Python loader is 5x slower
+    _Loader: type = yaml.CSafeLoader
+    _Dumper: type = yaml.CSafeDumper
+except AttributeError:  # pragma: no cover - only on a pyyaml built without libyaml
+    _Loader = yaml.SafeLoader
+    _Dumper = yaml.SafeDumper
+
+MAX_FRONTMATTER_BYTES = 64 * 1024
+
+
+def _normalise(value: Any) -> Any:
+    """YAML gives dates and datetimes; JSON and our comparisons want ISO strings."""
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
+        return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {str(k): _normalise(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_normalise(v) for v in value]
+    return value
+
+
+def safe_yaml(text: str, what: str = "YAML") -> Any:
+    """Parse YAML with the safe loader, refusing anchors/aliases (alias bombs) and size abuse."""
+    if len(text.encode("utf-8", "replace")) > MAX_FRONTMATTER_BYTES:
+        raise InvalidFile(f"{what} is larger than {MAX_FRONTMATTER_BYTES} bytes")
+    try:
+        if "&" in text or "*" in text:
+            # Only then pay for an event scan: a safe loader still expands aliases, which lets
+            # a few lines of YAML grow into gigabytes once walked.
+            for event in yaml.parse(io.StringIO(text), Loader=_Loader):
+                if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+                    raise InvalidFile(f"{what} uses YAML anchors/aliases, which memstore does not accept")
+        return _normalise(yaml.load(text, Loader=_Loader))  # noqa: S506 - a safe loader
+    except yaml.YAMLError as exc:
+        raise InvalidFile(f"{what} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+
+
+class _StrictYAMLHandler(frontmatter.YAMLHandler):
+    def load(self, fm: str, **kwargs: Any) -> Any:
+        return safe_yaml(fm, "frontmatter")
+
+
+_HANDLER = _StrictYAMLHandler()
+
+
+def parse_markdown(text: str) -> tuple[dict[str, Any], str]:
+    """Split a memory file into (frontmatter dict, body). Non-dict frontmatter is an error."""
+    text = text.lstrip("\ufeff")
+    if not text.startswith("---"):
+        raise InvalidFile("no YAML frontmatter (the file must start with a '---' line)")
+    try:
+        post = frontmatter.loads(text, handler=_HANDLER)
+    except InvalidFile:
+        raise
+    except (ValueError, yaml.YAMLError) as exc:
+        raise InvalidFile(f"frontmatter does not parse: {exc}") from exc
+    meta = post.metadata
+    if not isinstance(meta, dict) or (not meta and text.count("---") < 2):
+        raise InvalidFile("frontmatter must be a YAML mapping")
+    return dict(meta), post.content.strip("\n")
+
+
+def dump_yaml(data: dict[str, Any]) -> str:
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=None, width=100)
+
+
+def dump_markdown(meta: dict[str, Any], body: str) -> str:
+    return f"---\n{dump_yaml(meta)}---\n{body.strip()}\n"
+
+
+def content_hash(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def atomic_write(path: Path, data: str | bytes, *, exclusive: bool = False) -> None:
+    """Write via a temp file in the same folder and rename, so readers never see a partial file.
+
+    With ``exclusive`` the final name must not exist yet (a hard link refuses to clobber).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(raw)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        if exclusive:
+            os.link(tmp, path)
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, shared: bool = False) -> Iterator[None]:
+    """An advisory flock, released when the process dies, so a crash never leaves it held."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

@@ -1,0 +1,174 @@
+"""The nouns of memstore: memories, update events and evidence references."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+KINDS = ("problem", "solution", "failed_tactic", "fact", "preference", "change")
+SCOPES = ("repo", "global")
+EVENT_TYPES = ("utility_vote", "archive", "fact_update_link")
+KIND_DIRS = {
+    "problem": "problems",
+    "solution": "solutions",
+    "failed_tactic": "failed_tactics",
+    "fact": "facts",
+    "preference": "preferences",
+    "change": "changes",
+}
+DIR_KINDS = {v: k for k, v in KIND_DIRS.items()}
+EVIDENCE_KINDS = ("event", "commit", "file", "memory", "user", "url")
+LINK_KEYS = ("problem", "related", "change_targets", "supersedes", "via_change")
+LIST_LINKS = ("related", "change_targets", "supersedes")
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class EvidenceRef:
+    kind: str
+    value: str
+    raw: str
+    # file refs
+    path: str | None = None
+    rev: str | None = None
+    lines: tuple[int, int] | None = None
+    # event refs
+    episode: str | None = None
+    seq: int | None = None
+
+
+_FILE_RE = re.compile(r"^(?P<path>[^@#]+)(?:@(?P<rev>[0-9A-Za-z_./~^-]+))?(?:#L(?P<a>\d+)(?:-L(?P<b>\d+))?)?$")
+_EVENT_RE = re.compile(r"^(?P<ep>[0-9a-z]{6,26}):(?P<seq>\d+)$")
+_SHA_RE = re.compile(r"^[0-9a-fA-F]{4,64}$")
+
+
+def parse_evidence(raw: str) -> EvidenceRef:
+    """Parse ``kind:value``. Raises ValueError with a human reason on malformed input."""
+    if not isinstance(raw, str) or ":" not in raw:
+        raise ValueError(f"evidence ref {raw!r} is not of the form kind:value ({', '.join(EVIDENCE_KINDS)})")
+    kind, _, value = raw.partition(":")
+    kind = kind.strip()
+    if kind not in EVIDENCE_KINDS:
+        raise ValueError(f"evidence ref {raw!r}: unknown kind {kind!r} (use one of {', '.join(EVIDENCE_KINDS)})")
+    if not value.strip():
+        raise ValueError(f"evidence ref {raw!r} has an empty value")
+    if kind == "file":
+        m = _FILE_RE.match(value)
+        if not m:
+            raise ValueError(f"evidence ref {raw!r}: expected file:<path>[@<rev>][#L<a>-L<b>]")
+        path = m.group("path")
+        if path.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:[\\/]", path) or path.startswith("~"):
+            raise ValueError(f"evidence ref {raw!r}: paths must be repo-relative, not absolute")
+        parts = re.split(r"[\\/]", path)
+        if ".." in parts:
+            raise ValueError(f"evidence ref {raw!r}: paths may not contain '..'")
+        a = int(m.group("a")) if m.group("a") else None
+        b = int(m.group("b")) if m.group("b") else a
+        lines = (a, b) if a is not None and b is not None else None
+        if lines and (lines[0] < 1 or lines[1] < lines[0]):
+            raise ValueError(f"evidence ref {raw!r}: bad line range")
+        return EvidenceRef(kind, value, raw, path=path.replace("\\", "/"), rev=m.group("rev"), lines=lines)
+    if kind == "event":
+        m = _EVENT_RE.match(value.lower())
+        if not m:
+            raise ValueError(f"evidence ref {raw!r}: expected event:<episode-id>:<seq>")
+        return EvidenceRef(kind, value, raw, episode=m.group("ep"), seq=int(m.group("seq")))
+    if kind == "commit":
+        if not _SHA_RE.match(value):
+            raise ValueError(f"evidence ref {raw!r}: expected commit:<sha>")
+        return EvidenceRef(kind, value, raw)
+    if kind == "url" and not re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://\S+$", value):
+        raise ValueError(f"evidence ref {raw!r}: expected url:<scheme>://...")
+    return EvidenceRef(kind, value, raw)
+
+
+@dataclass
+class Memory:
+    id: str
+    kind: str
+    text: str
+    scope: str = "repo"
+    created: str = ""
+    author: str = ""
+    confidence: float | None = None
+    rationale: str = ""
+    links: dict[str, Any] = field(default_factory=dict)
+    evidence: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)
+    path: str = ""  # relative to the store root, e.g. "facts/01jd...-x.md"
+    id_derived: bool = False  # hand-written file with no id yet
+
+    @property
+    def problem(self) -> str | None:
+        value = self.links.get("problem")
+        return value if isinstance(value, str) else None
+
+    def link_list(self, key: str) -> list[str]:
+        value = self.links.get(key)
+        if isinstance(value, str):
+            return [value]
+        return [v for v in (value or []) if isinstance(v, str)]
+
+    def frontmatter(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            "id": self.id,
+            "kind": self.kind,
+            "scope": self.scope,
+            "created": self.created,
+            "author": self.author,
+        }
+        if self.confidence is not None:
+            meta["confidence"] = self.confidence
+        if self.rationale:
+            meta["rationale"] = self.rationale
+        links = {k: v for k, v in self.links.items() if v not in (None, [], "")}
+        if links:
+            meta["links"] = links
+        meta["evidence"] = list(self.evidence)
+        if self.tags:
+            meta["tags"] = list(self.tags)
+        return meta
+
+    def to_json(self) -> dict[str, Any]:
+        data = self.frontmatter()
+        data["text"] = self.text
+        data["path"] = self.path
+        return data
+
+
+@dataclass
+class Event:
+    id: str
+    type: str
+    created: str = ""
+    author: str = ""
+    memory: str | None = None
+    problem: str | None = None
+    vote: float | None = None
+    archived: bool | None = None
+    old_fact: str | None = None
+    change: str | None = None
+    new_fact: str | None = None
+    confidence: float | None = None
+    rationale: str = ""
+    evidence: list[str] = field(default_factory=list)
+    episode: str | None = None
+    path: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"id": self.id, "type": self.type, "created": self.created, "author": self.author}
+        for key in ("memory", "problem", "vote", "archived", "old_fact", "change", "new_fact", "confidence"):
+            value = getattr(self, key)
+            if value is not None:
+                data[key] = value
+        if self.rationale:
+            data["rationale"] = self.rationale
+        if self.episode:
+            data["episode"] = self.episode
+        data["evidence"] = list(self.evidence)
+        return data

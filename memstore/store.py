@@ -1,0 +1,317 @@
+"""A store on disk (``.memory/`` or ``~/.memory``): its layout, parsing its files, and being the
+only code that writes canonical files (memories, events, episodes)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import unicodedata
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import gitops, ids
+from .config import Config
+from .errors import InvalidFile, NoStore
+from .files import atomic_write, dump_markdown, dump_yaml, file_lock, parse_markdown, safe_yaml
+from .model import DIR_KINDS, EVENT_TYPES, KIND_DIRS, KINDS, SCOPES, Event, Memory
+
+STORE_DIRNAME = ".memory"
+INDEX_DIRNAME = ".index"
+LOCAL_DIRNAME = ".local"  # per-clone state that is never committed (current episode, ...)
+GITIGNORE = f"{INDEX_DIRNAME}/\n{LOCAL_DIRNAME}/\n"
+DEFAULT_CONFIG = """\
+# memstore settings for this store. Repo settings override the global store's;
+# MEMSTORE_* environment variables override both. See the README for every key.
+write_mode: review        # review: agents propose, people approve in PRs | autonomous
+git:
+  stage: true             # git-add new memory/event files (repo store)
+  commit: false           # also commit each write (the global store always commits)
+"""
+
+
+def slugify(text: str, max_len: int = 40) -> str:
+    norm = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode().lower()
+    words = re.findall(r"[a-z0-9]+", norm)
+    slug = ""
+    for word in words:
+        candidate = f"{slug}-{word}" if slug else word
+        if len(candidate) > max_len:
+            break
+        slug = candidate
+    return slug or "memory"
+
+
+def _str_list(value: Any, what: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list) or not all(isinstance(v, str | int | float) for v in value):
+        raise InvalidFile(f"{what} must be a list of strings")
+    return [str(v) for v in value]
+
+
+def memory_from_file(relpath: str, text: str, scope: str) -> Memory:
+    """Parse one memory file. Raises InvalidFile with a reason a person can act on."""
+    meta, body = parse_markdown(text)
+    folder = relpath.split("/", 1)[0]
+    folder_kind = DIR_KINDS.get(folder)
+    kind = meta.get("kind", folder_kind)
+    if kind not in KINDS:
+        raise InvalidFile(f"kind {kind!r} is not one of {', '.join(KINDS)}")
+    if folder_kind and kind != folder_kind:
+        raise InvalidFile(f"kind {kind!r} does not match its folder {folder}/ (expected {folder_kind!r})")
+    raw_id = meta.get("id")
+    derived = raw_id in (None, "")
+    if derived:
+        mem_id = ids.derived_id(relpath)
+    elif not ids.is_id(str(raw_id)):
+        raise InvalidFile(f"id {raw_id!r} is not a 26-character lowercase ULID")
+    else:
+        mem_id = str(raw_id)
+    file_scope = meta.get("scope", scope)
+    if file_scope not in SCOPES:
+        raise InvalidFile(f"scope {file_scope!r} is not repo or global")
+    if file_scope != scope:
+        raise InvalidFile(f"scope {file_scope!r} does not match the {scope} store it lies in")
+    if not body.strip():
+        raise InvalidFile("the memory has no text")
+    links = meta.get("links") or {}
+    if not isinstance(links, dict):
+        raise InvalidFile("links must be a mapping")
+    confidence = meta.get("confidence")
+    if confidence is not None and (isinstance(confidence, bool) or not isinstance(confidence, int | float)):
+        raise InvalidFile("confidence must be a number in [0, 1]")
+    created = meta.get("created") or ""
+    return Memory(
+        id=mem_id,
+        kind=str(kind),
+        text=body.strip(),
+        scope=str(file_scope),
+        created=str(created),
+        author=str(meta.get("author") or ""),
+        confidence=float(confidence) if confidence is not None else None,
+        rationale=str(meta.get("rationale") or ""),
+        links=links,
+        evidence=_str_list(meta.get("evidence"), "evidence"),
+        tags=_str_list(meta.get("tags"), "tags"),
+        path=relpath,
+        id_derived=derived,
+    )
+
+
+def event_from_file(relpath: str, text: str) -> Event:
+    data = safe_yaml(text, "event file")
+    if not isinstance(data, dict):
+        raise InvalidFile("an event file must be a YAML mapping")
+    ev_type = data.get("type")
+    if ev_type not in EVENT_TYPES:
+        raise InvalidFile(f"event type {ev_type!r} is not one of {', '.join(EVENT_TYPES)}")
+    ev_id = str(data.get("id") or "")
+    stem = Path(relpath).stem
+    if not ids.is_id(ev_id):
+        raise InvalidFile(f"event id {ev_id!r} is not a ULID")
+    if stem != ev_id:
+        raise InvalidFile(f"event id {ev_id} does not match its file name {stem}")
+    vote = data.get("vote")
+    if vote is not None and (isinstance(vote, bool) or not isinstance(vote, int | float)):
+        raise InvalidFile("vote must be a number in [-1, 1]")
+    archived = data.get("archived")
+    if archived is not None and not isinstance(archived, bool):
+        raise InvalidFile("archived must be true or false")
+    conf = data.get("confidence")
+    return Event(
+        id=ev_id,
+        type=str(ev_type),
+        created=str(data.get("created") or ""),
+        author=str(data.get("author") or ""),
+        memory=_opt_str(data.get("memory")),
+        problem=_opt_str(data.get("problem")),
+        vote=float(vote) if vote is not None else None,
+        archived=archived,
+        old_fact=_opt_str(data.get("old_fact")),
+        change=_opt_str(data.get("change")),
+        new_fact=_opt_str(data.get("new_fact")),
+        confidence=float(conf) if isinstance(conf, int | float) and not isinstance(conf, bool) else None,
+        rationale=str(data.get("rationale") or ""),
+        evidence=_str_list(data.get("evidence"), "evidence"),
+        episode=_opt_str(data.get("episode")),
+        path=relpath,
+    )
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value in (None, "") else str(value)
+
+
+@dataclass
+class Store:
+    """One store directory. ``scope`` is 'repo' or 'global'; ``worktree`` is the git work tree
+    it lives in (None when it is not inside one)."""
+
+    root: Path
+    scope: str
+    config: Config
+    worktree: Path | None = None
+
+    @classmethod
+    def at(cls, root: Path, scope: str, config: Config) -> Store:
+        root = root.expanduser().resolve()
+        return cls(root=root, scope=scope, config=config, worktree=gitops.toplevel(root))
+
+    # -- layout -----------------------------------------------------------------------------
+    @property
+    def index_dir(self) -> Path:
+        return self.root / INDEX_DIRNAME
+
+    @property
+    def local_dir(self) -> Path:
+        return self.root / LOCAL_DIRNAME
+
+    def exists(self) -> bool:
+        return self.root.is_dir()
+
+    def require(self) -> None:
+        if not self.exists():
+            hint = "memstore init --global" if self.scope == "global" else "memstore init"
+            raise NoStore(f"no {self.scope} store at {self.root}", hint=f"run `{hint}`")
+
+    def init(self) -> list[str]:
+        """Create the layout idempotently; returns what was created (relative names)."""
+        created: list[str] = []
+        if not self.root.exists():
+            created.append(".")
+        self.root.mkdir(parents=True, exist_ok=True)
+        for sub in [*KIND_DIRS.values(), "events", "episodes"]:
+            path = self.root / sub
+            if not path.exists():
+                path.mkdir()
+                (path / ".gitkeep").touch()
+                created.append(sub + "/")
+        gitignore = self.root / ".gitignore"
+        if not gitignore.exists():
+            atomic_write(gitignore, GITIGNORE)
+            created.append(".gitignore")
+        config = self.root / "config.yaml"
+        if not config.exists():
+            atomic_write(config, DEFAULT_CONFIG)
+            created.append("config.yaml")
+        layout = [gitignore, config, *[self.root / d / ".gitkeep" for d in [*KIND_DIRS.values(), "events", "episodes"]]]
+        if self.scope == "repo" and self.worktree is not None and created and self.config.get("git", "stage", True):
+            gitops.stage(layout, self.worktree)
+        if self.scope == "global" and (self.worktree is None or self.worktree != self.root):
+            gitops.init(self.root)
+            gitops.toplevel.cache_clear()
+            self.worktree = self.root
+            created.append(".git/")
+            gitops.commit(layout, "memstore: initialise global store", self.root)
+        return created
+
+    def relpath(self, path: Path) -> str:
+        return path.relative_to(self.root).as_posix()
+
+    def display_path(self, relpath: str) -> str:
+        """A path as people see it: relative to the work tree when inside one."""
+        full = self.root / relpath
+        if self.worktree is not None:
+            with contextlib.suppress(ValueError):
+                return full.relative_to(self.worktree).as_posix()
+        return str(full)
+
+    # -- walking and parsing -------------------------------------------------------------------
+    def memory_files(self) -> Iterator[tuple[str, os.stat_result]]:
+        for folder in KIND_DIRS.values():
+            base = self.root / folder
+            try:
+                entries = os.scandir(base)
+            except FileNotFoundError:
+                continue
+            with entries:
+                for entry in entries:
+                    if entry.name.endswith(".md") and not entry.name.startswith(".") and entry.is_file():
+                        yield f"{folder}/{entry.name}", entry.stat()
+
+    def event_files(self) -> Iterator[tuple[str, os.stat_result]]:
+        try:
+            entries = os.scandir(self.root / "events")
+        except FileNotFoundError:
+            return
+        with entries:
+            for entry in entries:
+                if entry.name.endswith(".yaml") and not entry.name.startswith(".") and entry.is_file():
+                    yield f"events/{entry.name}", entry.stat()
+
+    def load_memory(self, relpath: str) -> Memory:
+        text = (self.root / relpath).read_text(encoding="utf-8")
+        return memory_from_file(relpath, text, self.scope)
+
+    def load_event(self, relpath: str) -> Event:
+        return event_from_file(relpath, (self.root / relpath).read_text(encoding="utf-8"))
+
+    # -- episodes (read side; evidence refs point here) ---------------------------------------
+    def episode_path(self, episode_id: str) -> Path | None:
+        base = self.root / "episodes"
+        matches = sorted(base.glob(f"*/{episode_id}*.jsonl")) if base.is_dir() else []
+        local = self.local_dir / "episodes"
+        if local.is_dir():
+            matches += sorted(local.glob(f"*/{episode_id}*.jsonl"))
+        return matches[0] if len(matches) == 1 else None
+
+    def episode_seqs(self, episode_id: str) -> set[int] | None:
+        """The event seq numbers an episode holds, or None if no such episode."""
+        path = self.episode_path(episode_id)
+        if path is None:
+            return None
+        seqs: set[int] = set()
+        with path.open(encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(row, dict) and isinstance(row.get("seq"), int):
+                    seqs.add(row["seq"])
+        return seqs
+
+    # -- writing ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def write_lock(self) -> Iterator[None]:
+        """Serialises writers across processes: id checks, duplicate checks and git staging
+        must see each other's files."""
+        with file_lock(self.index_dir / "write.lock"):
+            yield
+
+    def memory_path(self, mem: Memory) -> Path:
+        return self.root / KIND_DIRS[mem.kind] / f"{mem.id}-{slugify(mem.text)}.md"
+
+    def render_memory(self, mem: Memory) -> str:
+        return dump_markdown(mem.frontmatter(), mem.text)
+
+    def render_event(self, ev: Event) -> str:
+        return dump_yaml(ev.to_dict())
+
+    def create_memory(self, mem: Memory) -> Path:
+        path = self.memory_path(mem)
+        atomic_write(path, self.render_memory(mem), exclusive=True)
+        mem.path = self.relpath(path)
+        self._record_in_git([path], f"memstore: add {mem.kind} {mem.id[:10]}")
+        return path
+
+    def create_event(self, ev: Event) -> Path:
+        path = self.root / "events" / f"{ev.id}.yaml"
+        atomic_write(path, self.render_event(ev), exclusive=True)
+        ev.path = self.relpath(path)
+        self._record_in_git([path], f"memstore: {ev.type} {(ev.memory or ev.new_fact or ev.id)[:10]}")
+        return path
+
+    def _record_in_git(self, paths: list[Path], message: str) -> None:
+        if self.worktree is None:
+            return
+        if self.scope == "global" or self.config.get("git", "commit", False):
+            gitops.commit(paths, message, self.worktree)
+        elif self.config.get("git", "stage", True):
+            gitops.stage(paths, self.worktree)

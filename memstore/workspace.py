@@ -1,0 +1,120 @@
+"""Which stores a call sees: the repo store and the global store, with their catalogs.
+
+Resolved once at the edge from the working directory, ``--store`` and the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import gitops, ids
+from .catalog import Catalog
+from .config import Config, load_config
+from .errors import AmbiguousId, InvalidRequest, NoStore, NotFound
+from .graph import Graph, build_graph
+from .model import Memory
+from .store import STORE_DIRNAME, Store
+
+
+@dataclass
+class Workspace:
+    repo: Store | None
+    global_: Store
+    config: Config
+    _catalogs: dict[str, Catalog] = field(default_factory=dict)
+    _graphs: dict[str, tuple[int, Graph]] = field(default_factory=dict)
+
+    def store(self, scope: str) -> Store:
+        if scope == "global":
+            return self.global_
+        if self.repo is None:
+            raise NoStore(
+                "not inside a git repository, so there is no repo store",
+                hint="run inside a repo, pass --store DIR, or use scope 'global'",
+            )
+        return self.repo
+
+    def stores(self, include_global: bool = True) -> list[Store]:
+        out = [s for s in (self.repo,) if s is not None and s.exists()]
+        if include_global and self.global_.exists() and (self.repo is None or self.global_.root != self.repo.root):
+            out.append(self.global_)
+        return out
+
+    def catalog(self, scope: str, *, refresh: bool = True) -> Catalog:
+        store = self.store(scope)
+        cat = self._catalogs.get(scope)
+        if cat is None or cat.store is not store:
+            cat = Catalog(store)
+            self._catalogs[scope] = cat
+        if refresh and store.exists():
+            cat.refresh()
+        return cat
+
+    def graph(self, scope: str) -> Graph:
+        """Links and utility over one store (plus, for the repo store, global memories it links to)."""
+        cat = self.catalog(scope, refresh=False)
+        cached = self._graphs.get(scope)
+        if cached is not None and cached[0] == cat.generation:
+            return cached[1]
+        g = build_graph(cat.memories, cat.events.values())
+        self._graphs[scope] = (cat.generation, g)
+        return g
+
+    def scopes(self, include_global: bool = True) -> list[str]:
+        return [s.scope for s in self.stores(include_global)]
+
+    def find(self, prefix: str, scopes: list[str] | None = None, *, field_name: str | None = None) -> Memory:
+        """Resolve a full id or a unique prefix (≥ 6 chars) across the given stores."""
+        if not isinstance(prefix, str) or len(prefix.strip()) < ids.MIN_PREFIX:
+            raise InvalidRequest(
+                f"id {prefix!r} is too short: give at least {ids.MIN_PREFIX} characters",
+                field=field_name, code="bad_id",
+            )
+        norm = ids.normalize_prefix(prefix)
+        hits: list[Memory] = []
+        for scope in scopes or self.scopes():
+            try:
+                cat = self.catalog(scope)
+            except NoStore:
+                continue
+            hits += [cat.memories[m] for m in cat.match_prefix(norm)]
+        if not hits:
+            raise NotFound(f"no memory with id {prefix!r}", field=field_name)
+        if len(hits) > 1:
+            shown = ", ".join(sorted(h.id for h in hits)[:5])
+            raise AmbiguousId(f"id prefix {prefix!r} matches {len(hits)} memories: {shown}", field=field_name,
+                              hint="give more characters")
+        return hits[0]
+
+
+def global_store_path(env: Mapping[str, str]) -> Path:
+    home = env.get("MEMSTORE_HOME")
+    return Path(home).expanduser() if home else Path("~").expanduser() / STORE_DIRNAME
+
+
+def open_workspace(
+    cwd: Path | None = None,
+    store_dir: Path | str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Workspace:
+    """The stores a command at ``cwd`` sees. ``store_dir`` (or MEMSTORE_STORE) replaces the
+    repo store; otherwise it is ``.memory/`` at the root of the enclosing git work tree."""
+    env = os.environ if env is None else env
+    cwd = (cwd or Path.cwd()).resolve()
+    store_dir = store_dir or env.get("MEMSTORE_STORE") or None
+    repo_root: Path | None
+    if store_dir:
+        path = Path(store_dir).expanduser()
+        repo_root = (path if path.is_absolute() else cwd / path).resolve()
+    else:
+        top = gitops.toplevel(cwd)
+        repo_root = top / STORE_DIRNAME if top is not None else None
+    global_root = global_store_path(env).resolve()
+    config = load_config(repo_root, global_root, env)
+    repo = Store.at(repo_root, "repo", config) if repo_root is not None else None
+    if repo is not None and repo.root == global_root:
+        repo = None  # --store pointing at the global store: treat it as the global store only
+    return Workspace(repo=repo, global_=Store.at(global_root, "global", config), config=config)

@@ -1,0 +1,223 @@
+"""The secret detector: every class is found, ordinary technical prose never is."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+
+from memstore.errors import SecretError
+from memstore.secrets import Finding, assert_no_secrets, find_secrets, shannon_entropy
+
+# Fake secrets are assembled from pieces so that repository secret scanners do not flag this file.
+SECRETS: dict[str, tuple[str, str]] = {
+    "aws": ("aws_access_key", "the old config had " + "AKIA" + "Q3EGRAV7PLM2XT5B in it"),
+    "aws_sts": ("aws_access_key", "temporary key " + "ASIA" + "Y34FZKBOKMUTVV7A leaked in the CI log"),
+    "github": ("github_token", "push with " + "ghp_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789"),
+    "github_oauth": ("github_token", "gho_" + "16C7e42F292c6912E7710c838347Ae178B4a"),
+    "github_app": ("github_token", "installation token " + "ghs_" + "Zx8Wv6Ut4Sr2Qp0On8Ml6Kj4Ih2Gf0Ed8Cb6A"),
+    "github_pat": (
+        "github_token",
+        "github_pat_" + "11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456",
+    ),
+    "slack": ("slack_token", "the bot uses " + "xoxb-" + "123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx"),
+    "stripe": ("stripe_key", "STRIPE_KEY was " + "sk_live_" + "51HqLyjWDarjtT1zdp7dcXYZabc123"),
+    "stripe_restricted": ("stripe_key", "rk_live_" + "51HqLyjWDarjtT1zdp7dcXYZabc123"),
+    "google": ("google_api_key", "maps key " + "AIza" + "SyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY"),
+    "openai": ("openai_key", "OPENAI key " + "sk-" + "proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb7cDe0f"),
+    "openai_legacy": ("openai_key", "sk-" + "T3BlbkFJx7Qm2Zp9Lk4Vb8Nc1Rd5Gh6Jw0Ys3Ea"),
+    "anthropic": ("anthropic_key", "use " + "sk-ant-" + "api03-Xy9zAb3cDe6fGh9iJk2lMn5oPq8rSt1uVw4xYz7aBc0dEf"),
+    "jwt": (
+        "jwt",
+        "Authorization: Bearer eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9"
+        + ".eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ"
+        + ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
+    ),
+    "url_credentials": (
+        "url_credentials",
+        "clone via https://deploy:" + "s3cr3tP4ss" + "@git.example.com/org/repo.git",
+    ),
+    "url_credentials_db": (
+        "url_credentials",
+        "DATABASE_URL=postgres://app:" + "Xk9vQ2mZ7rT1" + "@db.prod.internal/app",
+    ),
+    "basic_header": ("basic_auth_header", 'curl -H "Authorization: Basic ' + "YWRtaW46czNjcjN0UEA1NQ==" + '"'),
+    "bearer": ("bearer_token", "header was Bearer " + "q8Zf3Lk2Vx9Pw4Rt7Yb1Nm6Hc5Jd0Gs"),
+    "pem": (
+        "private_key",
+        "-----BEGIN RSA " + "PRIVATE KEY-----\nMIIEpAIBAAKCAQEA1234\n-----END RSA " + "PRIVATE KEY-----",
+    ),
+    "pkcs8": ("private_key", "-----BEGIN " + "PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n"),
+    "ec": ("private_key", "-----BEGIN EC " + "PRIVATE KEY-----"),
+    "openssh": (
+        "private_key",
+        "-----BEGIN OPENSSH " + "PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH " + "PRIVATE KEY-----",
+    ),
+    "password": ("secret_assignment", 'db password = "' + "Tr0ub4dor&3xK9!mQz" + '"'),
+    "password_yaml": ("secret_assignment", "DB_PASSWORD: " + "n7Kq2Wx9Lr4Tz8Vm"),
+    "api_key_hex": ("secret_assignment", "api_key: " + "9f8e7d6c5b4a39281706f5e4d3c2b1a0"),
+    "token_b64": ("secret_assignment", "token=" + "Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MA"),
+    "json_secret": ("secret_assignment", '{"client_secret": "' + "p9S2x7Lq4Vz1Rk8Nw3Tj" + '"}'),
+    "header_api_key": ("secret_assignment", "X-Api-Key: " + "7Hq2Lp9Zx4Wv1Rk8Tn3J"),
+}
+
+# Realistic memory text. Every one must pass: a false positive refuses the user's memory.
+BENIGN = [
+    "Running migration 0042 failed because column tracking_code already exists; use op.add_column with if_not_exists",
+    "Fixed in commit 3f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39 after bisecting from 9c1e8b7.",
+    "git log --oneline shows a1b2c3d, then e4f5a6b reverted the faiss IndexFlatIP change.",
+    "The solution for problem 01jd8x4k2m9q7r3t5v6w8y0z1a is in solutions/01jd8x4k2m9q7r3t5v6w8y0z1b-fix-migration.md",
+    "The ULID 01HZX3K9Q2V7R4T6W8Y0A1B2C3 sorts after 01HZX3K9Q2V7R4T6W8Y0A1B2C2 by time.",
+    "Request id 550e8400-e29b-41d4-a716-446655440000 shows the retry loop hitting the 30s timeout.",
+    "The wheel sha256 is e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855 so the cache key matched.",
+    "Docker image digest sha256:4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b was pinned.",
+    "lock integrity 'sha512-Mc/7NbmtjkhAhwgKjfxAbr1jHTf1QPSg7JWsW+7YBdeHdbYA2UO2l7u06k3SbnhJzwPk9MtdjTiPpqNy1N0Ug=='"
+    " changed after the registry rebuilt the tarball.",
+    'Embed icons as data URIs, e.g. src="data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAA'
+    'DUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==" in the email template.',
+    "We tried base64-encoding the payload (dGhpcyBpcyBhIHRlc3Q=) but the gateway still rejected it.",
+    'Etag header was W/"5e8f3c2a91b4d7e6" and the CDN kept serving the old bundle.',
+    "Config lives in src/memstore/config/defaults.yaml; the loader is memstore.config.load_config(path).",
+    "Use https://docs.python.org/3/library/importlib.resources.html#importlib.resources.files for package data.",
+    "Connect with postgresql://localhost:5432/app_dev and run alembic upgrade head.",
+    "docker-compose uses postgres://postgres:postgres@localhost:5432/test for the integration tests.",
+    "Docs show the form postgresql://user:password@host/db; fill it from the secret manager.",
+    "Set password = os.environ['DB_PASSWORD'] instead of hard-coding it in settings.py.",
+    "Use token=${GITHUB_TOKEN} in the CI job; never paste the actual value.",
+    "The README says api_key: <your-api-key> which users must replace before running.",
+    "In the example config, password: changeme is a placeholder and the test suite overrides it.",
+    "secret_key = 'xxxxxxxxxxxxxxxx' in the template; the real one comes from Vault.",
+    "api_key = settings.OPENAI_API_KEY  # loaded from env",
+    "auth_token = get_token_from_keyring(service_name) is the pattern we settled on.",
+    'password: "{{ vault_db_password }}" in the ansible vars file.',
+    "client_secret: ${{ secrets.CLIENT_SECRET }} in the GitHub Actions workflow.",
+    "token_id: 01jd8x4k2m9q7r3t5v6w8y0z1a identifies the revoked credential, not the credential itself.",
+    'password_hash = "$2b$12$KIXQJ3Rr8vHkLHq9dOe7N.cY2m1kUj4QOXhZKp6Z8e5Z0oJ9nG3aS" is how Django stores it.',
+    "The password field must be at least 12 characters; validation happens in forms/auth.py line 88.",
+    "Function signature: def authenticate(username: str, password: str) -> Session raises AuthError.",
+    "Auth tokens expire after 3600 seconds; refresh via POST /oauth/token with grant_type=refresh_token.",
+    "The token counter in tokenizer.py was off by one for multi-byte characters like é and 漢.",
+    "max_tokens = 4096 is the ceiling; input_tokens: 1834 in the last run.",
+    "The secret: PYTHONHASHSEED=0 makes the test ordering deterministic.",
+    "The skeleton key concept: sk-learn is not a thing, it's sklearn (scikit-learn).",
+    "Use the task-queue name 'sk-batch-ingest-nightly-rebuild' for the nightly job.",
+    "AWS docs use AKIAIOSFODNN7EXAMPLE as the sample access key id.",
+    "The IAM role id AROA3XFRBF535PLBIFPI30 shows up in CloudTrail for the deploy role.",
+    "Basic usage: memstore read --json - < request.json; basic auth is not supported by the daemon.",
+    "Set MEMSTORE_HOME=~/.memory-test to isolate the global store in tests.",
+    "Python package faiss-cpu 1.15.1 segfaults on ARM; pin to 1.14.0 until the fix ships.",
+    "Reviewers prefer small PRs; squash fixups before merging into main. Fixes #1234, closes JIRA-5678.",
+    "ssh://git@github.com:22/org/repo.git needs the deploy key from ~/.ssh/id_ed25519, not a password.",
+    "Hash of the embedding cache entry: 9b74c9897bac770ffc029102a200c5de (md5 of the text).",
+]
+
+
+@pytest.mark.parametrize("case", sorted(SECRETS))
+def test_each_secret_class_is_found(case: str) -> None:
+    kind, text = SECRETS[case]
+    findings = find_secrets(text)
+    assert [f.kind for f in findings] == [kind], findings
+
+
+@pytest.mark.parametrize("text", BENIGN)
+def test_benign_technical_prose_is_not_flagged(text: str) -> None:
+    assert find_secrets(text) == []
+
+
+def test_benign_corpus_is_large_enough() -> None:
+    assert len(BENIGN) >= 15
+
+
+def test_excerpt_is_redacted_and_never_the_secret() -> None:
+    secret = "AKIA" + "Q3EGRAV7PLM2XYZ1"
+    (finding,) = find_secrets(f"key {secret} here")
+    assert finding.excerpt == "AKIA…XYZ1"
+    for _kind, text in SECRETS.values():
+        for found in find_secrets(text):
+            if found.kind == "private_key":
+                assert found.excerpt.startswith("-----BEGIN")  # the header only, never the key body
+            elif found.kind == "url_credentials":
+                assert found.excerpt.count("…") == 1
+            else:
+                head, _, tail = found.excerpt.rpartition("…")
+                assert head and tail and len(tail) <= 4
+
+
+def test_url_credentials_excerpt_keeps_the_host_but_hides_the_password() -> None:
+    (finding,) = find_secrets("https://deploy:" + "s3cr3tP4ss" + "@git.example.com/x")
+    assert finding.excerpt == "https://deploy:s3…ss@git.example.com"
+
+
+def test_line_numbers_are_one_based_and_findings_in_order() -> None:
+    text = "\n".join(
+        [
+            "first line is fine",
+            "token " + "ghp_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789",
+            "",
+            "and a key: " + "AKIA" + "Q3EGRAV7PLM2XT5B",
+        ]
+    )
+    assert [(f.kind, f.line) for f in find_secrets(text)] == [("github_token", 2), ("aws_access_key", 4)]
+
+
+def test_a_token_inside_an_assignment_is_reported_once_by_its_specific_kind() -> None:
+    findings = find_secrets("GITHUB_TOKEN=" + "ghp_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789")
+    assert [f.kind for f in findings] == ["github_token"]
+
+
+def test_finding_is_a_frozen_value() -> None:
+    finding = Finding("jwt", 1, "eyJh…sw5c")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        finding.kind = "other"  # type: ignore[misc]
+    assert finding == Finding("jwt", 1, "eyJh…sw5c")
+
+
+def test_empty_text() -> None:
+    assert find_secrets("") == []
+
+
+def test_entropy() -> None:
+    assert shannon_entropy("") == 0.0
+    assert shannon_entropy("aaaa") == 0.0
+    assert shannon_entropy("abcd") == pytest.approx(2.0)
+
+
+def test_assert_no_secrets_raises_secret_error_with_field_and_redacted_findings() -> None:
+    assert_no_secrets(BENIGN[0])
+    secret = "AKIA" + "Q3EGRAV7PLM2XT5B"
+    with pytest.raises(SecretError) as info:
+        assert_no_secrets(f"deploy with {secret}", field="memory.text")
+    error = info.value
+    assert error.field == "memory.text"
+    assert error.exit_code == 2
+    payload = error.to_json()
+    assert payload["error"]["code"] == "secret"
+    assert payload["error"]["findings"] == [{"kind": "aws_access_key", "line": 1, "excerpt": "AKIA…XT5B"}]
+    assert secret not in str(payload)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a_" * 50_000,
+        "QUJD" * 25_000,
+        "a" * 100_000 + "1",
+        "ab" * 50_000 + "://",
+        "token=" * 20_000,
+        "password = " + "x1" * 50_000,
+    ],
+)
+def test_pathological_input_stays_linear(text: str) -> None:
+    start = time.perf_counter()
+    find_secrets(text)
+    assert time.perf_counter() - start < 1.0
+
+
+def test_typical_memory_is_fast() -> None:
+    text = " ".join(BENIGN[:10])
+    find_secrets(text)
+    start = time.perf_counter()
+    for _ in range(100):
+        find_secrets(text)
+    assert (time.perf_counter() - start) / 100 < 0.005
