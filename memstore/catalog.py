@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -50,6 +51,22 @@ class Catalog:
         self.invalid: dict[str, str] = {}
         self.generation = 0
         self._loaded = False
+        self._defer_save: bool | None = None  # None: save on every refresh; bool: unsaved changes pending
+
+    @contextlib.contextmanager
+    def deferred_save(self) -> Iterator[None]:
+        """Save the cache once at the end of the block rather than after every refresh: a bulk
+        import refreshes after each write, and re-serialising n records n times is quadratic."""
+        if self._defer_save is not None:
+            yield
+            return
+        self._defer_save = False
+        try:
+            yield
+        finally:
+            pending, self._defer_save = self._defer_save, None
+            if pending:
+                self._save_cache()
 
     # -- persistence ---------------------------------------------------------------------------
     @property
@@ -131,7 +148,9 @@ class Catalog:
             delta = self._rebuild_views()
         if dirty:
             self.generation += 1
-            if persist:
+            if persist and self._defer_save is not None:
+                self._defer_save = True
+            elif persist:
                 self._save_cache()
         return delta
 

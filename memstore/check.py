@@ -163,6 +163,17 @@ def _check_evidence(ws: Workspace, store: Store, shown: str, refs: list[str], kn
             report.add("stale", shown, "stale_evidence", f"{raw}: the commit is not in this clone")
 
 
+def check_memory(ws: Workspace, store: Store, mem: Memory, *, strict_ids: bool = False) -> list[Finding]:
+    """The per-memory checks ``check`` runs, for one memory (e.g. a file just saved by ``new``)."""
+    known: dict[str, Memory] = {}
+    for scope in ws.scopes():
+        known.update(ws.catalog(scope).memories)
+    known.setdefault(mem.id, mem)
+    report = Report()
+    _check_memory(ws, store, mem, known, report, strict_ids)
+    return report.problems
+
+
 def _check_event(ws: Workspace, store: Store, ev: Event, known: dict[str, Memory], report: Report) -> None:
     shown = store.display_path(ev.path)
     wanted: list[tuple[str, str | None, tuple[str, ...] | None]] = []

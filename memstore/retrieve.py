@@ -1,0 +1,440 @@
+"""The read pipeline (SPEC §4): scope -> lanes -> association -> explicit links -> merge ->
+utility-weighted threshold -> selection. Each step is a small function; ``read`` strings them.
+
+Scoring of the two lanes and the association chain lives in ``ranking`` (pure functions, tuned
+on the evaluation data in bench/); this module owns stores, filters, links and utility.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from . import ranking
+from .config import Config
+from .errors import NoStore
+from .graph import Graph, build_graph
+from .index.embedder import EmbedderUnavailable, get_embedder
+from .index.store_index import StoreIndex
+from .model import KINDS, Event, Memory
+from .validate import check_schema
+from .workspace import Workspace
+
+GUIDANCE = (
+    "Current code is ground truth. These memories are optional hypotheses from earlier sessions: "
+    "verify them against the code before relying on them, prefer what you observe now when they "
+    "disagree, and treat failed tactics as watch-outs (avoid or reconsider unless the context changed). "
+    "An empty result means nothing relevant is known."
+)
+WATCH_OUT = "watch-out: this was tried and failed here; avoid or reconsider unless the context changed"
+
+
+@dataclass(frozen=True)
+class UtilityParams:
+    """Utility weighting of relevance (SPEC §4.7): relevance × (1 + α·U_local + β·U_global)."""
+
+    alpha: float = 0.5
+    beta: float = 0.2
+    negative_cut: float = -0.5  # drop memories whose utility is at or below this
+    link_factor: float = 0.9  # a memory pulled in by an explicit link scores its parent × this
+    local_prior: float = 1.0  # pseudo-weight shrinking U_local toward 0 when few votes apply
+
+
+@dataclass(frozen=True)
+class ReadParams:
+    ranking: ranking.RankingParams = field(default_factory=ranking.RankingParams)
+    utility: UtilityParams = field(default_factory=UtilityParams)
+
+
+def params_from_config(config: Config) -> ReadParams:
+    """``read:`` in config.yaml overrides any RankingParams / UtilityParams field by name."""
+    section = config.get("read") or {}
+    if not isinstance(section, dict) or not section:
+        return ReadParams()
+    rp = ranking.RankingParams()
+    up = UtilityParams()
+    r_over: dict[str, Any] = {}
+    u_over: dict[str, Any] = {}
+    for key, value in section.items():
+        if key in {f.name for f in dataclasses.fields(up)}:
+            u_over[key] = float(value)
+        elif key in {f.name for f in dataclasses.fields(rp)}:
+            current = getattr(rp, key)
+            if isinstance(current, Mapping) and isinstance(value, Mapping):
+                value = MappingProxyType({**current, **value})
+            elif isinstance(current, tuple):
+                value = tuple(value)
+            r_over[key] = value
+    return ReadParams(dataclasses.replace(rp, **r_over), dataclasses.replace(up, **u_over))
+
+
+# -- stores and indexes ----------------------------------------------------------------------------
+def store_index(ws: Workspace, scope: str, params: ReadParams) -> StoreIndex:
+    si = ws.indexes.get(scope)
+    store = ws.store(scope)
+    if si is None or si.store is not store:
+        si = StoreIndex(ws.catalog(scope, refresh=False), get_embedder(), params.ranking)
+        ws.indexes[scope] = si
+    return si
+
+
+@dataclass
+class Scope:
+    """Everything one read looks at, across the stores in scope."""
+
+    memories: dict[str, Memory]
+    graph: Graph
+    indexes: list[StoreIndex]
+    warnings: list[str]
+
+
+def open_scope(ws: Workspace, include_global: bool, params: ReadParams) -> Scope:
+    memories: dict[str, Memory] = {}
+    events: list[Event] = []
+    indexes: list[StoreIndex] = []
+    warnings: list[str] = []
+    for scope in ws.scopes(include_global):
+        si = store_index(ws, scope, params)
+        si.refresh()
+        warnings += si.warnings
+        si.warnings.clear()
+        indexes.append(si)
+        memories.update(si.catalog.memories)
+        events.extend(si.catalog.events.values())
+    # Events in the repo store may vote on global memories, so links and utility are computed
+    # over everything in scope together.
+    return Scope(memories, build_graph(memories, events), indexes, warnings)
+
+
+def allowed(mem: Memory, graph: Graph, kinds: set[str], since: str | None, tags: set[str]) -> bool:
+    """Step 1, scope: kinds filter, archived excluded, since/tags filters."""
+    if mem.kind not in kinds or mem.id in graph.archived:
+        return False
+    if since and (mem.created or "") < since:
+        return False
+    return not tags or bool(tags & {t.lower() for t in mem.tags})
+
+
+# -- lanes ------------------------------------------------------------------------------------------
+@dataclass
+class Rows:
+    """The row space the ranking sees: ids, kinds and (when semantic is on) their vectors."""
+
+    ids: list[str]
+    kinds: list[str]
+    matrix: np.ndarray
+    pos: dict[str, int]
+
+
+def build_rows(sc: Scope, ok: set[str], semantic: bool, dim: int) -> Rows:
+    ids: list[str] = []
+    blocks: list[np.ndarray] = []
+    if semantic:
+        for si in sc.indexes:
+            assert si.vectors is not None
+            row_ids = si.vectors.row_ids()
+            mat = si.vectors.matrix()
+            keep = [i for i, mid in enumerate(row_ids) if mid in ok]
+            if len(keep) == len(row_ids):
+                blocks.append(mat)
+                ids += row_ids
+            elif keep:
+                blocks.append(mat[keep])
+                ids += [row_ids[i] for i in keep]
+        matrix = np.vstack(blocks) if len(blocks) > 1 else (blocks[0] if blocks else np.zeros((0, dim), np.float32))
+    else:
+        ids = sorted(ok)
+        matrix = np.zeros((0, dim), dtype=np.float32)
+    return Rows(ids, [sc.memories[m].kind for m in ids], matrix, {m: i for i, m in enumerate(ids)})
+
+
+def keyword_lane(sc: Scope, query: str, rows: Rows, pool: int) -> list[tuple[int, float]]:
+    hits: list[tuple[int, float]] = []
+    for si in sc.indexes:
+        if si.keyword is None:
+            continue
+        for mid, score in si.keyword.search(query, pool):
+            if mid in rows.pos:
+                hits.append((rows.pos[mid], score))
+    hits.sort(key=lambda h: -h[1])
+    return hits[:pool]
+
+
+def doc_freq_fn(sc: Scope) -> Any:
+    def doc_freq(term: str) -> int:
+        return sum(si.keyword.doc_freq(term) for si in sc.indexes if si.keyword is not None)
+
+    return doc_freq
+
+
+# -- explicit links -----------------------------------------------------------------------------------
+@dataclass
+class Hit:
+    mem: Memory
+    score: float
+    reasons: list[str]
+    group: str  # results in one linked group are kept together
+
+
+def expand_links(hits: dict[str, Hit], sc: Scope, ok: set[str], up: UtilityParams, *,
+                 problem_links: bool, update_links: bool) -> None:
+    """Step 5 (mandatory, deterministic): problems pull their attempts, attempts their problem,
+    memories the changes that target them, and facts the head of their supersession chain."""
+    g, mems = sc.graph, sc.memories
+    queue = list(hits.values())
+    while queue:
+        hit = queue.pop(0)
+        mem = hit.mem
+        pulled: list[tuple[str, str]] = []
+        if problem_links:
+            if mem.kind == "problem":
+                for att in g.attempts.get(mem.id, []):
+                    pulled.append((att, f"link:{mems[att].kind}_of:{mem.id}"))
+            elif mem.kind in ("solution", "failed_tactic") and mem.problem:
+                pulled.append((mem.problem, f"link:problem_of:{mem.id}"))
+        if update_links:
+            for ch in g.changes_for.get(mem.id, []):
+                pulled.append((ch, f"link:change_of:{mem.id}"))
+            if mem.kind == "fact" and mem.id in g.superseded_by:
+                pulled.append((g.head(mem.id), f"link:supersedes:{mem.id}"))
+        for target, why in pulled:
+            if target not in ok or target not in mems:
+                continue
+            score = hit.score * up.link_factor
+            existing = hits.get(target)
+            if existing is None:
+                new = Hit(mems[target], score, [why], hit.group)
+                hits[target] = new
+                queue.append(new)
+            else:
+                if why not in existing.reasons:
+                    existing.reasons.append(why)
+                existing.score = max(existing.score, score)
+                existing.group = min(existing.group, hit.group)
+
+
+def group_key(mem: Memory) -> str:
+    """Problems and their attempts share a group; so do facts and their changes."""
+    if mem.kind in ("solution", "failed_tactic") and mem.problem:
+        return mem.problem
+    return mem.id
+
+
+# -- utility ------------------------------------------------------------------------------------------
+def utility(mem_id: str, sc: Scope, problem_id: str | None, problem_sim: Mapping[str, float],
+            up: UtilityParams) -> tuple[float, float, int]:
+    """(U_local, U_global, votes). U_local weighs each vote by how close its problem is to the
+    problem in hand: identity with ``problem_id``, else the query's similarity to that problem."""
+    votes = sc.graph.votes.get(mem_id, [])
+    if not votes:
+        return 0.0, 0.0, 0
+    num = den = 0.0
+    for v in votes:
+        if v.problem is None:
+            rel = 0.0
+        elif problem_id is not None and v.problem == problem_id:
+            rel = 1.0
+        else:
+            rel = max(0.0, problem_sim.get(v.problem, 0.0))
+        num += v.weight * rel * v.value
+        den += v.weight * rel
+    local = num / (den + up.local_prior) if den > 0 else 0.0
+    return local, sc.graph.utility_global(mem_id), len(votes)
+
+
+def problem_similarities(sc: Scope, qvec: np.ndarray | None) -> dict[str, float]:
+    """Cosine of the query with every problem that has been voted in the context of."""
+    if qvec is None:
+        return {}
+    wanted = {v.problem for vs in sc.graph.votes.values() for v in vs if v.problem}
+    out: dict[str, float] = {}
+    for si in sc.indexes:
+        if si.vectors is None or not wanted:
+            continue
+        row_of = {m: i for i, m in enumerate(si.vectors.row_ids())}
+        mat = si.vectors.matrix()
+        for pid in wanted & row_of.keys():
+            out[pid] = float(mat[row_of[pid]] @ qvec)
+    return out
+
+
+# -- selection ------------------------------------------------------------------------------------------
+def select_groups(hits: list[Hit], limit: int) -> list[Hit]:
+    """Cap at ``limit`` keeping linked groups together, best group first."""
+    groups: dict[str, list[Hit]] = {}
+    for h in sorted(hits, key=lambda h: -h.score):
+        groups.setdefault(h.group, []).append(h)
+    out: list[Hit] = []
+    for members in groups.values():
+        room = limit - len(out)
+        if room <= 0:
+            break
+        out += members[:room]
+    return out
+
+
+def result_json(ws: Workspace, hit: Hit, sc: Scope, util: tuple[float, float, int]) -> dict[str, Any]:
+    mem, g = hit.mem, sc.graph
+    attempts = g.attempts.get(mem.id, [])
+    data: dict[str, Any] = {
+        "id": mem.id, "kind": mem.kind, "scope": mem.scope, "text": mem.text, "score": round(hit.score, 4),
+        "reasons": hit.reasons,
+        "links": {
+            "problem": mem.problem,
+            "solutions": [a for a in attempts if sc.memories[a].kind == "solution"],
+            "failed_tactics": [a for a in attempts if sc.memories[a].kind == "failed_tactic"],
+            "changes": list(g.changes_for.get(mem.id, [])),
+            "superseded_by": g.superseded_by.get(mem.id),
+        },
+        "utility": {"local": round(util[0], 4), "global": round(util[1], 4), "votes": util[2]},
+        "stale": None,
+        "evidence": mem.evidence,
+        "tags": mem.tags,
+        "created": mem.created,
+        "path": ws.store(mem.scope).display_path(mem.path),
+    }
+    if mem.kind == "failed_tactic":
+        data["note"] = WATCH_OUT
+    return data
+
+
+# -- the verb ----------------------------------------------------------------------------------------
+def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = None) -> dict[str, Any]:
+    """Answer a read request (SPEC §3 read JSON). Empty results are a correct answer."""
+    t0 = time.perf_counter()
+    check_schema("read", request)
+    p = params or params_from_config(ws.config)
+    mode = request.get("mode", "targeted")
+    query = request["query"]
+    include_global = request.get("include_global", True)
+    expand = request.get("expand") or {}
+    filters = request.get("filters") or {}
+    rp = p.ranking
+    if "semantic_hops" in expand:
+        rp = dataclasses.replace(rp, semantic_hops=int(expand["semantic_hops"]))
+
+    if not ws.stores(include_global):
+        return {"ok": True, "guidance": GUIDANCE, "results": [], "warnings": ["no memory store here yet"],
+                "stats": {"candidates": 0, "elapsed_ms": 0}}
+    sc = open_scope(ws, include_global, p)
+    kinds = set(request.get("kinds") or KINDS)
+    tags = {t.lower() for t in filters.get("tags") or []}
+    ok = {m for m, mem in sc.memories.items() if allowed(mem, sc.graph, kinds, filters.get("since"), tags)}
+
+    warnings = list(sc.warnings)
+    qvec: np.ndarray | None = None
+    semantic = all(si.semantic_ready for si in sc.indexes)
+    if semantic:
+        try:
+            qvec = get_embedder().encode([query])[0]
+        except EmbedderUnavailable as exc:
+            semantic = False
+            warnings.append(f"semantic lane unavailable: {exc}")
+    else:
+        err = next((si.semantic_error for si in sc.indexes if si.semantic_error), "embedder unavailable")
+        warnings.append(f"semantic lane unavailable: {err}")
+
+    rows = build_rows(sc, ok, semantic, get_embedder().dim)
+    kw_hits = keyword_lane(sc, query, rows, rp.keyword_pool)
+    ranked = ranking.rank(
+        qvec, rows.matrix, kw_hits, rows.kinds, salient=ranking.salient_terms(query), doc_freq=doc_freq_fn(sc),
+        params=rp, mode=mode, limit=None, ids=rows.ids,
+    )
+    hits = {rows.ids[r.index]: Hit(sc.memories[rows.ids[r.index]], r.score, list(r.reasons),
+                                   group_key(sc.memories[rows.ids[r.index]])) for r in ranked.results}
+    if hits:
+        expand_links(hits, sc, ok, p.utility, problem_links=expand.get("include_problem_links", True),
+                     update_links=expand.get("include_update_links", True))
+    problem_id = request.get("problem_id")
+    if problem_id:
+        try:
+            problem_id = ws.find(problem_id, field_name="problem_id").id
+        except (NoStore, Exception):  # an unknown problem id only loses its utility boost
+            warnings.append(f"problem_id {problem_id!r} not found; utility is weighed by the query instead")
+            problem_id = None
+    psim = problem_similarities(sc, qvec)
+    up = p.utility
+    scored: list[Hit] = []
+    utils: dict[str, tuple[float, float, int]] = {}
+    for mid, hit in hits.items():
+        u = utility(mid, sc, problem_id, psim, up)
+        utils[mid] = u
+        if min(u[0] if u[2] else 0.0, u[1]) <= up.negative_cut and u[2]:
+            continue  # firmly negative: it misled before in this context
+        hit.score = hit.score * (1.0 + up.alpha * u[0] + up.beta * u[1])
+        scored.append(hit)
+    limit = int(request.get("limit") or rp.for_mode(rp.limit, mode))
+    chosen = select_groups(scored, limit)
+    results = [result_json(ws, h, sc, utils[h.mem.id]) for h in chosen]
+    answer: dict[str, Any] = {
+        "ok": True,
+        "guidance": GUIDANCE,
+        "results": results,
+        "stats": {
+            "candidates": ranked.candidates,
+            "elapsed_ms": round((time.perf_counter() - t0) * 1000, 1),
+            "gate": {"passed": ranked.gate.passed, "top_similarity": round(ranked.gate.top_similarity, 4),
+                     "bar": round(ranked.gate.bar, 4)},
+        },
+    }
+    if warnings:
+        answer["warnings"] = warnings
+    return answer
+
+
+# -- duplicates and reindex ---------------------------------------------------------------------------
+def semantic_duplicates(ws: Workspace, mem: Memory, scopes: list[str], threshold: float) -> list[dict[str, Any]]:
+    """Same-kind memories whose embedding is within ``threshold`` cosine of ``mem``'s text."""
+    p = params_from_config(ws.config)
+    out: list[dict[str, Any]] = []
+    try:
+        qvec = get_embedder().encode([mem.text])[0]
+    except EmbedderUnavailable:
+        return out  # the exact-text check still ran; a missing model must not block writes
+    k = int(ws.config.get("duplicates", "candidates", 5))
+    for scope in scopes:
+        try:
+            si = store_index(ws, scope, p)
+        except NoStore:
+            continue
+        if not si.store.exists():
+            continue
+        si.refresh()
+        if si.vectors is None or not si.semantic_ready:
+            continue
+        archived = build_graph(si.catalog.memories, si.catalog.events.values()).archived
+        for mid, sim in si.vectors.search(qvec, 50):
+            other = si.catalog.memories.get(mid)
+            if other is None or other.kind != mem.kind or mid in archived or sim < threshold:
+                continue
+            out.append({"id": mid, "kind": other.kind, "scope": other.scope, "similarity": round(sim, 4),
+                        "text": other.text})
+            if len(out) >= k:
+                break
+    return out
+
+
+def reindex(ws: Workspace, *, full: bool = False) -> dict[str, Any]:
+    p = params_from_config(ws.config)
+    out: dict[str, Any] = {"ok": True, "stores": []}
+    for scope in ws.scopes():
+        t0 = time.perf_counter()
+        si = store_index(ws, scope, p)
+        if full:
+            si.rebuild()
+        else:
+            si.refresh()
+        out["stores"].append({
+            "scope": scope, "root": str(si.store.root), "memories": len(si.catalog.memories),
+            "vectors": len(si.vectors) if si.vectors is not None else 0,
+            "invalid": len(si.catalog.invalid), "seconds": round(time.perf_counter() - t0, 3),
+            "warnings": list(si.warnings) + ([f"semantic lane unavailable: {si.semantic_error}"]
+                                            if si.semantic_error else []),
+        })
+    return out
