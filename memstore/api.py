@@ -56,11 +56,13 @@ def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None) 
     mode = req.get("mode", "commit")
     commit = mode == "commit"
     refs = check_write_semantics(mem_req, ws.config)
+    # Integrity gates run before the target store is created on first use, so a refused write
+    # leaves no trace (not even an empty global store). They read immutable files: no lock needed.
+    links = resolve_write_links(ws, mem_req)
+    evidence = check_evidence_exists(ws, refs, mem_req["scope"], "memory.evidence_refs")
     store = _target_store(ws, mem_req["scope"], commit=commit)
 
     def gated() -> dict[str, Any]:
-        links = resolve_write_links(ws, mem_req)
-        evidence = check_evidence_exists(ws, refs, mem_req["scope"], "memory.evidence_refs")
         mem = Memory(
             id=ids.new_id(),
             kind=mem_req["kind"],
@@ -134,10 +136,10 @@ def update(ws: Workspace, request: dict[str, Any], *, author: str | None = None)
     # points into a repo.
     scope = "repo" if any(m.scope == "repo" for m in involved) else "global"
     commit = mode == "commit"
+    ev.evidence = check_evidence_exists(ws, refs, scope, "evidence_refs")
     store = _target_store(ws, scope, commit=commit)
 
     def gated() -> dict[str, Any]:
-        ev.evidence = check_evidence_exists(ws, refs, scope, "evidence_refs")
         memories, graph = combined_graph(ws)
         answer: dict[str, Any] = {"ok": True, "id": ev.id, "type": kind, "scope": scope,
                                   "effect": _effect(ws, memories, graph, ev)}

@@ -219,28 +219,61 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("reindex", help="bring the indexes up to date (--full: rebuild from scratch)")
     s.add_argument("--full", action="store_true")
+
+    s = sub.add_parser("serve", help="run the per-user daemon in the foreground (the CLI starts it on demand)")
+    s.add_argument("--idle", type=int, metavar="SECONDS", help="exit after this long without requests "
+                   "(default: daemon.idle_seconds, MEMSTORE_DAEMON_IDLE)")
+    s = sub.add_parser("daemon", help="status, stop or restart the background daemon")
+    s.add_argument("action", choices=("status", "stop", "restart"))
     return p
 
 
-def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
+# Verbs the daemon can answer: (daemon verb, render). Their request is built before anything
+# heavy is imported, so a forwarded call never loads the store, index or model code.
+FORWARDED = {"read": ("read", "read"), "write": ("write", None), "create": ("write", None),
+             "update": ("update", None), "show": ("show", "show"), "list": ("list", "list")}
+
+
+def _forward_spec(a: argparse.Namespace) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(request, args) of a forwardable verb: what both the daemon and ``_dispatch`` run."""
+    if a.cmd in ("write", "create"):
+        return _write_request(a), None
+    if a.cmd == "update":
+        return _update_request(a), None
+    if a.cmd == "read":
+        return _read_request(a), None
+    if a.cmd == "show":
+        return None, {"id": a.id}
+    return None, {"kind": a.kind, "scope": a.scope, "all": a.all, "limit": a.limit}
+
+
+def _dispatch(a: argparse.Namespace, spec: tuple[dict[str, Any] | None, dict[str, Any] | None] | None = None,
+              ) -> tuple[dict[str, Any], str | None]:
     from . import api
     from .workspace import open_workspace
 
+    if spec is None and a.cmd in FORWARDED:
+        spec = _forward_spec(a)
+    req, args = spec or (None, None)
     ws = open_workspace(store_dir=a.store)
+    if a.cmd in FORWARDED:
+        _autostart_config.append(ws.config)
     if a.cmd == "init":
         return api.init(ws, global_store=a.global_store), None
     if a.cmd in ("write", "create"):
-        return api.write(ws, _write_request(a), author=_author(a)), None
+        return api.write(ws, req or {}, author=_author(a)), None
     if a.cmd == "update":
-        return api.update(ws, _update_request(a), author=_author(a)), None
+        return api.update(ws, req or {}, author=_author(a)), None
     if a.cmd == "read":
         from .retrieve import read
 
-        return read(ws, _read_request(a)), "read"
+        return read(ws, req or {}), "read"
     if a.cmd == "show":
-        return api.show(ws, a.id), "show"
+        return api.show(ws, (args or {})["id"]), "show"
     if a.cmd == "list":
-        return api.list_memories(ws, kind=a.kind, scope=a.scope, include_archived=a.all, limit=a.limit), "list"
+        args = args or {}
+        return api.list_memories(ws, kind=args["kind"], scope=args["scope"], include_archived=args["all"],
+                                 limit=args["limit"]), "list"
     if a.cmd == "new":
         from .newfile import new_memory_file
 
@@ -261,6 +294,43 @@ def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
     raise InvalidRequest(f"unknown command {a.cmd!r}", code="usage")
 
 
+_autostart_config: list[Any] = []  # the Config an in-process forwardable verb ran with
+
+
+def _maybe_autostart(a: argparse.Namespace) -> None:
+    """After answering in-process, start the daemon in the background so the next call is fast
+    (``daemon.autostart`` config; MEMSTORE_DAEMON=0 turns it off)."""
+    if a.cmd not in FORWARDED or not _autostart_config:
+        return
+    from . import client
+
+    config = _autostart_config.pop()
+    if client.disabled() or not config.get("daemon", "autostart", True):
+        return
+    client.spawn(idle_seconds=config.get("daemon", "idle_seconds", None))
+
+
+def _daemon_command(a: argparse.Namespace, as_json: bool) -> int:
+    from . import client, output
+
+    if a.cmd == "serve":
+        from .daemon import serve
+
+        return serve(a.idle)
+    if a.action == "status":
+        answer = client.status()
+    elif a.action == "stop":
+        answer = client.stop()
+    else:
+        stopped = client.stop()
+        client.spawn()
+        answer = {"ok": client.wait_until_up(), "was_running": stopped.get("was_running", False)}
+        if answer["ok"]:
+            answer.update({k: v for k, v in client.status().items() if k not in answer})
+    output.emit(answer, as_json=True)
+    return 0 if answer.get("ok") else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
@@ -270,8 +340,26 @@ def main(argv: list[str] | None = None) -> int:
     from . import output
 
     as_json = output.want_json(a.json_out)
+    if a.cmd in ("serve", "daemon"):
+        return _daemon_command(a, as_json)
     try:
-        answer, render = _dispatch(a)
+        spec = None
+        if a.cmd in FORWARDED:
+            from . import client
+
+            spec = _forward_spec(a)
+            forwarded = client.forward(FORWARDED[a.cmd][0], request=spec[0], args=spec[1], store=a.store)
+            if forwarded is not None:
+                answer, code = forwarded
+                if code:
+                    output.emit_error(answer, as_json=as_json)
+                    return code
+                output.emit(answer, as_json=as_json, render=FORWARDED[a.cmd][1])
+                return 0
+        try:
+            answer, render = _dispatch(a, spec)
+        finally:
+            _maybe_autostart(a)
     except MemstoreError as exc:
         output.emit_error(exc.to_json(), as_json=as_json)
         return exc.exit_code

@@ -26,6 +26,9 @@ def find_duplicates(ws: Workspace, mem: Memory) -> list[dict[str, Any]]:
             if other.kind == mem.kind and _norm(other.text) == norm:
                 found[other.id] = {"id": other.id, "kind": other.kind, "scope": other.scope,
                                    "similarity": 1.0, "text": other.text}
+    if found:
+        # An exact copy already refuses the write: skip loading the embedder to find more.
+        return list(found.values())
     try:
         from .retrieve import semantic_duplicates
     except ImportError:  # the index layer is optional for the gate

@@ -15,7 +15,7 @@ Inputs per scope (one store, or several concatenated row-wise):
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -115,16 +115,22 @@ def keyword_weighting(b: float = 0.4, k1: float = 1.2) -> Any:
     return _BM25(B=b, K1=k1)
 
 
-def semantic_lane(qvec: np.ndarray, matrix: np.ndarray, k: int, floor: float) -> list[tuple[int, float]]:
-    """Top ``k`` rows of ``matrix`` by cosine with ``qvec`` (both unit-normalised), >= ``floor``."""
-    n = matrix.shape[0]
+def top_k(sims: np.ndarray, k: int, floor: float = -1.0) -> list[tuple[int, float]]:
+    """The ``k`` best entries of a similarity vector, best first, each >= ``floor``."""
+    n = sims.shape[0]
     if n == 0 or k <= 0:
         return []
-    sims = matrix @ qvec.astype(np.float32, copy=False)
     k = min(k, n)
     top = np.argpartition(-sims, k - 1)[:k] if k < n else np.arange(n)
     top = top[np.argsort(-sims[top], kind="stable")]
     return [(int(i), float(sims[i])) for i in top if sims[i] >= floor]
+
+
+def semantic_lane(qvec: np.ndarray, matrix: np.ndarray, k: int, floor: float = -1.0) -> list[tuple[int, float]]:
+    """Lane A: top ``k`` rows of ``matrix`` by cosine with ``qvec`` (both unit-normalised)."""
+    if matrix.shape[0] == 0:
+        return []
+    return top_k(matrix @ qvec.astype(np.float32, copy=False), k, floor)
 
 
 _IDENT_CHARS_RE = re.compile(r"[0-9_]|[.\-/:]\w|[a-z][A-Z]")
@@ -301,6 +307,7 @@ def association_chain(
     matrix: np.ndarray,
     bars: Sequence[float],
     ids: Sequence[str] | None = None,
+    exclude: Collection[int] = (),
 ) -> dict[int, tuple[float, str]]:
     """From each seed follow "most similar other memory" for len(bars) hops.
 
@@ -311,7 +318,7 @@ def association_chain(
     if matrix.shape[0] < 2:
         return out
     for seed, rel in seeds:
-        visited = {seed}
+        visited = {seed, *exclude}
         cur, cur_rel = seed, rel
         for bar in bars:
             sims = matrix @ matrix[cur]
@@ -360,14 +367,19 @@ def rank(
     mode: str = "targeted",
     limit: int | None = None,
     ids: Sequence[str] | None = None,
+    exclude: Collection[int] = (),
 ) -> Ranking:
     """The whole scoring path for one scope: gate -> lanes -> association -> fuse -> select.
 
     ``matrix`` rows, ``kinds`` and the rows named in ``keyword_hits`` (row, raw BM25 score,
     best first) all index the same memories. ``qvec=None`` (no embedder) degrades to the
     keyword lane alone: there is then no similarity to gate on, so only keyword hits rank.
+    ``exclude``: rows out of scope (archived, filtered by kind, the memory being checked)
+    without rebuilding the matrix.
     """
     p = params or RankingParams()
+    if exclude:
+        keyword_hits = [(i, s) for i, s in keyword_hits if i not in exclude]
     kw = normalize_keyword(keyword_hits)
     kw_order = [i for i, _ in keyword_hits if i in kw]
     if qvec is None or matrix.shape[0] == 0:
@@ -376,17 +388,22 @@ def rank(
         return Ranking(select(degraded, kinds, p, mode, limit), gate, len(degraded))
 
     sims = cosine_all(qvec, matrix)
+    ex = np.fromiter(exclude, dtype=np.int64) if exclude else None
+    if ex is not None:
+        sims[ex] = -np.inf
     gate = query_gate(sims, kinds, novel=novelty(salient, doc_freq), params=p, mode=mode)
     if not gate.passed:
         return Ranking([], gate, 0)
 
     if p.prf_weight > 0:
-        first = fuse(sims, semantic_lane(qvec, matrix, p.semantic_pool, -1.0), kw, kw_order, p)
+        first = fuse(sims, top_k(sims, p.semantic_pool), kw, kw_order, p)
         top = sorted(first, key=lambda i: -first[i][0])[: p.prf_docs]
-        sims = cosine_all(expand_query(qvec, matrix, top, p.prf_weight), matrix)
         qvec = expand_query(qvec, matrix, top, p.prf_weight)
+        sims = cosine_all(qvec, matrix)
+        if ex is not None:
+            sims[ex] = -np.inf
 
-    semantic = semantic_lane(qvec, matrix, p.semantic_pool, -1.0)
+    semantic = top_k(sims, p.semantic_pool)
     scored = fuse(sims, semantic, kw, kw_order, p)
     if p.semantic_hops > 0 and p.hop_seeds > 0:
         seeds = sorted(scored.items(), key=lambda kv: -kv[1][0])[: p.hop_seeds]

@@ -4,18 +4,19 @@ only code that writes canonical files (memories, events, episodes)."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import gitops, ids
 from .config import Config
-from .errors import InvalidFile, NoStore
+from .errors import Conflict, InvalidFile, NoStore
 from .files import atomic_write, dump_markdown, dump_yaml, file_lock, parse_markdown, safe_yaml
 from .model import DIR_KINDS, EVENT_TYPES, KIND_DIRS, KINDS, SCOPES, Event, Memory
 
@@ -146,6 +147,46 @@ def event_from_file(relpath: str, text: str) -> Event:
 
 def _opt_str(value: Any) -> str | None:
     return None if value in (None, "") else str(value)
+
+
+def episode_tail(path: Path) -> tuple[int, bool]:
+    """(the last seq in an episode file, whether it has ended). Reads backwards from the end
+    in growing chunks, so appending to a long episode costs no more than to a short one."""
+    size = path.stat().st_size
+    chunk = 64 * 1024
+    with path.open("rb") as fh:
+        while True:
+            start = max(0, size - chunk)
+            fh.seek(start)
+            lines = fh.read().split(b"\n")
+            if start > 0:
+                lines = lines[1:]  # the first line may be cut
+            for raw in reversed(lines):
+                try:
+                    row = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(row, dict):
+                    if "ended" in row:
+                        return _seq_before_end(path), True
+                    if isinstance(row.get("seq"), int):
+                        return row["seq"], False
+                    if "episode" in row:
+                        return 0, False
+            if start == 0:
+                return 0, False
+            chunk *= 4
+
+
+def _seq_before_end(path: Path) -> int:
+    last = 0
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            with contextlib.suppress(ValueError):
+                row = json.loads(line)
+                if isinstance(row, dict) and isinstance(row.get("seq"), int):
+                    last = row["seq"]
+    return last
 
 
 @dataclass
@@ -310,6 +351,46 @@ class Store:
         self._record_in_git([path], f"memstore: {ev.type} {(ev.memory or ev.new_fact or ev.id)[:10]}")
         return path
 
+    # -- episodes (write side): header on create, one appended line per event ----------------
+    def episodes_dir(self, *, local: bool) -> Path:
+        """Where new episodes go: ``episodes/`` (committed) or ``.local/episodes/`` (gitignored)."""
+        return (self.local_dir if local else self.root) / "episodes"
+
+    def create_episode(self, header: dict[str, Any], *, local: bool) -> Path:
+        """Write a new episode file holding only its header line (``episodes/<YYYY-MM>/<id>.jsonl``)."""
+        path = self.episodes_dir(local=local) / str(header["started"])[:7] / f"{header['episode']}.jsonl"
+        atomic_write(path, json.dumps(header, ensure_ascii=False) + "\n", exclusive=True)
+        if not local and self.scope == "repo" and self.worktree is not None and self.config.get("git", "stage", True):
+            gitops.stage([path], self.worktree)  # visible in `git status` from the start
+        return path
+
+    def append_episode(self, path: Path, make_row: Callable[[int], dict[str, Any]]) -> dict[str, Any]:
+        """Append one row to an episode. ``make_row(seq)`` builds it from the next seq number.
+
+        Concurrent loggers (an agent, a git hook) take an exclusive flock on the file itself, so
+        the seq is read and assigned under the lock; the row goes out in one O_APPEND write, so a
+        reader never sees two rows interleaved. A closed episode refuses further rows."""
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            last_seq, ended = episode_tail(path)
+            if ended:
+                raise Conflict(f"episode {path.stem} has ended; start a new one", code="episode_ended",
+                               hint="memstore episode start")
+            row = make_row(last_seq + 1)
+            data = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
+            while data:
+                data = data[os.write(fd, data):]
+        finally:
+            os.close(fd)  # releases the flock
+        return row
+
+    def record_episode(self, path: Path, message: str) -> None:
+        """A closed committed-episode file goes to git like any other write (staged, or committed
+        in autonomous mode / the global store)."""
+        if not path.is_relative_to(self.local_dir):
+            self._record_in_git([path], message)
+
     @contextlib.contextmanager
     def batch_git(self, message: str = "memstore: add memories") -> Iterator[None]:
         """Record every file written inside the block in git with one call at the end (one
@@ -332,7 +413,10 @@ class Store:
             return
         if self.worktree is None:
             return
-        if self.scope == "global" or self.config.get("git", "commit", False):
+        # Write modes (SPEC §7): in `review` a person approves repo memories in the PR, so they
+        # are only staged even with git.commit; `autonomous` may commit each write.
+        autonomous_commit = self.config.write_mode == "autonomous" and self.config.get("git", "commit", False)
+        if self.scope == "global" or autonomous_commit:
             gitops.commit(paths, message, self.worktree)
         elif self.config.get("git", "stage", True):
             gitops.stage(paths, self.worktree)

@@ -6,7 +6,7 @@ Resolved once at the edge from the working directory, ``--store`` and the enviro
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,12 @@ class Workspace:
     # Index projections per store (memstore.retrieve owns them; kept here so a long-lived
     # process such as the daemon reuses them across calls).
     indexes: dict[str, Any] = field(default_factory=dict)
+    # Set by a process with a file watcher (the daemon): a store's change counter, or None when
+    # the store is not watched. While the counter stands where it stood at this workspace's last
+    # stat walk of the store, the walk is skipped (SPEC §5: the watcher keeps the index hot so
+    # the freshness check finds nothing to do). Unset: every call walks.
+    change_counter: Callable[[Store], int | None] | None = None
+    _walked_at: dict[str, int] = field(default_factory=dict)
 
     def store(self, scope: str) -> Store:
         if scope == "global":
@@ -53,8 +59,13 @@ class Workspace:
         if cat is None or cat.store is not store:
             cat = Catalog(store)
             self._catalogs[scope] = cat
+            self._walked_at.pop(scope, None)
         if refresh and store.exists():
-            cat.refresh()
+            counter = self.change_counter(store) if self.change_counter is not None else None
+            if counter is None or self._walked_at.get(scope) != counter:
+                cat.refresh()
+                if counter is not None:
+                    self._walked_at[scope] = counter
         return cat
 
     def graph(self, scope: str) -> Graph:

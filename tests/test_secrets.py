@@ -120,6 +120,22 @@ def test_each_secret_class_is_found(case: str) -> None:
     assert [f.kind for f in findings] == [kind], findings
 
 
+# Beyond the evaluation corpus above (whose numbers are quoted in memstore/secrets.py).
+MORE_VENDORS = [
+    ("gitlab_token", "glpat-" + "xR7kQ2mZ9vL4tW1nB8cY"),
+    ("npm_token", "//registry.npmjs.org/:_authToken=" + "npm_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"),
+    ("pypi_token", "pypi-" + "AgEIcHlwaS5vcmcCJGE4ZjY3ZDQ4LTk5YjEtNGQ5Yi04YjQ2LTJmNDk3ZjQyZDA0YgACJXsi"),
+    ("huggingface_token", "HF_TOKEN " + "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh"),
+    ("sendgrid_key", "SG." + "a1B2c3D4e5F6g7H8i9J0kL" + "." + "m1N2o3P4q5R6s7T8u9V0w1X2y3Z4a5B6c7D8e9F0g1H"),
+    ("slack_webhook", "https://hooks.slack.com/services/" + "T0ABCDEF1/B0GHIJKL2/" + "aBcDeFgHiJkLmNoPqRsTuVwX"),
+]
+
+
+@pytest.mark.parametrize(("kind", "text"), MORE_VENDORS)
+def test_more_vendor_tokens_are_found(kind: str, text: str) -> None:
+    assert [f.kind for f in find_secrets(text)] == [kind]
+
+
 @pytest.mark.parametrize("text", BENIGN)
 def test_benign_technical_prose_is_not_flagged(text: str) -> None:
     assert find_secrets(text) == []

@@ -115,11 +115,15 @@ class StoreIndex:
         atomic_write(self._meta_path, json.dumps(meta, separators=(",", ":")))
 
     # -- syncing ---------------------------------------------------------------------------------
-    def refresh(self) -> bool:
-        """Bring the projections in line with the files. Returns True if anything changed."""
+    def refresh(self, *, walk: bool = True) -> bool:
+        """Bring the projections in line with the files. Returns True if anything changed.
+
+        ``walk=False``: the caller has just refreshed the catalog (or a file watcher vouches
+        that nothing changed), so skip its stat walk and only sync the projections to it."""
         if not self._loaded:
             self._load()
-        self.catalog.refresh()
+        if walk:
+            self.catalog.refresh()
         if self.catalog.generation == self._synced_catalog_gen and not self._vectors_pending():
             return False
         wanted_kw, wanted_vec = self._wanted()
