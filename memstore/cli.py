@@ -206,9 +206,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("kind", choices=KINDS)
     s.add_argument("--scope", choices=SCOPES, default="repo")
 
-    s = sub.add_parser("import", help="bulk-write requests from a JSONL file (one write request per line)")
-    s.add_argument("file", help="a .jsonl file, or - for stdin")
+    s = sub.add_parser("import", help="bulk-write requests from a JSONL file (one write request per line), "
+                       "or convert notes with --from markdown|jsonl")
+    s.add_argument("file", help="a .jsonl file, or - for stdin (with --from markdown: a .md file or a folder)")
     s.add_argument("--dry-run", action="store_true", help="validate every line, write nothing")
+    s.add_argument("--from", dest="from_format", choices=("markdown", "jsonl"),
+                   help="convert instead: Markdown notes (each bullet / paragraph becomes a fact or preference "
+                   "citing its line) or a JSONL export of {text, metadata} memories")
+    s.add_argument("--scope", choices=SCOPES, default="repo", help="with --from: the store to import into")
 
     s = sub.add_parser("check", help="validate memory files; enforce immutability of committed ones")
     g = s.add_mutually_exclusive_group()
@@ -225,6 +230,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: daemon.idle_seconds, MEMSTORE_DAEMON_IDLE)")
     s = sub.add_parser("daemon", help="status, stop or restart the background daemon")
     s.add_argument("action", choices=("status", "stop", "restart"))
+    s = sub.add_parser("mcp", help="serve memory_read/write/update, episodes and the guide as MCP tools over stdio")
+    s.add_argument("--repo", metavar="DIR", help="resolve the repository from DIR instead of the working directory")
+
+    from .agentcmds import add_parsers  # episode, hooks, diff, guide, context, reflect, snapshot
+
+    add_parsers(sub)
     return p
 
 
@@ -279,6 +290,11 @@ def _dispatch(a: argparse.Namespace, spec: tuple[dict[str, Any] | None, dict[str
 
         return new_memory_file(ws, a.kind, a.scope), None
     if a.cmd == "import":
+        if a.from_format:
+            from .importers import import_notes
+
+            return import_notes(ws, a.file, a.from_format, scope=a.scope, dry_run=a.dry_run,
+                                author=_author(a)), "import"
         from .bulk import import_jsonl
 
         return import_jsonl(ws, a.file, dry_run=a.dry_run, author=_author(a)), "import"
@@ -291,6 +307,10 @@ def _dispatch(a: argparse.Namespace, spec: tuple[dict[str, Any] | None, dict[str
         from .retrieve import reindex
 
         return reindex(ws, full=a.full), None
+    from . import agentcmds
+
+    if a.cmd in agentcmds.COMMANDS:
+        return agentcmds.dispatch(a, ws, _author(a))
     raise InvalidRequest(f"unknown command {a.cmd!r}", code="usage")
 
 
@@ -331,6 +351,21 @@ def _daemon_command(a: argparse.Namespace, as_json: bool) -> int:
     return 0 if answer.get("ok") else 1
 
 
+def _mcp_command(a: argparse.Namespace) -> int:
+    """Serve MCP on stdin/stdout. Stdout is the protocol wire, so errors go to stderr only."""
+    from . import output
+
+    try:
+        from .mcp_server import serve
+
+        return serve(store=a.store, repo=a.repo)
+    except MemstoreError as exc:
+        output.emit_error(exc.to_json(), as_json=False)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
@@ -342,6 +377,12 @@ def main(argv: list[str] | None = None) -> int:
     as_json = output.want_json(a.json_out)
     if a.cmd in ("serve", "daemon"):
         return _daemon_command(a, as_json)
+    if a.cmd == "mcp":
+        return _mcp_command(a)
+    if a.cmd == "hooks" and a.hooks_cmd == "run":  # git's entry point: its own exit codes, stderr only
+        from .hooks import run_hook
+
+        return run_hook(a.name, a.hook_args)
     try:
         spec = None
         if a.cmd in FORWARDED:
@@ -376,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     output.emit(answer, as_json=as_json, render=render)
     if render in ("check", "import") and not answer.get("ok", True):
+        if render == "check" and as_json:  # CI logs: the readable report on stderr beside the JSON
+            output.info(output.pretty(answer, "check").rstrip("\n"))
         return 2
     return 0
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
+from collections.abc import Callable
 from typing import Any, TextIO
 
 
@@ -14,8 +15,15 @@ def want_json(force: bool, stream: TextIO | None = None) -> bool:
     return force or not stream.isatty()
 
 
-def emit(answer: dict[str, Any], *, as_json: bool, render: str | None = None) -> None:
-    if as_json:
+# A render is a name known to ``pretty``, a function answer -> text (verbs defined outside this
+# module bring their own), or "markdown": ``answer["markdown"]`` is a document, printed as is.
+Render = str | Callable[[dict[str, Any]], str] | None
+
+
+def emit(answer: dict[str, Any], *, as_json: bool, render: Render = None) -> None:
+    if render == "markdown":
+        sys.stdout.write(answer["markdown"])
+    elif as_json:
         sys.stdout.write(json.dumps(answer, ensure_ascii=False, indent=None if not sys.stdout.isatty() else 2))
         sys.stdout.write("\n")
     else:
@@ -49,7 +57,9 @@ def _short(text: str, n: int = 90) -> str:
     return one if len(one) <= n else one[: n - 1] + "…"
 
 
-def pretty(answer: dict[str, Any], render: str | None) -> str:
+def pretty(answer: dict[str, Any], render: Render) -> str:
+    if callable(render):
+        return render(answer).rstrip("\n") + "\n"
     out: list[str] = []
     if render == "list":
         for m in answer["memories"]:

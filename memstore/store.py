@@ -359,9 +359,9 @@ class Store:
     def create_episode(self, header: dict[str, Any], *, local: bool) -> Path:
         """Write a new episode file holding only its header line (``episodes/<YYYY-MM>/<id>.jsonl``)."""
         path = self.episodes_dir(local=local) / str(header["started"])[:7] / f"{header['episode']}.jsonl"
+        # Not staged yet: while the session runs the agent's own commits must not sweep up a
+        # half-written log (and git hooks keep appending to it); `record_episode` at the end does.
         atomic_write(path, json.dumps(header, ensure_ascii=False) + "\n", exclusive=True)
-        if not local and self.scope == "repo" and self.worktree is not None and self.config.get("git", "stage", True):
-            gitops.stage([path], self.worktree)  # visible in `git status` from the start
         return path
 
     def append_episode(self, path: Path, make_row: Callable[[int], dict[str, Any]]) -> dict[str, Any]:

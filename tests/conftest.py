@@ -1,0 +1,129 @@
+"""Hermetic test setup: a private HOME and global store per test, scrubbed git environment, and
+real git repositories in tmp_path (no mocks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memstore import api, gitops
+from memstore.workspace import Workspace, open_workspace
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE_STORE = REPO_ROOT / ".memory-example"
+TEMPLATES = REPO_ROOT / "templates"
+
+CliResult = tuple[int, Any, str]
+
+
+@pytest.fixture(autouse=True)
+def hermetic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Nothing a test does can reach the real home directory, git config or a daemon."""
+    home = tmp_path / "home"
+    home.mkdir()
+    for name in list(os.environ):
+        if name.startswith("GIT_") or name.startswith("MEMSTORE_") or name in ("VISUAL", "EDITOR"):
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("MEMSTORE_HOME", str(home / ".memory"))
+    monkeypatch.setenv("MEMSTORE_DAEMON", "0")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    gitconfig = tmp_path / "gitconfig"
+    gitconfig.write_text("")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "Test Author")
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", "author@example.com")
+    monkeypatch.setenv("GIT_COMMITTER_NAME", "Test Committer")
+    monkeypatch.setenv("GIT_COMMITTER_EMAIL", "committer@example.com")
+    gitops.toplevel.cache_clear()
+    yield
+    gitops.toplevel.cache_clear()
+
+
+def git(cwd: Path, *args: str) -> str:
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, f"git {' '.join(args)} failed: {proc.stderr}"
+    return proc.stdout
+
+
+def make_git_repo(path: Path) -> Path:
+    """A real repo on branch main with one commit holding src/app.py."""
+    path.mkdir(parents=True, exist_ok=True)
+    git(path, "init", "-q", "-b", "main")
+    (path / "src").mkdir()
+    (path / "src" / "app.py").write_text("def main():\n    return 42\n")
+    git(path, "add", "src/app.py")
+    git(path, "commit", "-q", "-m", "initial")
+    return path
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A git repo with an initial commit and `memstore init` done (layout staged, not committed)."""
+    root = make_git_repo(tmp_path / "repo")
+    gitops.toplevel.cache_clear()
+    api.init(open_workspace(cwd=root))
+    return root
+
+
+@pytest.fixture
+def ws(repo: Path) -> Workspace:
+    return open_workspace(cwd=repo)
+
+
+def reopen(repo: Path) -> Workspace:
+    """A fresh workspace, as the next CLI call would see the store."""
+    return open_workspace(cwd=repo)
+
+
+@pytest.fixture
+def cli() -> Callable[..., CliResult]:
+    """Run ``python -m memstore ARGS`` as a real subprocess: (exit code, parsed JSON stdout, stderr)."""
+
+    def run(*args: str, cwd: Path, input: str | None = None, env: dict[str, str] | None = None) -> CliResult:
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        proc = subprocess.run([sys.executable, "-m", "memstore", *args], cwd=cwd, input=input,
+                              capture_output=True, text=True, env=full_env, check=False,
+                              stdin=None if input is not None else subprocess.DEVNULL)
+        out = proc.stdout.strip()
+        try:
+            data = json.loads(out) if out else None
+        except json.JSONDecodeError:
+            data = out
+        return proc.returncode, data, proc.stderr
+
+    return run
+
+
+def store_files(repo: Path) -> set[str]:
+    """Every file under .memory/ except the disposable .index/ (to assert nothing was written)."""
+    root = repo / ".memory"
+    if not root.exists():
+        return set()
+    return {p.relative_to(root).as_posix() for p in root.rglob("*")
+            if p.is_file() and ".index" not in p.relative_to(root).parts}
+
+
+def staged(repo: Path) -> set[str]:
+    return set(git(repo, "diff", "--cached", "--name-only").split())
+
+
+def write_req(kind: str, text: str, *, scope: str = "repo", evidence: list[str] | None = None,
+              links: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """A write request; allow_duplicate keeps the duplicate gate (and any embedder) out of tests
+    that are not about duplicates."""
+    memory: dict[str, Any] = {"kind": kind, "scope": scope, "text": text,
+                              "evidence_refs": ["user:the user said so"] if evidence is None else evidence}
+    if links:
+        memory["links"] = links
+    memory.update(extra.pop("memory_extra", {}))
+    return {"op": "write", "memory": memory, "allow_duplicate": True, **extra}

@@ -1,0 +1,230 @@
+"""Git hooks, run for real by `git commit` / `git checkout` in tmp repos: install beside a
+foreign hook, fail-closed pre-commit, fail-open post hooks, uninstall, core.hooksPath."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import CliResult, git, reopen, write_req
+
+from memstore import api, episodes, hooks
+from memstore.errors import Conflict
+
+AWS_KEY = "AKIA" + "Q3EGRAV7PLM2XT5B"  # assembled so secret scanners leave this file alone
+
+
+def commit(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`git commit` with the hooks running (no --no-verify)."""
+    return subprocess.run(["git", "commit", "-q", *args], cwd=repo, capture_output=True, text=True, check=False)
+
+
+def hook_dir(repo: Path) -> Path:
+    return repo / ".git" / "hooks"
+
+
+def rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.fixture
+def hooked(repo: Path) -> Path:
+    """The conftest repo (store initialised and staged) with memstore's hooks installed and the
+    layout committed."""
+    hooks.install(repo)
+    res = commit(repo, "-m", "memstore layout")
+    assert res.returncode == 0, res.stderr
+    return repo
+
+
+def test_install_beside_an_existing_hook_runs_both(repo: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "legacy-ran"
+    legacy = hook_dir(repo) / "post-commit"
+    legacy.write_text(f"#!/bin/sh\necho ran >> '{marker}'\n")
+    legacy.chmod(0o755)
+    ans = hooks.install(repo)
+    assert {h["hook"]: h["legacy"] for h in ans["hooks"]}["post-commit"] is True
+    assert (hook_dir(repo) / "post-commit.legacy").read_text().startswith("#!/bin/sh\necho ran")
+    assert hooks.is_ours(hook_dir(repo) / "post-commit")
+    ws = reopen(repo)
+    started = episodes.start(ws, task="both hooks")
+    res = commit(repo, "-m", "layout")
+    assert res.returncode == 0, res.stderr
+    assert marker.read_text() == "ran\n"  # the foreign hook ran
+    events = rows(repo / started["path"])[1:]
+    assert events[-1]["source"] == "git" and events[-1]["git"]["message"] == "layout"  # and ours did
+
+    # idempotent: a second install changes nothing and does not chain our own hook
+    again = hooks.install(repo)
+    assert all(h["state"] == "unchanged" for h in again["hooks"])
+    assert hooks.status(repo)["installed"]
+    # uninstall restores the foreign hook exactly
+    hooks.uninstall(repo)
+    assert (hook_dir(repo) / "post-commit").read_text().startswith("#!/bin/sh\necho ran")
+    assert not (hook_dir(repo) / "post-commit.legacy").exists()
+    assert not (hook_dir(repo) / "pre-commit").exists()
+    assert all(h["state"] in ("absent", "foreign") for h in hooks.status(repo)["hooks"])
+
+
+def test_legacy_pre_commit_refusal_is_honoured(repo: Path) -> None:
+    legacy = hook_dir(repo) / "pre-commit"
+    legacy.write_text("#!/bin/sh\necho 'legacy says no' >&2\nexit 3\n")
+    legacy.chmod(0o755)
+    hooks.install(repo)
+    res = commit(repo, "-m", "blocked by the legacy hook")
+    assert res.returncode != 0 and "legacy says no" in res.stderr
+
+
+def test_installed_hook_records_the_python_and_status_reports_it(repo: Path, cli: Callable[..., CliResult]) -> None:
+    code, ans, _ = cli("hooks", "install", "--python", "/opt/py/bin/python3", cwd=repo)
+    assert code == 0
+    text = (hook_dir(repo) / "pre-commit").read_text()
+    assert "MEMSTORE_PYTHON=/opt/py/bin/python3" in text and hooks.MARKER in text
+    code, st, _ = cli("hooks", "status", cwd=repo)
+    assert st["installed"] and {h["python"] for h in st["hooks"]} == {"/opt/py/bin/python3"}
+    # an edited hook shows as outdated; install refreshes it
+    (hook_dir(repo) / "post-merge").write_text(text.replace("exit 1", "exit 2"))
+    assert {h["hook"]: h["state"] for h in hooks.status(repo)["hooks"]}["post-merge"] == "outdated"
+    code, ans, _ = cli("hooks", "install", "--python", "/opt/py/bin/python3", cwd=repo)
+    assert {h["hook"]: h["state"] for h in ans["hooks"]}["post-merge"] == "updated"
+
+
+def test_core_hooks_path_is_refused_unless_allowed(repo: Path, cli: Callable[..., CliResult]) -> None:
+    git(repo, "config", "core.hooksPath", ".githooks")
+    code, err, stderr = cli("hooks", "install", cwd=repo)
+    assert code == 4 and err["error"]["code"] == "hooks_path_set" and "--hooks-path-ok" in stderr
+    assert not (repo / ".githooks").exists() and not (hook_dir(repo) / "pre-commit").exists()
+    code, ans, _ = cli("hooks", "install", "--hooks-path-ok", cwd=repo)
+    assert code == 0 and Path(ans["hooks_dir"]) == repo / ".githooks"
+    assert hooks.is_ours(repo / ".githooks" / "pre-commit")
+
+
+def test_install_refuses_when_a_foreign_hook_and_legacy_both_exist(repo: Path) -> None:
+    for name in ("post-merge", "post-merge.legacy"):
+        (hook_dir(repo) / name).write_text("#!/bin/sh\n")
+    with pytest.raises(Conflict, match="neither is memstore's"):
+        hooks.install(repo)
+    assert not (hook_dir(repo) / "pre-commit").exists()  # nothing half-installed
+
+
+def test_pre_commit_refuses_a_commit_that_edits_a_committed_memory(hooked: Path) -> None:
+    repo = hooked
+    ans = api.write(reopen(repo), write_req("fact", "The CI runs on Python 3.11 only."))
+    res = commit(repo, "-m", "add a fact")
+    assert res.returncode == 0, res.stderr
+    path = repo / ans["path"]
+    path.write_text(path.read_text().replace("3.11", "3.12"))
+    git(repo, "add", ans["path"])
+    res = commit(repo, "-m", "edit a committed memory")
+    assert res.returncode != 0
+    assert "immutable" in res.stderr and "commit refused" in res.stderr
+    assert "edit a committed memory" not in git(repo, "log", "--format=%s")
+
+
+def test_pre_commit_refuses_secrets_and_fixes_hand_written_ids(hooked: Path) -> None:
+    repo = hooked
+    leaky = repo / ".memory" / "facts" / "deploy-key.md"
+    leaky.write_text(f"---\nkind: fact\nevidence: ['user:ops']\n---\nThe deploy key is {AWS_KEY}.\n")
+    git(repo, "add", ".memory/facts/deploy-key.md")
+    res = commit(repo, "-m", "leak")
+    assert res.returncode != 0 and "secret" in res.stderr
+    leaky.unlink()
+    git(repo, "rm", "-q", "--cached", ".memory/facts/deploy-key.md")
+
+    hand = repo / ".memory" / "facts" / "hand-written.md"
+    hand.write_text("---\nkind: fact\nevidence: ['user:the team lead']\n---\nReleases are cut on Tuesdays.\n")
+    git(repo, "add", ".memory/facts/hand-written.md")
+    res = commit(repo, "-m", "hand-written fact")
+    assert res.returncode == 0, res.stderr
+    committed = git(repo, "show", "HEAD:.memory/facts/hand-written.md")
+    assert committed.startswith("---\nid: ") and "created:" in committed  # --fix ran and was staged
+
+
+def test_code_only_commits_skip_memstore(hooked: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken-python"
+    broken.write_text("#!/bin/sh\necho 'memstore exploded' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    hooks.install(hooked, python=str(broken))
+    (hooked / "src" / "app.py").write_text("def main():\n    return 43\n")
+    git(hooked, "add", "src/app.py")
+    res = commit(hooked, "-m", "code only")
+    assert res.returncode == 0, res.stderr  # nothing under .memory/ staged: the fast path
+    # ... while a commit touching .memory/ fails closed when memstore cannot run
+    (hooked / ".memory" / "facts" / "x.md").write_text("---\nkind: fact\nevidence: ['user:x']\n---\nX.\n")
+    git(hooked, "add", ".memory/facts/x.md")
+    res = commit(hooked, "-m", "memory with a broken memstore")
+    assert res.returncode != 0 and "memstore exploded" in res.stderr
+
+
+def test_post_commit_appends_an_event_to_the_current_episode(hooked: Path) -> None:
+    repo = hooked
+    started = episodes.start(reopen(repo), task="post-commit")
+    (repo / "src" / "b.py").write_text("B = 1\n")
+    git(repo, "add", "src/b.py")
+    res = commit(repo, "-m", "feat: add b")
+    assert res.returncode == 0, res.stderr
+    event = rows(repo / started["path"])[-1]
+    sha = git(repo, "rev-parse", "HEAD").strip()
+    assert event["source"] == "git" and event["seq"] == 1
+    assert event["git"]["sha"] == sha and event["git"]["message"] == "feat: add b"
+    assert event["git"]["paths"] == ["src/b.py"] and event["git"]["hook"] == "post-commit"
+    assert event["content"].startswith(f"commit {sha[:7]} feat: add b")
+
+
+def test_post_checkout_and_post_merge_log_too(hooked: Path) -> None:
+    repo = hooked
+    started = episodes.start(reopen(repo), task="branching")
+    git(repo, "checkout", "-q", "-b", "feature")
+    (repo / "src" / "c.py").write_text("C = 1\n")
+    git(repo, "add", "src/c.py")
+    assert commit(repo, "-m", "add c").returncode == 0
+    git(repo, "checkout", "-q", "main")
+    git(repo, "merge", "-q", "--no-edit", "--no-ff", "feature")
+    hooks_seen = [e["git"]["hook"] for e in rows(repo / started["path"])[1:]]
+    assert hooks_seen == ["post-checkout", "post-commit", "post-checkout", "post-merge"]
+    merge = rows(repo / started["path"])[-1]
+    assert merge["git"]["paths"] == ["src/c.py"] and merge["content"].startswith("merge into main")
+
+
+def test_without_an_episode_git_events_go_to_a_local_daily_episode(hooked: Path) -> None:
+    repo = hooked
+    (repo / "src" / "d.py").write_text("D = 1\n")
+    git(repo, "add", "src/d.py")
+    assert commit(repo, "-m", "add d").returncode == 0
+    (repo / "src" / "e.py").write_text("E = 1\n")
+    git(repo, "add", "src/e.py")
+    assert commit(repo, "-m", "add e").returncode == 0
+    daily = list((repo / ".memory" / ".local" / "episodes").glob("*/*.jsonl"))
+    assert len(daily) == 1
+    header, *events = rows(daily[0])
+    assert header["agent"] == "git" and [e["git"]["message"] for e in events][-2:] == ["add d", "add e"]
+    assert git(repo, "status", "--porcelain") == ""  # nothing left dirty by the hooks
+
+
+def test_a_failing_memstore_never_breaks_git_in_post_hooks(hooked: Path, tmp_path: Path) -> None:
+    repo = hooked
+    broken = tmp_path / "broken-python"
+    broken.write_text("#!/bin/sh\necho 'Traceback: something deep' >&2\necho 'boom' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    for name in ("post-commit", "post-checkout", "post-merge"):
+        path = hook_dir(repo) / name
+        path.write_text(hooks.render(name, str(broken)))
+    (repo / "src" / "f.py").write_text("F = 1\n")
+    git(repo, "add", "src/f.py")
+    res = commit(repo, "-m", "still commits")
+    assert res.returncode == 0
+    assert "still commits" in git(repo, "log", "-1", "--format=%s")
+    assert "post-commit hook skipped: boom" in res.stderr and "Traceback" not in res.stderr  # quiet: one line
+    res = subprocess.run(["git", "checkout", "-q", "-b", "other"], cwd=repo, capture_output=True, text=True,
+                         check=False)
+    assert res.returncode == 0  # post-checkout's status would become checkout's: ours is always 0
+
+
+def test_run_hook_swallows_errors_in_post_hooks(tmp_path: Path) -> None:
+    outside = tmp_path / "not-a-repo"
+    outside.mkdir()
+    assert hooks.run_hook("post-commit", [], cwd=outside) == 0
+    assert hooks.run_hook("pre-commit", [], cwd=outside) == 0  # no repo, no store: nothing to check

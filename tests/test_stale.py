@@ -1,0 +1,112 @@
+"""Staleness of `file:` evidence, computed against real git history (no model needed: the read
+pipeline's use of it is covered in test_agent_loop)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import git, reopen, write_req
+
+from memstore import api
+from memstore.model import Memory
+from memstore.stale import StaleChecker, annotate, file_refs
+
+
+def memory(repo: Path, mem_id: str) -> Memory:
+    return reopen(repo).catalog("repo").memories[mem_id]
+
+
+def check(repo: Path, mem_id: str) -> dict | None:
+    ws = reopen(repo)
+    sc = StaleChecker(ws.store("repo"))
+    result = sc.check(ws.catalog("repo").memories[mem_id])
+    sc.save()
+    return result
+
+
+def write_a(repo: Path, text: str = "A = 1\n") -> None:
+    (repo / "src" / "a.py").write_text(text)
+
+
+def setup_cited(repo: Path, *, rev: bool) -> str:
+    write_a(repo)
+    git(repo, "add", "src/a.py")
+    git(repo, "commit", "-q", "-m", "add a.py")
+    sha = git(repo, "rev-parse", "HEAD").strip()
+    ref = f"file:src/a.py@{sha[:10]}" if rev else "file:src/a.py#L1-L1"
+    ans = api.write(reopen(repo), write_req("fact", "A is 1 in src/a.py.", evidence=[ref, "user:x"]))
+    return ans["id"]
+
+
+def test_a_memory_turns_stale_after_its_file_changes_and_not_before(repo: Path) -> None:
+    mem_id = setup_cited(repo, rev=True)
+    assert check(repo, mem_id) is None  # not committed yet: never stale
+    write_a(repo, "A = 2\n")
+    assert check(repo, mem_id) is None  # still not committed, even though the file moved on
+    write_a(repo)
+    git(repo, "commit", "-q", "-m", "memories")
+    assert check(repo, mem_id) is None  # committed, file unchanged since @rev
+
+    write_a(repo, "A = 2\n")  # a work-tree edit is enough
+    stale = check(repo, mem_id)
+    assert stale is not None and stale["files"] == ["src/a.py"] and stale["commits_since"] == 0
+    git(repo, "commit", "-q", "-am", "change a")
+    write_a(repo, "A = 3\n")
+    git(repo, "commit", "-q", "-am", "change a again")
+    stale = check(repo, mem_id)
+    assert stale == {"files": ["src/a.py"], "commits_since": 2, "since": stale["since"]}
+
+    write_a(repo)  # back to what the memory saw: no longer stale
+    assert check(repo, mem_id) is None
+
+
+def test_without_rev_the_commit_that_added_the_memory_is_the_base(repo: Path) -> None:
+    mem_id = setup_cited(repo, rev=False)
+    git(repo, "commit", "-q", "-m", "memories")
+    added = git(repo, "rev-parse", "HEAD").strip()
+    assert check(repo, mem_id) is None
+    (repo / "src" / "other.py").write_text("pass\n")
+    git(repo, "add", "src/other.py")
+    git(repo, "commit", "-q", "-m", "unrelated")
+    assert check(repo, mem_id) is None  # commits that do not touch the file do not matter
+    write_a(repo, "A = 5\n")
+    git(repo, "commit", "-q", "-am", "change a")
+    assert check(repo, mem_id) == {"files": ["src/a.py"], "commits_since": 1, "since": added[:12]}
+    (repo / "src" / "a.py").unlink()  # a deleted file is stale too
+    assert check(repo, mem_id)["files"] == ["src/a.py"]
+
+
+def test_results_are_cached_by_head_and_file_signature(repo: Path) -> None:
+    mem_id = setup_cited(repo, rev=True)
+    git(repo, "commit", "-q", "-m", "memories")
+    write_a(repo, "A = 2\n")
+    assert check(repo, mem_id) is not None
+    cache = json.loads((repo / ".memory" / ".index" / "stale.json").read_text())
+    assert cache["head"] == git(repo, "rev-parse", "HEAD").strip() and mem_id in cache["entries"]
+    # a cached answer is reused while HEAD and the file's stat are unchanged ...
+    cache["entries"][mem_id]["stale"] = {"files": ["from-cache"], "commits_since": 9}
+    (repo / ".memory" / ".index" / "stale.json").write_text(json.dumps(cache))
+    assert check(repo, mem_id)["files"] == ["from-cache"]
+    # ... and dropped when the file changes again or HEAD moves
+    write_a(repo, "A = 22\n")
+    assert check(repo, mem_id)["files"] == ["src/a.py"]
+    git(repo, "commit", "-q", "-am", "move HEAD")
+    assert check(repo, mem_id)["commits_since"] == 1
+
+
+def test_annotate_fills_read_results_in_place(repo: Path) -> None:
+    mem_id = setup_cited(repo, rev=True)
+    git(repo, "commit", "-q", "-m", "memories")
+    write_a(repo, "A = 2\n")
+    ws = reopen(repo)
+    results = [{"id": mem_id, "scope": "repo", "stale": None}, {"id": "01m7zzzzzzzzzzzzzzzzzzzzzz", "scope": "repo",
+                                                                 "stale": None}]
+    annotate(ws, results, ws.catalog("repo").memories)
+    assert results[0]["stale"]["files"] == ["src/a.py"] and results[1]["stale"] is None
+
+
+def test_file_refs_parse_only_file_evidence() -> None:
+    mem = Memory(id="x", kind="fact", text="t", evidence=["file:a.py@abc123#L1-L2", "file:a.py@abc123", "commit:abc",
+                                                          "file:b.py", "file:/abs"])
+    assert file_refs(mem) == [("a.py", "abc123"), ("b.py", None)]
