@@ -19,8 +19,8 @@ import numpy as np
 from . import ranking
 from .config import Config
 from .errors import NoStore
-from .graph import Graph, build_graph
 from .files import file_lock
+from .graph import Graph, build_graph
 from .index.embcache import text_key
 from .index.embedder import EmbedderUnavailable, get_embedder
 from .index.store_index import StoreIndex
