@@ -55,10 +55,15 @@ class KeywordIndex:
 
     @property
     def searcher(self) -> Any:
+        if self._searcher is not None:
+            try:
+                self._searcher = self._searcher.refresh()
+            except TypeError:
+                # Whoosh cannot refresh a searcher opened on an empty index (it has no
+                # segments to compare); open a new one instead.
+                self.close()
         if self._searcher is None:
             self._searcher = self.ix.searcher(weighting=self._weighting())
-        else:
-            self._searcher = self._searcher.refresh()
         return self._searcher
 
     def apply(self, upserts: Iterable[tuple[str, str, list[str], str]], removes: Iterable[str]) -> None:
