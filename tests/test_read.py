@@ -219,3 +219,11 @@ def test_keyword_lane_when_the_model_cannot_load(ws: Workspace, populated: dict[
     ans = retrieve.read(fresh, {"query": "DuplicateColumn tracking_code"})
     assert any(w.startswith("semantic lane unavailable") for w in ans["warnings"])
     assert populated["problem"] in ids(ans)
+
+
+def test_long_lived_workspace_sees_writes_after_reading_an_empty_store(ws: Workspace) -> None:
+    """The daemon and the MCP server keep one workspace: the first read of a brand-new store
+    must not break the reads after the first write."""
+    assert retrieve.read(ws, {"query": "redis session database"})["results"] == []
+    mid = w(ws, "fact", "Session data lives in Redis db 3; flushing db 0 does not log users out.")
+    assert mid in ids(retrieve.read(ws, {"query": "which redis database holds session data?"}))
