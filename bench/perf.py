@@ -1,0 +1,576 @@
+"""Speed of the daemon, the CLI and the library at 1k / 10k / 100k memories (SPEC §6).
+
+Run (from the repo root, venv active):
+
+    python bench/perf.py                       # 1k, 10k and 100k (first 100k run embeds ~7+ min)
+    python bench/perf.py --sizes 1000 10000    # skip 100k
+    python bench/perf.py --reps 50 --json-out bench/.cache/perf.json
+
+Stores are generated deterministically from templates (problems, solutions, failed tactics,
+facts, preferences, changes; with links and votes), written through ``Store.create_memory``
+outside any git repo, and kept under ``bench/.cache/perf/`` (gitignored) together with one shared
+embedding cache, so only the first run pays for embedding. Each run rebuilds every index from
+that cache, measures, and prints one table; the last line is one JSON object.
+
+"cold" rebuild (no embedding cache) is measured at 1k only and extrapolated linearly.
+The machine's load average is printed with the results: on a shared 2-core box it matters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / "bench" / ".cache" / "perf"
+sys.path.insert(0, str(ROOT))
+
+from memstore import client  # noqa: E402
+
+# -- the corpus -----------------------------------------------------------------------------------
+COMPONENTS = [
+    "auth service",
+    "billing worker",
+    "search indexer",
+    "CI pipeline",
+    "migration runner",
+    "API gateway",
+    "websocket hub",
+    "cache layer",
+    "job scheduler",
+    "image resizer",
+    "payment webhook",
+    "ORM layer",
+    "feature flag client",
+    "metrics exporter",
+    "rate limiter",
+    "session store",
+    "PDF renderer",
+    "email sender",
+    "GraphQL resolver",
+    "Kafka consumer",
+    "S3 uploader",
+    "config loader",
+    "CLI parser",
+]
+ERRORS = [
+    "sqlite3.OperationalError: duplicate column name: {col}",
+    "KeyError: '{col}'",
+    "TimeoutError: connection to {host} timed out after 30s",
+    "ModuleNotFoundError: No module named '{mod}'",
+    'psycopg2.errors.UniqueViolation: duplicate key value violates unique constraint "{col}_key"',
+    "RecursionError: maximum recursion depth exceeded in comparison",
+    "ssl.SSLCertVerificationError: certificate verify failed for {host}",
+    "OSError: [Errno 24] Too many open files",
+    "MemoryError while decoding {mod} payload",
+    "AssertionError: expected 200, got 502 from {host}",
+    "TypeError: 'NoneType' object is not subscriptable",
+    "UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff in position 0",
+    "redis.exceptions.ConnectionError: Error 111 connecting to {host}:6379",
+    "jinja2.exceptions.UndefinedError: '{col}' is undefined",
+    "ValueError: invalid literal for int(): '{col}'",
+]
+COLS = [
+    "user_id",
+    "created_at",
+    "tenant",
+    "email",
+    "status",
+    "retry_count",
+    "amount_cents",
+    "locale",
+    "slug",
+    "parent_id",
+    "expires_at",
+    "checksum",
+    "region",
+    "plan",
+    "api_key_hash",
+]
+HOSTS = [
+    "db-primary",
+    "redis-cache",
+    "auth.internal",
+    "api.stripe.com",
+    "s3.amazonaws.com",
+    "kafka-0",
+    "ldap",
+    "smtp-relay",
+    "vault.internal",
+    "es-cluster",
+]
+MODS = ["yaml", "orjson", "pydantic.v1", "numpy.core", "grpc", "boto3", "lxml.etree", "cryptography.hazmat"]
+FILES = [
+    "src/{c}/handlers.py",
+    "db/migrations/2026{n:04d}_add_{col}.sql",
+    "tests/{c}/test_api.py",
+    "config/{c}.toml",
+    "src/{c}/client.py",
+    ".github/workflows/ci.yml",
+    "docker/{c}.Dockerfile",
+    "Makefile",
+]
+CAUSES = [
+    "the retry loop reused a closed connection",
+    "the migration ran twice on a re-deployed pod",
+    "a stale lock file survived the container restart",
+    "the fixture leaked state between tests",
+    "the env var was read at import time before it was set",
+    "two workers raced on the same row",
+    "the cache key ignored the tenant",
+    "the timezone was naive and compared with an aware datetime",
+    "the pool size was smaller than the number of threads",
+    "the dependency was pinned to a yanked release",
+]
+FIXES = [
+    "wrap the call in a transaction and check {col} first",
+    "set the pool size from the worker count",
+    "move the env lookup into the function body",
+    "add a unique index on {col} and upsert",
+    "pin {mod} to the previous minor release",
+    "use a per-test tmp dir and reset the singleton",
+    "add jittered exponential backoff with a cap",
+    "compare timezone-aware UTC datetimes everywhere",
+    "make the migration idempotent with IF NOT EXISTS",
+    "read the certificate bundle from certifi",
+]
+BAD = [
+    "increasing the timeout to 120s only hid the problem",
+    "deleting the row from schema_versions broke prod",
+    "disabling the test in CI let the regression ship",
+    "catching Exception swallowed the real error",
+    "restarting the pod cleared it for an hour, then it came back",
+    "bumping {mod} to latest broke the build",
+]
+PREFS = [
+    "prefer pytest fixtures over unittest setUp",
+    "keep functions under 40 lines",
+    "use ruff, not flake8",
+    "write migrations by hand, never autogenerate",
+    "log with structlog key-value pairs",
+    "prefer dataclasses over dicts for records",
+    "review every SQL change with EXPLAIN first",
+]
+TAGS = ["sqlite", "postgres", "ci", "auth", "perf", "flaky", "deploy", "python", "kafka", "cache", "security"]
+
+
+def _fill(rng: random.Random, template: str, comp: str) -> str:
+    return template.format(
+        col=rng.choice(COLS),
+        host=rng.choice(HOSTS),
+        mod=rng.choice(MODS),
+        c=comp.replace(" ", "_"),
+        n=rng.randrange(10000),
+    )
+
+
+def _text(rng: random.Random, kind: str, i: int) -> str:
+    comp = rng.choice(COMPONENTS)
+    err = _fill(rng, rng.choice(ERRORS), comp)
+    path = _fill(rng, rng.choice(FILES), comp)
+    cause = rng.choice(CAUSES)
+    fix = _fill(rng, rng.choice(FIXES), comp)
+    if kind == "problem":
+        body = (
+            f"The {comp} fails with `{err}` when {cause.split(' ', 1)[1]}. Seen in {path} during "
+            f"{rng.choice(['deploys', 'nightly runs', 'load tests', 'local dev', 'CI on main'])}."
+        )
+    elif kind == "solution":
+        body = f"Fixed the {comp} failure (`{err}`): {fix}. The root cause was that {cause}. Change made in {path}."
+    elif kind == "failed_tactic":
+        body = f"For `{err}` in the {comp}: {_fill(rng, rng.choice(BAD), comp)}. The real cause was that {cause}."
+    elif kind == "fact":
+        body = (
+            f"The {comp} reads its settings from {path}; {rng.choice(COLS)} is required and "
+            f"{rng.choice(HOSTS)} is the upstream it talks to in production."
+        )
+    elif kind == "preference":
+        body = f"In the {comp}, {rng.choice(PREFS)}; also {rng.choice(PREFS)}."
+    else:
+        body = f"Changed the {comp}: {fix} (see {path}). This affects how {rng.choice(COLS)} is handled."
+    return f"{body} [case {i}]"
+
+
+KIND_MIX = [("problem", 25), ("solution", 20), ("failed_tactic", 15), ("fact", 20), ("preference", 10), ("change", 10)]
+
+
+def generate_store(root: Path, n: int) -> None:
+    """``n`` memories + votes, deterministic text (ids are fresh ULIDs; the cache keys on text)."""
+    from memstore import ids as idmod
+    from memstore.config import Config
+    from memstore.model import Event, Memory
+    from memstore.store import Store
+
+    rng = random.Random(n)
+    config = Config().with_overrides({"git": {"stage": False, "commit": False}})
+    store = Store(root=root, scope="repo", config=config, worktree=None)
+    store.init()
+    kinds = [k for k, w in KIND_MIX for _ in range(w)]
+    problems: list[str] = []
+    facts: list[str] = []
+    all_ids: list[str] = []
+    for i in range(n):
+        kind = "problem" if i < 3 else rng.choice(kinds)
+        links: dict[str, Any] = {}
+        if kind in ("solution", "failed_tactic"):
+            links["problem"] = rng.choice(problems)
+        elif kind == "change":
+            links["change_targets"] = [rng.choice(facts or problems)]
+        if all_ids and rng.random() < 0.1:
+            links["related"] = [rng.choice(all_ids)]
+        mem = Memory(
+            id=idmod.new_id(),
+            kind=kind,
+            text=_text(rng, kind, i),
+            scope="repo",
+            created=f"2026-{1 + i % 12:02d}-{1 + i % 28:02d}T10:00:00Z",
+            author="bench",
+            confidence=round(rng.uniform(0.5, 0.95), 2),
+            rationale="generated for bench/perf.py",
+            links=links,
+            evidence=["user:bench"],
+            tags=rng.sample(TAGS, 2),
+        )
+        store.create_memory(mem)
+        all_ids.append(mem.id)
+        (problems if kind == "problem" else facts if kind == "fact" else []).append(mem.id)
+        if rng.random() < 0.05:
+            ev = Event(
+                id=idmod.new_id(),
+                type="utility_vote",
+                created="2026-06-01T00:00:00Z",
+                author="bench",
+                memory=mem.id,
+                vote=rng.choice([1.0, 0.5, -0.5]),
+                problem=rng.choice(problems),
+            )
+            store.create_event(ev)
+    (root / ".complete").write_text(str(n))
+
+
+QUERIES = [
+    "sqlite migration fails with duplicate column name",
+    "auth service timeout connecting to db-primary",
+    "Too many open files in the websocket hub",
+    "how do we configure the billing worker",
+    "flaky test because fixture leaked state",
+    "certificate verify failed for api.stripe.com",
+    "KeyError tenant in cache layer",
+    "what did we try for the Kafka consumer retry loop",
+    "rate limiter race on the same row",
+    "preferences for writing migrations",
+    "redis ConnectionError Error 111 in session store",
+    "GraphQL resolver NoneType not subscriptable",
+    "timezone naive datetime comparison bug",
+    "ModuleNotFoundError pydantic.v1 in CI pipeline",
+    "job scheduler pool size smaller than threads",
+    "PDF renderer UnicodeDecodeError byte 0xff",
+]
+
+
+# -- measuring --------------------------------------------------------------------------------------
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    vals = sorted(values)
+    k = min(len(vals) - 1, max(0, round(p / 100 * (len(vals) - 1))))
+    return vals[k]
+
+
+def ms(seconds: float) -> float:
+    return round(seconds * 1000, 1)
+
+
+def timed_cli(args: list[str], env: dict[str, str], cwd: Path, stdin: str | None = None) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "memstore", *args],
+        env=env,
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    dt = time.perf_counter() - t0
+    if proc.returncode not in (0, 4):
+        raise RuntimeError(f"memstore {' '.join(args)} failed ({proc.returncode}): {proc.stderr[-500:]}")
+    return dt, proc.stdout
+
+
+def prepare(n: int, shared_emb: Path, *, cold: bool = False) -> tuple[Path, float]:
+    """The store for ``n`` (generated once), its .index/ wiped, then a full rebuild timed."""
+    from memstore import retrieve
+    from memstore.workspace import open_workspace
+
+    root = CACHE / f"store-{n}"
+    if not (root / ".complete").exists():
+        shutil.rmtree(root, ignore_errors=True)
+        t0 = time.perf_counter()
+        generate_store(root, n)
+        print(f"# generated {n} memories in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    shutil.rmtree(root / ".index", ignore_errors=True)
+    (root / ".index").mkdir()
+    emb = Path(tempfile.mkdtemp(prefix="perf-cold-")) if cold else shared_emb
+    emb.mkdir(parents=True, exist_ok=True)
+    (root / ".index" / "embeddings").symlink_to(emb)
+    env = {"MEMSTORE_STORE": str(root), "MEMSTORE_HOME": str(CACHE / "global"), "MEMSTORE_DAEMON": "0"}
+    t0 = time.perf_counter()
+    ws = open_workspace(cwd=root, env=env)
+    retrieve.reindex(ws)
+    dt = time.perf_counter() - t0
+    if cold:
+        (root / ".index" / "embeddings").unlink()
+        shutil.rmtree(emb, ignore_errors=True)
+    return root, dt
+
+
+def library_reads(root: Path, reps: int) -> tuple[list[float], Any]:
+    from memstore import retrieve
+    from memstore.workspace import open_workspace
+
+    ws = open_workspace(cwd=root, env={"MEMSTORE_STORE": str(root), "MEMSTORE_HOME": str(CACHE / "global")})
+    for q in QUERIES[:3]:
+        retrieve.read(ws, {"query": q})
+    times = []
+    for i in range(reps):
+        t0 = time.perf_counter()
+        retrieve.read(ws, {"query": QUERIES[i % len(QUERIES)]})
+        times.append(time.perf_counter() - t0)
+    return times, ws
+
+
+def floor(ws: Any, reps: int) -> dict[str, float]:
+    from memstore.index.embedder import get_embedder
+
+    si = ws.indexes["repo"]
+    qv = get_embedder().encode(QUERIES[: reps % len(QUERIES) or len(QUERIES)])
+    fa, wh, enc = [], [], []
+    for i in range(reps):
+        q = QUERIES[i % len(QUERIES)]
+        t0 = time.perf_counter()
+        si.vectors.search(qv[i % len(qv)], 50)
+        fa.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        si.keyword.search(q, 5)
+        wh.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        get_embedder().encode([q])
+        enc.append(time.perf_counter() - t0)
+    starts = []
+    for _ in range(10):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        starts.append(time.perf_counter() - t0)
+    return {
+        "faiss_p50_ms": ms(pct(fa, 50)),
+        "whoosh_p50_ms": ms(pct(wh, 50)),
+        "encode_p50_ms": ms(pct(enc, 50)),
+        "python_start_p50_ms": ms(pct(starts, 50)),
+    }
+
+
+def daemon_runs(root: Path, reps: int, n: int) -> dict[str, Any]:
+    rdir = Path(tempfile.mkdtemp(prefix="msperf-", dir="/tmp"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
+    env.update(
+        {
+            "MEMSTORE_STORE": str(root),
+            "MEMSTORE_HOME": str(CACHE / "global"),
+            "MEMSTORE_RUNTIME_DIR": str(rdir),
+            "MEMSTORE_DAEMON": "1",
+            "MEMSTORE_AUTHOR": "bench",
+            # bench/.cache is inside this (ignored) checkout: never touch its git index
+            "MEMSTORE_GIT_STAGE": "0",
+            # a checkout being edited meanwhile must not make the daemon restart mid-run
+            "MEMSTORE_CODE_VERSION": client.code_version(),
+        }
+    )
+    os.environ["MEMSTORE_CODE_VERSION"] = env["MEMSTORE_CODE_VERSION"]
+    out: dict[str, Any] = {}
+    log = open(rdir / "serve.out", "ab")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memstore", "serve", "--idle", "600"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
+    log.close()
+    try:
+        if not client.wait_until_up(120, env=env):
+            raise RuntimeError(f"daemon did not start: {(rdir / 'daemon.log').read_text()[-2000:]}")
+        cwd = root
+        timed_cli(["read", "warm", "up"], env, cwd)  # opens the workspace and loads the index
+        reads = [timed_cli(["read", *QUERIES[i % len(QUERIES)].split()], env, cwd)[0] for i in range(reps)]
+        out["cli_read_daemon"] = reads
+        inproc_env = {**env, "MEMSTORE_DAEMON": "0"}
+        out["cli_read_inproc"] = [timed_cli(["read", *QUERIES[i].split()], inproc_env, cwd)[0] for i in range(3)]
+        # writes: through the socket (what the daemon costs) and through the CLI (what an agent sees)
+        msg_base = {
+            "verb": "write",
+            "version": client.code_version(),
+            "cwd": str(cwd),
+            "store": None,
+            "env": client.forwarded_env(env),
+        }
+        sock_w, cli_w = [], []
+        for i in range(max(10, reps // 2)):
+            req = {
+                "op": "write",
+                "memory": {
+                    "kind": "fact",
+                    "scope": "repo",
+                    "evidence_refs": ["user:bench"],
+                    "text": f"Perf write {n}-{i}-{time.time_ns()}: the {COMPONENTS[i % 20]} "
+                    f"port is {7000 + i} and its owner is team {i % 7}",
+                },
+            }
+            t0 = time.perf_counter()
+            ans = client.call({**msg_base, "version": client.code_version(), "request": req}, env=env, timeout=120)
+            sock_w.append(time.perf_counter() - t0)
+            assert ans.get("exit_code") in (0, 4), ans
+            req["memory"]["text"] += " (cli)"
+            cli_w.append(timed_cli(["write", "--json", "-"], env, cwd, stdin=json.dumps(req))[0])
+        out["write_socket"], out["write_cli"] = sock_w, cli_w
+        # change -> visible: a file written by hand, reads polled over the socket
+        vis = []
+        for i in range(5):
+            marker = f"zq{n}x{i}x{time.time_ns() % 10**9}"
+            path = root / "facts" / f"hand-{marker}.md"
+            path.write_text(f"---\nkind: fact\n---\nHand written note {marker} about the {COMPONENTS[i]}\n")
+            t0 = time.perf_counter()
+            read_msg = {
+                **msg_base,
+                "verb": "read",
+                "version": client.code_version(),
+                "request": {"op": "read", "query": marker},
+            }
+            while time.perf_counter() - t0 < 10:
+                ans = client.call(read_msg, env=env)
+                if any(marker in r["text"] for r in ans["answer"]["results"]):
+                    break
+                time.sleep(0.01)
+            vis.append(time.perf_counter() - t0)
+            path.unlink()
+            time.sleep(0.3)
+        out["visible"] = vis
+        st = client.status(env=env)
+        out["daemon_peak_rss_mb"] = st.get("peak_rss_mb")
+        out["daemon_rss_mb"] = st.get("rss_mb")
+        # the socket round trip alone
+        pings = []
+        for _ in range(20):
+            t0 = time.perf_counter()
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(str(rdir / "sock"))
+            s.sendall(b'{"verb":"ping"}\n')
+            client._recv_line(s)
+            s.close()
+            pings.append(time.perf_counter() - t0)
+        out["ping"] = pings
+    finally:
+        client.stop(env=env)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(rdir, ignore_errors=True)
+    # the memories written above are removed so the next run starts from the same store
+    for p in list((root / "facts").glob("*-perf-write-*.md")):
+        p.unlink()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--json-out", type=Path)
+    a = ap.parse_args()
+    CACHE.mkdir(parents=True, exist_ok=True)
+    shared_emb = CACHE / "embeddings"
+    rows: list[dict[str, Any]] = []
+    for n in a.sizes:
+        row: dict[str, Any] = {"n": n}
+        if n == min(a.sizes) and n <= 1000:
+            _, cold = prepare(n, shared_emb, cold=True)
+            row["rebuild_cold_s"] = round(cold, 2)
+        root, warm = prepare(n, shared_emb)
+        row["rebuild_cache_s"] = round(warm, 2)
+        lib, ws = library_reads(root, a.reps)
+        row["lib_read_p50_ms"], row["lib_read_p95_ms"] = ms(pct(lib, 50)), ms(pct(lib, 95))
+        row.update(floor(ws, a.reps))
+        t0 = time.perf_counter()
+        ws.catalog("repo")  # the per-call stat walk when no watcher vouches for the store
+        row["stat_walk_ms"] = ms(time.perf_counter() - t0)
+        del ws
+        d = daemon_runs(root, a.reps, n)
+        row["cli_read_daemon_p50_ms"], row["cli_read_daemon_p95_ms"] = (
+            ms(pct(d["cli_read_daemon"], 50)),
+            ms(pct(d["cli_read_daemon"], 95)),
+        )
+        row["cli_read_inproc_p50_ms"] = ms(pct(d["cli_read_inproc"], 50))
+        row["write_socket_p50_ms"], row["write_socket_p95_ms"] = (
+            ms(pct(d["write_socket"], 50)),
+            ms(pct(d["write_socket"], 95)),
+        )
+        row["write_cli_p50_ms"], row["write_cli_p95_ms"] = ms(pct(d["write_cli"], 50)), ms(pct(d["write_cli"], 95))
+        row["visible_p50_ms"], row["visible_max_ms"] = ms(pct(d["visible"], 50)), ms(max(d["visible"]))
+        row["ping_p50_ms"] = ms(pct(d["ping"], 50))
+        row["daemon_peak_rss_mb"] = d["daemon_peak_rss_mb"]
+        rows.append(row)
+        print(f"# {json.dumps(row)}", file=sys.stderr, flush=True)
+    cold_rate = next((r["rebuild_cold_s"] / r["n"] for r in rows if "rebuild_cold_s" in r), None)
+    cols = [
+        ("n", "memories"),
+        ("cli_read_daemon_p50_ms", "CLI read daemon p50"),
+        ("cli_read_daemon_p95_ms", "p95"),
+        ("cli_read_inproc_p50_ms", "CLI read in-process p50"),
+        ("lib_read_p50_ms", "lib read p50"),
+        ("lib_read_p95_ms", "p95"),
+        ("write_socket_p50_ms", "write daemon p50"),
+        ("write_socket_p95_ms", "p95"),
+        ("write_cli_p50_ms", "write CLI p50"),
+        ("visible_p50_ms", "change->visible p50"),
+        ("visible_max_ms", "max"),
+        ("rebuild_cache_s", "rebuild cached s"),
+        ("rebuild_cold_s", "rebuild cold s"),
+        ("daemon_peak_rss_mb", "daemon peak RSS MB"),
+        ("stat_walk_ms", "stat walk ms"),
+        ("faiss_p50_ms", "floor faiss"),
+        ("whoosh_p50_ms", "floor whoosh"),
+        ("encode_p50_ms", "floor encode"),
+        ("ping_p50_ms", "floor socket ping"),
+        ("python_start_p50_ms", "floor python start"),
+    ]
+    print("| " + " | ".join(h for _, h in cols) + " |")
+    print("|" + "---|" * len(cols))
+    for r in rows:
+        cells = []
+        for key, _ in cols:
+            v = r.get(key)
+            if v is None and key == "rebuild_cold_s" and cold_rate:
+                v = f"~{cold_rate * r['n']:.0f} (extrapolated)"
+            cells.append("" if v is None else str(v))
+        print("| " + " | ".join(cells) + " |")
+    summary = {"load_avg": os.getloadavg()[0], "cpus": os.cpu_count(), "rows": rows}
+    if a.json_out:
+        a.json_out.write_text(json.dumps(summary, indent=2))
+    print(json.dumps(summary, separators=(",", ":")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

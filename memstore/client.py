@@ -1,0 +1,285 @@
+"""The thin client: forward a CLI verb to the per-user daemon over its Unix socket.
+
+Importing this module must stay cheap (json/os/socket only): the point of the daemon is that a
+CLI call costs a Python start-up plus a round trip, not an import of torch, faiss or whoosh.
+Anything that goes wrong here returns ``None`` and the CLI answers in-process instead; the
+daemon is an accelerator, never a dependency.
+
+Protocol (JSON lines): one request object -> one answer object per connection.
+    request: {"verb", "version", "cwd", "store", "env", "request"?, "args"?}
+    answer:  {"answer": {...}, "exit_code": n}  |  {"restart": true, "version": ...}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+
+SOCKET_NAME = "sock"
+LOCK_NAME = "daemon.lock"
+LOG_NAME = "daemon.log"
+FORWARDED_VERBS = ("read", "write", "update", "show", "list")
+# Reads, show and list are idempotent: if the daemon is slow they are answered in-process. A
+# write that was sent may already have happened, so it waits longer and never runs twice.
+READ_TIMEOUT = 30.0
+WRITE_TIMEOUT = 120.0
+CONNECT_TIMEOUT = 1.0
+MAX_LINE = 64 * 1024 * 1024
+# Environment the daemon needs to resolve stores and config exactly like this process would.
+ENV_NAMES = ("HOME", "XDG_CONFIG_HOME")
+
+
+def runtime_dir(env: dict[str, str] | os._Environ[str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    if env.get("MEMSTORE_RUNTIME_DIR"):
+        return Path(env["MEMSTORE_RUNTIME_DIR"])
+    if env.get("XDG_RUNTIME_DIR"):
+        return Path(env["XDG_RUNTIME_DIR"]) / "memstore"
+    return Path(f"/tmp/memstore-{os.getuid()}")
+
+
+def socket_path(env: Any = None) -> Path:
+    return runtime_dir(env) / SOCKET_NAME
+
+
+def code_version() -> str:
+    """``__version__`` plus a digest of the package's source files (path, size, mtime), so a
+    daemon started from an edited checkout is noticed and replaced, not only a new release."""
+    import zlib
+
+    if os.environ.get("MEMSTORE_CODE_VERSION"):
+        # Pinned by benchmarks that run on a checkout other people are editing meanwhile.
+        return os.environ["MEMSTORE_CODE_VERSION"]
+    base = Path(__file__).resolve().parent
+    parts: list[str] = []
+    for folder in (base, base / "index", base / "schemas"):
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.endswith((".py", ".json")):
+                st = entry.stat()
+                parts.append(f"{folder.name}/{entry.name}:{st.st_size}:{st.st_mtime_ns}")
+    return f"{__version__}+{zlib.crc32(chr(10).join(parts).encode()):08x}"
+
+
+def forwarded_env(env: Any = None) -> dict[str, str]:
+    env = os.environ if env is None else env
+    out = {k: v for k, v in env.items() if k.startswith("MEMSTORE_")}
+    out.update({k: env[k] for k in ENV_NAMES if k in env})
+    return out
+
+
+def disabled(env: Any = None) -> bool:
+    env = os.environ if env is None else env
+    return env.get("MEMSTORE_DAEMON", "").strip().lower() in ("0", "false", "no", "off")
+
+
+class DaemonUnavailable(Exception):
+    """No usable daemon: the caller answers in-process."""
+
+
+def _connect(path: Path, timeout: float) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(str(path))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _recv_line(sock: socket.socket) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+        if chunk.endswith(b"\n") or size > MAX_LINE:
+            break
+    return b"".join(chunks)
+
+
+def call(message: dict[str, Any], *, timeout: float = READ_TIMEOUT, env: Any = None) -> dict[str, Any]:
+    """Send one message and return the daemon's answer object. Raises DaemonUnavailable when no
+    daemon listens; socket.timeout when it does not answer in time."""
+    path = socket_path(env)
+    try:
+        sock = _connect(path, CONNECT_TIMEOUT)
+    except (FileNotFoundError, ConnectionRefusedError) as exc:
+        raise DaemonUnavailable(str(exc)) from exc
+    except OSError as exc:
+        raise DaemonUnavailable(str(exc)) from exc
+    with sock:
+        sock.settimeout(timeout)
+        sock.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+        raw = _recv_line(sock)
+    if not raw:
+        raise DaemonUnavailable("the daemon closed the connection without answering")
+    answer = json.loads(raw)
+    if not isinstance(answer, dict):
+        raise DaemonUnavailable("the daemon sent something that is not a JSON object")
+    return answer
+
+
+def forward(verb: str, *, request: dict[str, Any] | None = None, args: dict[str, Any] | None = None,
+            store: str | None = None) -> tuple[dict[str, Any], int] | None:
+    """Answer ``verb`` through a live daemon: (answer, exit code), or None to run in-process.
+
+    A daemon of another code version is asked to stop (it exits after answering) and None is
+    returned, so this call runs in-process and the CLI starts a fresh daemon for the next one.
+    """
+    if disabled():
+        return None
+    message: dict[str, Any] = {
+        "verb": verb, "version": code_version(), "cwd": os.getcwd(), "store": store, "env": forwarded_env(),
+    }
+    if request is not None:
+        message["request"] = request
+    if args is not None:
+        message["args"] = args
+    timeout = float(os.environ.get("MEMSTORE_CLIENT_TIMEOUT") or 0) or (
+        WRITE_TIMEOUT if verb in ("write", "update") else READ_TIMEOUT)
+    try:
+        answer = call(message, timeout=timeout)
+    except DaemonUnavailable:
+        _clear_stale_socket()
+        return None
+    except TimeoutError:
+        if verb in ("write", "update"):
+            err = {"ok": False, "error": {
+                "code": "daemon_timeout", "message": f"the daemon did not answer within {timeout:.0f} s; "
+                "the write may or may not have happened",
+                "hint": "check with `memstore list`; `memstore daemon restart` replaces a stuck daemon"}}
+            return err, 1
+        return None
+    except (OSError, ValueError):
+        return None
+    if answer.get("restart"):
+        return None
+    if "answer" not in answer:
+        return None
+    return answer["answer"], int(answer.get("exit_code", 0))
+
+
+# -- starting and stopping ------------------------------------------------------------------------
+def ensure_runtime_dir(env: Any = None) -> Path:
+    """The runtime directory, created 0700; refuses one owned by someone else or open to others."""
+    path = runtime_dir(env)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = path.stat()
+    if st.st_uid != os.getuid():
+        raise PermissionError(f"{path} belongs to another user")
+    if st.st_mode & 0o077:
+        os.chmod(path, 0o700)
+    return path
+
+
+def daemon_running(env: Any = None) -> bool:
+    """True while some daemon holds the lifetime lock (it may still be loading the model)."""
+    lock = runtime_dir(env) / LOCK_NAME
+    try:
+        fd = os.open(lock, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            return True
+        raise
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+def _clear_stale_socket() -> None:
+    """A socket file nobody listens on (a killed daemon) is removed so the next daemon can bind."""
+    with contextlib.suppress(OSError):
+        if socket_path().exists() and not daemon_running():
+            socket_path().unlink()
+
+
+def spawn(idle_seconds: int | None = None, env: Any = None) -> bool:
+    """Start a daemon in the background unless one is running or starting. Returns True if spawned.
+
+    The daemon takes its lifetime lock first thing, so two clients racing here start at most
+    one serving daemon (the loser sees the lock and exits at once).
+    """
+    import subprocess
+
+    try:
+        rdir = ensure_runtime_dir(env)
+        if daemon_running(env):
+            return False
+        # A spawn marker stops every CLI call during the daemon's ~5 s start-up from launching
+        # another interpreter that would only find the lock taken.
+        marker = rdir / "spawning"
+        with contextlib.suppress(OSError):
+            if time.time() - marker.stat().st_mtime < 15:
+                return False
+        marker.touch()
+        cmd = [sys.executable, "-m", "memstore", "serve"]
+        if idle_seconds is not None:
+            cmd += ["--idle", str(int(idle_seconds))]
+        with open(os.devnull, "rb") as devnull_in, open(rdir / LOG_NAME, "ab") as log:
+            subprocess.Popen(cmd, stdin=devnull_in, stdout=log, stderr=log, start_new_session=True,
+                             close_fds=True, env=dict(os.environ if env is None else env))
+        return True
+    except OSError:
+        return False
+
+
+def wait_until_up(timeout: float = 60.0, env: Any = None) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(DaemonUnavailable, OSError, ValueError):
+            if call({"verb": "ping", "version": code_version()}, timeout=2.0, env=env).get("ok"):
+                return True
+        time.sleep(0.05)
+    return False
+
+
+def status(env: Any = None) -> dict[str, Any]:
+    try:
+        answer = call({"verb": "status", "version": code_version()}, timeout=5.0, env=env)
+    except (DaemonUnavailable, OSError, ValueError) as exc:
+        starting = daemon_running(env)
+        return {"ok": True, "running": False, "starting": starting, "socket": str(socket_path(env)),
+                "detail": "a daemon is starting" if starting else str(exc)}
+    answer.setdefault("running", True)
+    return answer
+
+
+def stop(timeout: float = 10.0, env: Any = None) -> dict[str, Any]:
+    """Ask the daemon to exit and wait until its lifetime lock is free."""
+    try:
+        call({"verb": "stop", "version": code_version()}, timeout=5.0, env=env)
+        was_running = True
+    except (DaemonUnavailable, OSError, ValueError):
+        was_running = daemon_running(env)
+    deadline = time.monotonic() + timeout
+    while daemon_running(env) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stopped = not daemon_running(env)
+    if stopped:
+        with contextlib.suppress(OSError):
+            socket_path(env).unlink()
+    return {"ok": stopped, "was_running": was_running, "stopped": stopped}

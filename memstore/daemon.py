@@ -1,0 +1,397 @@
+"""``memstore serve``: the per-user daemon (SPEC §6).
+
+It keeps the embedding model and every opened store's Workspace (catalogs + indexes) in memory,
+watches those stores (memstore.watch) and refreshes their indexes in the background, and
+answers CLI requests over a Unix socket (0600, in a 0700 directory) with exactly the library
+functions the in-process CLI calls, so both paths give the same answers.
+
+Life cycle: a lifetime lock (``daemon.lock``) makes it one daemon per runtime directory; the
+model is loaded before the socket is bound, so a live socket always means a warm daemon; it
+exits after ``idle_seconds`` without requests, on ``stop``, or when a client of another code
+version asks (the client then starts a fresh one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import os
+import socket
+import struct
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import client
+from .errors import MemstoreError
+from .store import STORE_DIRNAME
+
+log = logging.getLogger("memstore.daemon")
+
+LOCK_WAIT = 15.0  # a replaced daemon may take a moment to exit and release the lock
+RECV_TIMEOUT = 30.0  # a client that connects and never finishes its request is dropped
+GIT_CACHE_SECONDS = 30.0  # `git init` in a directory seen before becomes visible this fast
+RESYNC_SECONDS = 120.0  # safety net: re-walk watched stores even if inotify lost events
+
+
+@dataclass
+class Entry:
+    """One Workspace kept warm, keyed by (repo store root, global root, effective config)."""
+
+    ws: Any
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    last_used: float = field(default_factory=time.monotonic)
+
+    def roots(self) -> list[Path]:
+        return [s.root for s in (self.ws.repo, self.ws.global_) if s is not None]
+
+
+def _rss_mb() -> dict[str, float]:
+    out: dict[str, float] = {}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                out["rss_mb" if line.startswith("VmRSS") else "peak_rss_mb"] = round(int(line.split()[1]) / 1024, 1)
+    return out
+
+
+def request_env(env: dict[str, str]) -> dict[str, str]:
+    """The client's environment as open_workspace should see it. The global store defaults to
+    ``$HOME/.memory`` of the *client*: the daemon's own HOME may differ (tests, sudo -u)."""
+    env = {str(k): str(v) for k, v in env.items()}
+    if not env.get("MEMSTORE_HOME") and env.get("HOME"):
+        env["MEMSTORE_HOME"] = str(Path(env["HOME"]) / STORE_DIRNAME)
+    return env
+
+
+class Daemon:
+    def __init__(self, rdir: Path, idle_seconds: float) -> None:
+        self.rdir = rdir
+        self.sock_path = rdir / client.SOCKET_NAME
+        self.idle_seconds = idle_seconds
+        self.version = client.code_version()
+        self.started = time.time()
+        self.last_activity = time.monotonic()
+        self.active = 0
+        self.requests = 0
+        self.entries: dict[tuple[str, str, str], Entry] = {}
+        self._entries_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._state = threading.Lock()
+        self._lock_fd: int | None = None
+        self._sock: socket.socket | None = None
+        self._sock_ino: int | None = None
+        self._git_cache_at = time.monotonic()
+        from .watch import Watcher
+
+        self.watcher = Watcher(self._on_change)
+
+    # -- workspaces ------------------------------------------------------------------------------
+    def _counter(self, store: Any) -> int | None:
+        return self.watcher.counter(store.root)
+
+    def entry_for(self, msg: dict[str, Any]) -> Entry:
+        from . import gitops
+        from .workspace import open_workspace
+
+        if time.monotonic() - self._git_cache_at > GIT_CACHE_SECONDS:
+            gitops.toplevel.cache_clear()
+            self._git_cache_at = time.monotonic()
+        env = request_env(msg.get("env") or {})
+        ws = open_workspace(cwd=Path(msg.get("cwd") or "/"), store_dir=msg.get("store") or None, env=env)
+        key = (str(ws.repo.root) if ws.repo else "", str(ws.global_.root),
+               json.dumps(ws.config.data, sort_keys=True, default=str))
+        with self._entries_lock:
+            entry = self.entries.get(key)
+            if entry is None:
+                ws.change_counter = self._counter
+                entry = Entry(ws)
+                self.entries[key] = entry
+                log.info("workspace opened: repo=%s global=%s", key[0] or "-", key[1])
+        entry.last_used = time.monotonic()
+        for root in entry.roots():
+            self.watcher.watch(root)
+        return entry
+
+    def _on_change(self, roots: set[Path]) -> None:
+        """Watcher callback (debounced): refresh the catalog and indexes of every workspace that
+        holds a changed store, so the next read finds nothing to do."""
+        from .retrieve import params_from_config, store_index
+
+        with self._entries_lock:
+            entries = list(self.entries.values())
+        for entry in entries:
+            ws = entry.ws
+            for store in ws.stores():
+                if store.root not in roots:
+                    continue
+                self.watcher.watch(store.root)  # a store re-created by a checkout is watched again
+                t0 = time.perf_counter()
+                with entry.lock:
+                    ws.catalog(store.scope)
+                    if store.scope in ws.indexes:  # only stores that were read have indexes to keep hot
+                        store_index(ws, store.scope, params_from_config(ws.config)).refresh(walk=False)
+                log.info("refreshed %s in %.0f ms", store.root, (time.perf_counter() - t0) * 1000)
+
+    # -- requests --------------------------------------------------------------------------------
+    def handle(self, msg: dict[str, Any]) -> dict[str, Any]:
+        verb = msg.get("verb")
+        if verb == "ping":
+            return {"ok": True, "pid": os.getpid(), "version": self.version}
+        if verb == "status":
+            return self.status()
+        if verb == "stop":
+            log.info("stop requested")
+            self._stop.set()
+            return {"ok": True, "stopping": True, "pid": os.getpid()}
+        if verb not in client.FORWARDED_VERBS:
+            return {"answer": {"ok": False, "error": {"code": "usage", "message": f"unknown verb {verb!r}"}},
+                    "exit_code": 2}
+        if msg.get("version") != self.version:
+            # The client runs other code (an upgrade or an edited checkout): answers could differ.
+            log.info("client version %s != %s: exiting so a fresh daemon starts", msg.get("version"), self.version)
+            self._stop.set()
+            return {"restart": True, "version": self.version}
+        try:
+            answer, code = self._run(verb, msg)
+        except MemstoreError as exc:
+            answer, code = exc.to_json(), exc.exit_code
+        except Exception as exc:
+            log.error("unexpected error on %s:\n%s", verb, traceback.format_exc())
+            answer = {"ok": False, "error": {"code": "unexpected", "message": f"{type(exc).__name__}: {exc}",
+                                             "hint": "set MEMSTORE_DEBUG=1 for a traceback; please report it"}}
+            code = 1
+        return {"answer": answer, "exit_code": code}
+
+    def _run(self, verb: str, msg: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        from . import api
+        from .retrieve import read
+
+        entry = self.entry_for(msg)
+        ws = entry.ws
+        args = msg.get("args") or {}
+        request = msg.get("request")
+        author = (msg.get("env") or {}).get("MEMSTORE_AUTHOR") or None
+        with entry.lock:
+            if verb == "read":
+                return read(ws, request if isinstance(request, dict) else {}), 0
+            if verb == "show":
+                return api.show(ws, args.get("id")), 0
+            if verb == "list":
+                return api.list_memories(ws, kind=args.get("kind"), scope=args.get("scope"),
+                                         include_archived=bool(args.get("all")), limit=args.get("limit")), 0
+            try:
+                if verb == "write":
+                    return api.write(ws, request if isinstance(request, dict) else {}, author=author), 0
+                return api.update(ws, request if isinstance(request, dict) else {}, author=author), 0
+            finally:
+                # Our own write must be visible to the very next read, before inotify reports it.
+                self.watcher.bump(entry.roots())
+                for root in entry.roots():
+                    self.watcher.watch(root)
+
+    def status(self) -> dict[str, Any]:
+        with self._entries_lock:
+            workspaces = [{"repo": k[0] or None, "global": k[1]} for k in self.entries]
+        return {"ok": True, "running": True, "pid": os.getpid(), "version": self.version,
+                "socket": str(self.sock_path), "uptime_s": round(time.time() - self.started, 1),
+                "idle_seconds": self.idle_seconds, "requests": self.requests, "workspaces": workspaces,
+                "watched": [str(p) for p in self.watcher.watched()], **_rss_mb()}
+
+    # -- the socket --------------------------------------------------------------------------------
+    def _serve_conn(self, conn: socket.socket) -> None:
+        with self._state:
+            self.active += 1
+        try:
+            with conn:
+                if not _same_user(conn):
+                    return
+                conn.settimeout(RECV_TIMEOUT)
+                try:
+                    raw = client._recv_line(conn)
+                except OSError:
+                    return  # the client went away mid-request
+                if not raw.endswith(b"\n"):
+                    return  # incomplete request: the client died or gave up; nobody to answer
+                try:
+                    msg = json.loads(raw)
+                    if not isinstance(msg, dict):
+                        raise ValueError("not an object")
+                except ValueError as exc:
+                    reply: dict[str, Any] = {"answer": {"ok": False, "error": {
+                        "code": "invalid_json", "message": f"bad daemon request: {exc}"}}, "exit_code": 2}
+                else:
+                    with self._state:
+                        self.requests += 1
+                    t0 = time.perf_counter()
+                    reply = self.handle(msg)
+                    log.debug("%s in %.1f ms", msg.get("verb"), (time.perf_counter() - t0) * 1000)
+                with contextlib.suppress(OSError):  # a killed client cannot read its answer
+                    conn.sendall(json.dumps(reply, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
+        finally:
+            with self._state:
+                self.active -= 1
+                self.last_activity = time.monotonic()
+
+    def _acquire_lock(self) -> bool:
+        fd = os.open(self.rdir / client.LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+        deadline = time.monotonic() + LOCK_WAIT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() > deadline:
+                    os.close(fd)
+                    return False
+                time.sleep(0.1)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
+        return True
+
+    def _bind(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            # We hold the lifetime lock, so whatever socket file is here belongs to a dead daemon.
+            self.sock_path.unlink()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            sock.bind(str(self.sock_path))
+        finally:
+            os.umask(old)
+        os.chmod(self.sock_path, 0o600)
+        sock.listen(64)
+        sock.settimeout(0.5)
+        self._sock = sock
+        self._sock_ino = self.sock_path.stat().st_ino
+
+    def warm_up(self) -> None:
+        """Load the model and the heavy modules now, so the first answer is as fast as the rest."""
+        from . import api, retrieve  # noqa: F401
+        from .index.embedder import EmbedderUnavailable, get_embedder
+
+        t0 = time.perf_counter()
+        try:
+            get_embedder().encode(["warm up"])
+        except EmbedderUnavailable as exc:
+            log.warning("no embedder: reads will be keyword-only (%s)", exc)
+        log.info("model loaded in %.1f s", time.perf_counter() - t0)
+
+    def run(self) -> int:
+        if not self._acquire_lock():
+            log.info("another daemon holds %s; exiting", self.rdir / client.LOCK_NAME)
+            return 0
+        try:
+            self.warm_up()
+            self._bind()
+            with contextlib.suppress(OSError):
+                (self.rdir / "spawning").unlink()
+            log.info("pid %d serving on %s (version %s, idle exit after %ss)", os.getpid(), self.sock_path,
+                     self.version, self.idle_seconds)
+            self._loop()
+        finally:
+            self.shutdown()
+        return 0
+
+    def _loop(self) -> None:
+        assert self._sock is not None
+        last_resync = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                now = time.monotonic()
+                with self._state:
+                    idle = self.active == 0 and now - self.last_activity > self.idle_seconds
+                if idle:
+                    log.info("idle for %ss: exiting", self.idle_seconds)
+                    return
+                if not self._socket_is_ours():
+                    log.info("socket file replaced or removed: exiting")
+                    return
+                if now - last_resync > RESYNC_SECONDS:
+                    last_resync = now
+                    # inotify can drop events (queue overflow): re-walk what we watch, in the background.
+                    roots = set(self.watcher.watched())
+                    self.watcher.bump(roots)
+                    threading.Thread(target=self._on_change, args=(roots,), daemon=True).start()
+                continue
+            except OSError:
+                if self._stop.is_set():
+                    return
+                raise
+            with self._state:
+                self.last_activity = time.monotonic()
+            threading.Thread(target=self._serve_conn, args=(conn,), daemon=True).start()
+
+    def _socket_is_ours(self) -> bool:
+        try:
+            return self.sock_path.stat().st_ino == self._sock_ino
+        except OSError:
+            return False
+
+    def shutdown(self) -> None:
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.close()
+            if self._socket_is_ours():
+                with contextlib.suppress(OSError):
+                    self.sock_path.unlink()
+            self._sock = None
+        self.watcher.stop()
+        with self._entries_lock:
+            entries = list(self.entries.values())
+        for entry in entries:
+            for si in entry.ws.indexes.values():
+                with contextlib.suppress(Exception):
+                    si.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the lifetime lock
+            self._lock_fd = None
+        log.info("stopped")
+
+
+def _same_user(conn: socket.socket) -> bool:
+    """The socket is 0600 already; SO_PEERCRED also refuses a peer of another uid."""
+    try:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return True  # not Linux: the 0600 socket in a 0700 directory is the guard
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return uid == os.getuid()
+
+
+def default_idle_seconds(env: dict[str, str] | None = None) -> int:
+    from .config import load_config
+    from .workspace import global_store_path
+
+    env = dict(os.environ if env is None else env)
+    try:
+        config = load_config(None, global_store_path(env), env)
+    except MemstoreError:
+        return 1800
+    return int(config.get("daemon", "idle_seconds", 1800))
+
+
+def serve(idle_seconds: float | None = None) -> int:
+    """Run the daemon in the foreground until idle, stopped or replaced."""
+    rdir = client.ensure_runtime_dir()
+    handler = logging.FileHandler(rdir / client.LOG_NAME)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(message)s"))
+    root = logging.getLogger("memstore")
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if os.environ.get("MEMSTORE_DEBUG") else logging.INFO)
+    idle = float(idle_seconds) if idle_seconds is not None else float(default_idle_seconds())
+    daemon = Daemon(rdir, idle)
+    try:
+        return daemon.run()
+    finally:
+        root.removeHandler(handler)
+        handler.close()

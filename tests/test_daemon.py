@@ -1,0 +1,384 @@
+"""The daemon as agents meet it: a real `memstore serve` subprocess, real watchdog events, real
+Unix socket. One daemon serves the module (the model takes seconds to load); the life-cycle test
+starts its own in a separate runtime directory. Every wait is a bounded poll."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memstore import api, client, gitops, retrieve
+from memstore.workspace import open_workspace
+
+pytestmark = [pytest.mark.model, pytest.mark.slow]
+
+WAIT = 60.0  # generous bound for a daemon start (model load) on a loaded 2-core machine
+
+
+def _git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def _poll(cond: Callable[[], Any], timeout: float = 20.0, every: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(every)
+
+
+class Env:
+    """A hermetic world for one daemon: home, global store, runtime dir, repos."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.home = base / "home"
+        self.home.mkdir(parents=True, exist_ok=True)
+        # AF_UNIX paths are limited to ~107 bytes: keep the runtime dir short, not under tmp_path.
+        self.rdir = Path(f"/tmp/ms-test-{os.getpid()}-{base.name[-12:]}")
+        gitconfig = base / "gitconfig"
+        gitconfig.write_text("[user]\n\tname = Test\n\temail = test@example.com\n")
+        self.vars = {
+            "HOME": str(self.home), "MEMSTORE_HOME": str(self.home / ".memory"),
+            "MEMSTORE_RUNTIME_DIR": str(self.rdir), "MEMSTORE_DAEMON": "1",
+            "GIT_CONFIG_GLOBAL": str(gitconfig), "GIT_CONFIG_NOSYSTEM": "1",
+        }
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMSTORE_", "GIT_"))}
+        env.update(self.vars)
+        env.update(extra)
+        return env
+
+    def cli(self, *args: str, cwd: Path, **extra: str) -> tuple[int, Any, str]:
+        proc = subprocess.run([sys.executable, "-m", "memstore", *args], cwd=cwd, env=self.env(**extra),
+                              capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL, check=False)
+        out = proc.stdout.strip()
+        try:
+            data = json.loads(out) if out else None
+        except json.JSONDecodeError:
+            data = out
+        return proc.returncode, data, proc.stderr
+
+    def call(self, message: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
+        return client.call(message, timeout=timeout, env=self.env())
+
+    def status(self) -> dict[str, Any]:
+        return client.status(env=self.env())
+
+    def forward(self, verb: str, cwd: Path, *, request: dict[str, Any] | None = None,
+                args: dict[str, Any] | None = None) -> dict[str, Any]:
+        """What the CLI sends, straight over the socket (no interpreter start per poll)."""
+        msg = {"verb": verb, "version": client.code_version(), "cwd": str(cwd), "store": None,
+               "env": client.forwarded_env(self.env()), "request": request, "args": args}
+        return self.call(msg)
+
+    def make_repo(self, name: str) -> Path:
+        root = self.base / name
+        root.mkdir()
+        _git(root, "init", "-q", "-b", "main")
+        _git(root, "commit", "-q", "--allow-empty", "-m", "initial")
+        gitops.toplevel.cache_clear()
+        ws = open_workspace(cwd=root, env=self.env())
+        api.init(ws)
+        return root
+
+    def start(self, *extra: str) -> subprocess.Popen[bytes]:
+        client.ensure_runtime_dir(self.env())
+        log = open(self.rdir / "test-daemon.out", "ab")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen([sys.executable, "-m", "memstore", "serve", *extra], env=self.env(),
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        log.close()
+        assert client.wait_until_up(WAIT, env=self.env()), self.log()
+        return proc
+
+    def stop(self) -> None:
+        client.stop(env=self.env())
+
+    def log(self) -> str:
+        parts = []
+        for name in ("daemon.log", "test-daemon.out"):
+            path = self.rdir / name
+            if path.exists():
+                parts.append(path.read_text(errors="replace")[-4000:])
+        return "\n".join(parts)
+
+    def cleanup(self) -> None:
+        import shutil
+
+        self.stop()
+        pid_file = self.rdir / client.LOCK_NAME
+        if client.daemon_running(self.env()) and pid_file.exists():
+            pid = int(pid_file.read_text().split()[0] or 0)
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(self.rdir, ignore_errors=True)
+
+
+def _seed(world: Env, repo: Path, topic: str) -> dict[str, str]:
+    ws = open_workspace(cwd=repo, env=world.env())
+
+    def w(kind: str, text: str, **links: Any) -> str:
+        memory: dict[str, Any] = {"kind": kind, "scope": "repo", "text": text, "evidence_refs": ["user:seen"]}
+        if links:
+            memory["links"] = links
+        return api.write(ws, {"op": "write", "memory": memory, "allow_duplicate": True})["id"]
+
+    ids = {"problem": w("problem", f"{topic}: sqlite migration fails because column already exists")}
+    ids["solution"] = w("solution", f"{topic}: guard the ALTER TABLE with a PRAGMA table_info check",
+                        problem_id=ids["problem"])
+    ids["failed"] = w("failed_tactic", f"{topic}: deleting the migration row from schema_versions broke prod",
+                      problem_id=ids["problem"])
+    ids["fact"] = w("fact", f"{topic}: the API server reads its settings from config/server.toml")
+    ids["pref"] = w("preference", f"{topic}: the team prefers pytest fixtures over unittest setUp methods")
+    return ids
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    world = Env(tmp_path_factory.mktemp("daemon"))
+    old = dict(os.environ)
+    os.environ.update(world.env())  # the conftest's per-test env comes later; seeding needs ours now
+    try:
+        world.repo_a = world.make_repo("repo_a")  # type: ignore[attr-defined]
+        world.repo_b = world.make_repo("repo_b")  # type: ignore[attr-defined]
+        world.ids_a = _seed(world, world.repo_a, "alpha")  # type: ignore[attr-defined]
+        world.ids_b = _seed(world, world.repo_b, "beta")  # type: ignore[attr-defined]
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    world.proc = world.start("--idle", "600")  # type: ignore[attr-defined]
+    yield world
+    world.cleanup()
+    world.proc.wait(timeout=30)  # type: ignore[attr-defined]
+
+
+def _ids(answer: dict[str, Any]) -> list[tuple[str, float]]:
+    return [(r["id"], r["score"]) for r in answer["results"]]
+
+
+def _texts(answer: dict[str, Any]) -> list[str]:
+    return [r["text"] for r in answer.get("results", [])]
+
+
+# -- the socket -------------------------------------------------------------------------------------
+def test_socket_0600_in_a_0700_directory(world: Env) -> None:
+    assert stat.S_IMODE(world.rdir.stat().st_mode) == 0o700
+    sock = world.rdir / client.SOCKET_NAME
+    assert stat.S_ISSOCK(sock.stat().st_mode)
+    assert stat.S_IMODE(sock.stat().st_mode) == 0o600
+    assert (world.rdir / client.LOG_NAME).exists()
+
+
+def test_cli_read_is_answered_by_the_daemon(world: Env) -> None:
+    before = world.status()["requests"]
+    rc, out, err = world.cli("read", "sqlite", "migration", "column", "already", "exists", cwd=world.repo_a)
+    assert rc == 0, err
+    assert world.ids_a["problem"] in [r["id"] for r in out["results"]]
+    assert world.status()["requests"] >= before + 1
+    assert str(world.repo_a / ".memory") in world.status()["watched"]
+
+
+def test_errors_and_exit_codes_match_in_process(world: Env) -> None:
+    for args in (("show", "zzzzzzzz"), ("read", "--json", "-"), ("show", "01")):
+        rc_d, out_d, _ = world.cli(*args, cwd=world.repo_a)
+        rc_p, out_p, _ = world.cli(*args, cwd=world.repo_a, MEMSTORE_DAEMON="0")
+        assert (rc_d, out_d) == (rc_p, out_p), args
+        assert rc_d in (2, 3)
+
+
+def test_answers_identical_in_process_and_via_daemon(world: Env) -> None:
+    queries = ["sqlite migration fails: column already exists", "where are the API server settings",
+               "how should tests be written"]
+    gitops.toplevel.cache_clear()
+    ws = open_workspace(cwd=world.repo_a, env=world.env())
+    for q in queries:
+        req = {"op": "read", "query": q}
+        via = world.forward("read", world.repo_a, request=req)["answer"]
+        local = retrieve.read(ws, req)
+        assert _ids(via) == _ids(local), q
+        for a in (via, local):
+            a["stats"].pop("elapsed_ms")
+        assert via == local
+    assert world.forward("show", world.repo_a, args={"id": world.ids_a["fact"]})["answer"] == api.show(
+        ws, world.ids_a["fact"])
+    lst = {"kind": None, "scope": None, "all": False, "limit": None}
+    assert world.forward("list", world.repo_a, args=lst)["answer"] == api.list_memories(ws)
+    # and end to end through two real CLI processes, one of them loading the model itself
+    rc_d, out_d, _ = world.cli("read", "sqlite", "migration", "column", cwd=world.repo_a)
+    rc_p, out_p, _ = world.cli("read", "sqlite", "migration", "column", cwd=world.repo_a, MEMSTORE_DAEMON="0")
+    assert rc_d == rc_p == 0
+    assert _ids(out_d) == _ids(out_p)
+
+
+def _hand_write(repo: Path, name: str, text: str) -> None:
+    path = repo / ".memory" / "facts" / name
+    path.write_text(f"---\nkind: fact\n---\n{text}\n")
+
+
+def test_hand_written_file_appears_through_the_watcher(world: Env) -> None:
+    text = "The quuxotic frobnicator cache lives in var/frob/quux.db"
+    world.forward("read", world.repo_a, request={"op": "read", "query": "warm up"})
+    _hand_write(world.repo_a, "frob.md", text)
+    found = _poll(lambda: text in _texts(world.forward("read", world.repo_a, request={
+        "op": "read", "query": "quuxotic frobnicator cache"})["answer"]))
+    assert found, world.log()
+    # the watcher, not only the per-read stat walk, saw it: a background refresh ran
+    assert _poll(lambda: "refreshed " + str(world.repo_a / ".memory") in (world.rdir / "daemon.log").read_text()
+                 ), world.log()
+    # an edit and a delete are seen too
+    _hand_write(world.repo_a, "frob.md", "The zorblax widget cache lives in var/zorb/cache.db")
+    assert _poll(lambda: any("zorblax" in t for t in _texts(world.forward("read", world.repo_a, request={
+        "op": "read", "query": "zorblax widget cache"})["answer"]))), world.log()
+    (world.repo_a / ".memory" / "facts" / "frob.md").unlink()
+    assert _poll(lambda: not any("zorblax" in t for t in _texts(world.forward("read", world.repo_a, request={
+        "op": "read", "query": "zorblax widget cache"})["answer"]))), world.log()
+
+
+def test_two_stores_watched_at_once(world: Env) -> None:
+    for repo in (world.repo_a, world.repo_b):
+        assert world.forward("read", repo, request={"op": "read", "query": "sqlite"})["answer"]["ok"]
+    watched = world.status()["watched"]
+    assert str(world.repo_a / ".memory") in watched and str(world.repo_b / ".memory") in watched
+    text = "The grommet scheduler retries jobs three times in beta"
+    _hand_write(world.repo_b, "grommet.md", text)
+    req = {"op": "read", "query": "grommet scheduler retries"}
+    assert _poll(lambda: text in _texts(world.forward("read", world.repo_b, request=req)["answer"])), world.log()
+    # repo stores stay isolated
+    assert text not in _texts(world.forward("read", world.repo_a, request=req)["answer"])
+
+
+def test_git_checkout_is_seen(world: Env) -> None:
+    repo = world.repo_b
+    _git(repo, "add", "-A", ".memory")
+    _git(repo, "commit", "-q", "-m", "memories")
+    _git(repo, "checkout", "-q", "-b", "feature")
+    _hand_write(repo, "flange.md", "The flange compactor must run before the nightly export")
+    _git(repo, "add", "-A", ".memory")
+    _git(repo, "commit", "-q", "-m", "flange")
+    req = {"op": "read", "query": "flange compactor nightly export"}
+    assert _poll(lambda: any("flange" in t for t in _texts(world.forward("read", repo, request=req)["answer"])))
+    _git(repo, "checkout", "-q", "main")
+    assert _poll(lambda: not any("flange" in t for t in _texts(world.forward("read", repo, request=req)["answer"]))
+                 ), world.log()
+
+
+def test_write_through_daemon_is_visible_to_the_next_read(world: Env) -> None:
+    rc, out, err = world.cli("write", "--kind", "fact", "--text", "The sprocket service listens on port 7311",
+                             "--evidence", "user:told", cwd=world.repo_a)
+    assert rc == 0, err
+    assert (world.repo_a / out["path"]).is_file()
+    rc, again, _ = world.cli("read", "sprocket", "service", "port", cwd=world.repo_a)
+    assert out["id"] in [r["id"] for r in again["results"]]
+    # the duplicate gate runs in the daemon too, with the same error and exit code
+    rc, dup, _ = world.cli("write", "--kind", "fact", "--text", "The sprocket service listens on port 7311",
+                           "--evidence", "user:told", cwd=world.repo_a)
+    assert rc == 4 and dup["error"]["code"] == "duplicate"
+
+
+def test_survives_clients_that_die_mid_request(world: Env) -> None:
+    path = str(world.rdir / client.SOCKET_NAME)
+    # 1. half a request, then the connection closes
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    s.sendall(b'{"verb": "read", "requ')
+    s.close()
+    # 2. a whole request, then gone before the answer
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    msg = {"verb": "read", "version": client.code_version(), "cwd": str(world.repo_a),
+           "env": client.forwarded_env(world.env()), "request": {"op": "read", "query": "sqlite migration"}}
+    s.sendall(json.dumps(msg).encode() + b"\n")
+    s.close()
+    # 3. a client process killed while it waits
+    code = ("import socket,sys,time; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
+            "s.sendall(b'{\"verb\": \"ping\"'); print('ready', flush=True); time.sleep(60)")
+    with subprocess.Popen([sys.executable, "-c", code, path], stdout=subprocess.PIPE) as proc:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+        proc.kill()
+        proc.wait(timeout=10)
+    # 4. garbage
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    s.sendall(b"not json\n")
+    bad = json.loads(client._recv_line(s))
+    s.close()
+    assert bad["exit_code"] == 2
+    assert world.forward("read", world.repo_a, request={"op": "read", "query": "sqlite"})["answer"]["ok"]
+
+
+def test_concurrent_clients(world: Env) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    req = {"op": "read", "query": "sqlite migration fails because column already exists"}
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda i: world.forward("read", (world.repo_a, world.repo_b)[i % 2], request=req),
+                                range(12)))
+    assert all(a["answer"]["ok"] for a in answers)
+    assert len({json.dumps(_ids(a["answer"])) for a in answers[::2]}) == 1
+
+
+# -- life cycle (own runtime dir, own daemons) -----------------------------------------------------------
+def test_stale_socket_autostart_version_restart_idle_exit(tmp_path: Path) -> None:
+    life = Env(tmp_path / "life")
+    try:
+        old = dict(os.environ)
+        os.environ.update(life.env())
+        try:
+            repo = life.make_repo("repo")
+            _seed(life, repo, "gamma")
+        finally:
+            os.environ.clear()
+            os.environ.update(old)
+        # A socket file left by a killed daemon: nobody listens on it.
+        client.ensure_runtime_dir(life.env())
+        stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        stale.bind(str(life.rdir / client.SOCKET_NAME))
+        stale.close()
+        stale_ino = (life.rdir / client.SOCKET_NAME).stat().st_ino
+        # The CLI answers in-process and starts a daemon for next time.
+        rc, out, err = life.cli("read", "sqlite", "migration", cwd=repo)
+        assert rc == 0 and out["ok"], err
+        assert client.wait_until_up(WAIT, env=life.env()), life.log()
+        first = life.status()
+        assert first["running"] and (life.rdir / client.SOCKET_NAME).stat().st_ino != stale_ino
+        # A client of another version asks it to make way; the next CLI call starts a fresh one.
+        msg = {"verb": "read", "version": "0.0.0+old", "cwd": str(repo), "env": client.forwarded_env(life.env()),
+               "request": {"op": "read", "query": "x"}}
+        assert life.call(msg).get("restart") is True
+        assert _poll(lambda: not client.daemon_running(life.env()), 30), life.log()
+        rc, out, err = life.cli("read", "sqlite", "migration", cwd=repo, MEMSTORE_DAEMON_IDLE="3")
+        assert rc == 0, err
+        assert client.wait_until_up(WAIT, env=life.env()), life.log()
+        second = life.status()
+        assert second["pid"] != first["pid"] and second["idle_seconds"] == 3
+        # ... and that one leaves by itself once idle, taking its socket with it.
+        assert _poll(lambda: not client.daemon_running(life.env()), 40), life.log()
+        assert not (life.rdir / client.SOCKET_NAME).exists()
+        assert "idle for 3.0s: exiting" in (life.rdir / "daemon.log").read_text()
+    finally:
+        life.cleanup()
+
+
+def test_daemon_off_never_spawns(tmp_path: Path) -> None:
+    life = Env(tmp_path / "off")
+    try:
+        rc, _, err = life.cli("list", cwd=life.home, MEMSTORE_DAEMON="0")
+        assert rc in (0, 3), err
+        time.sleep(0.3)
+        assert not client.daemon_running(life.env())
+        assert not (life.rdir / client.SOCKET_NAME).exists()
+    finally:
+        life.cleanup()
