@@ -186,6 +186,17 @@ class Catalog:
         self.memories, self.events, self.invalid = memories, events, invalid
         return delta
 
+    def hold_saves(self) -> None:
+        """Keep changes in memory until ``flush``: a long-lived process (the daemon) would
+        otherwise rewrite the whole cache after every write."""
+        if self._defer_save is None:
+            self._defer_save = False
+
+    def flush(self) -> None:
+        if self._defer_save:
+            self._save_cache()
+            self._defer_save = False
+
     # -- lookups ---------------------------------------------------------------------------------
     def match_prefix(self, prefix: str) -> list[str]:
         return [mid for mid in self.memories if mid.startswith(prefix)]

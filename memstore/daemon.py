@@ -38,6 +38,7 @@ LOCK_WAIT = 15.0  # a replaced daemon may take a moment to exit and release the 
 RECV_TIMEOUT = 30.0  # a client that connects and never finishes its request is dropped
 GIT_CACHE_SECONDS = 30.0  # `git init` in a directory seen before becomes visible this fast
 RESYNC_SECONDS = 120.0  # safety net: re-walk watched stores even if inotify lost events
+FLUSH_SECONDS = 5.0  # save projections held in memory this long after the last check
 
 
 @dataclass
@@ -111,6 +112,7 @@ class Daemon:
             entry = self.entries.get(key)
             if entry is None:
                 ws.change_counter = self._counter
+                ws.defer_saves = True  # saved by flush_all() when quiet, not after every write
                 entry = Entry(ws)
                 self.entries[key] = entry
                 log.info("workspace opened: repo=%s global=%s", key[0] or "-", key[1])
@@ -302,7 +304,7 @@ class Daemon:
 
     def _loop(self) -> None:
         assert self._sock is not None
-        last_resync = time.monotonic()
+        last_resync = last_flush = time.monotonic()
         while not self._stop.is_set():
             try:
                 conn, _ = self._sock.accept()
@@ -316,6 +318,9 @@ class Daemon:
                 if not self._socket_is_ours():
                     log.info("socket file replaced or removed: exiting")
                     return
+                if now - last_flush > FLUSH_SECONDS:
+                    last_flush = now
+                    threading.Thread(target=self.flush_all, daemon=True).start()
                 if now - last_resync > RESYNC_SECONDS:
                     last_resync = now
                     # inotify can drop events (queue overflow): re-walk what we watch, in the background.
@@ -330,6 +335,17 @@ class Daemon:
             with self._state:
                 self.last_activity = time.monotonic()
             threading.Thread(target=self._serve_conn, args=(conn,), daemon=True).start()
+
+    def flush_all(self) -> None:
+        """Save the projections held in memory, so a process without the daemon starts warm."""
+        with self._entries_lock:
+            entries = list(self.entries.values())
+        for entry in entries:
+            with entry.lock:
+                try:
+                    entry.ws.flush()
+                except Exception:  # a projection that fails to save is rebuilt by the next reader
+                    log.exception("flush failed")
 
     def _socket_is_ours(self) -> bool:
         try:
@@ -346,6 +362,7 @@ class Daemon:
                     self.sock_path.unlink()
             self._sock = None
         self.watcher.stop()
+        self.flush_all()
         with self._entries_lock:
             entries = list(self.entries.values())
         for entry in entries:

@@ -89,12 +89,12 @@ def _body(text: str) -> str | None:
 
 def _strip_body_comments(text: str) -> str:
     """Drop the template's guidance comments from the body (not from the frontmatter)."""
-    ends = list(_FM_END_RE.finditer(text.lstrip("\ufeff")))
+    text = text.lstrip("\ufeff")
+    ends = list(_FM_END_RE.finditer(text))
     if len(ends) < 2:
         return text
     cut = ends[1].end()
-    head, body = text.lstrip("\ufeff")[:cut], text.lstrip("\ufeff")[cut:]
-    return head + "\n" + _COMMENT_RE.sub("", body).strip("\n") + "\n"
+    return text[:cut] + "\n" + _COMMENT_RE.sub("", text[cut:]).strip("\n") + "\n"
 
 
 def new_memory_file(ws: Workspace, kind: str, scope: str, *, env: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -107,9 +107,9 @@ def new_memory_file(ws: Workspace, kind: str, scope: str, *, env: Mapping[str, s
     env = os.environ if env is None else env
     command = _editor_command(env, sys.stdin.isatty())
     store = ws.store(scope)
+    template = _with_scope(template_text(kind), scope)
     if not store.exists():
         store.init()
-    template = _with_scope(template_text(kind), scope)
     path = _fresh_path(store, kind)
     atomic_write(path, template, exclusive=True)
     rel = store.relpath(path)
@@ -120,6 +120,9 @@ def new_memory_file(ws: Workspace, kind: str, scope: str, *, env: Mapping[str, s
         path.unlink(missing_ok=True)
         raise InvalidRequest(f"cannot run the editor {command[0]!r}: {exc.strerror or exc}", code="no_editor",
                              hint="set $VISUAL or $EDITOR to an editor on PATH") from exc
+    except BaseException:  # Ctrl-C while the editor is open: leave no template behind
+        path.unlink(missing_ok=True)
+        raise
     if proc.returncode != 0:
         path.unlink(missing_ok=True)
         raise Aborted(f"the editor exited with status {proc.returncode}; {shown} was discarded")

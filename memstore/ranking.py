@@ -170,10 +170,10 @@ class RankingParams:
     # -- query-level gate (abstention). The best cosine anywhere in scope must clear the bar,
     # or the answer is empty. Applied per query, never per result: per-result cosine bars
     # this high would drop most true evidence (RESULTS.md, "gate vs floor").
-    query_bar: Mapping[str, float] = field(default_factory=lambda: _frozen({"targeted": 0.45, "ambient": 0.55}))
+    query_bar: Mapping[str, float] = field(default_factory=lambda: _frozen({"targeted": 0.40, "ambient": 0.50}))
     # Added to the bar when the query names things (capitalised words, identifiers) and not
     # one of them occurs anywhere in the store: the store has never heard of the subject.
-    novelty_penalty: float = 0.10
+    novelty_penalty: float = 0.15
     # Per-kind offsets to every bar and floor; negative = more permissive (SPEC §1.2:
     # preferences are retrieved more permissively than facts).
     kind_offset: Mapping[str, float] = field(
@@ -191,7 +191,7 @@ class RankingParams:
     # feature for every candidate, and the best ``keyword_lane`` enter even without any
     # semantic support (exact identifiers and error strings that embeddings blur).
     keyword_pool: int = 50
-    keyword_lane: int = 5
+    keyword_lane: int = 10
     keyword_weight: float = 0.5
     bm25_b: float = 0.4
     bm25_k1: float = 1.2
@@ -200,7 +200,7 @@ class RankingParams:
     semantic_hops: int = 2
     hop_seeds: int = 3
     # Similarity a hop must reach, per hop; stricter outward.
-    hop_bars: tuple[float, ...] = (0.80, 0.88)
+    hop_bars: tuple[float, ...] = (0.85, 0.90)
 
     # -- pseudo-relevance feedback: query += prf_weight * mean(top prf_docs vectors).
     # Off: measured no gain on either benchmark (RESULTS.md).

@@ -82,6 +82,7 @@ def store_index(ws: Workspace, scope: str, params: ReadParams) -> StoreIndex:
     store = ws.store(scope)
     if si is None or si.store is not store:
         si = StoreIndex(ws.catalog(scope, refresh=False), get_embedder(), params.ranking)
+        si.defer_saves = ws.defer_saves
         ws.indexes[scope] = si
     return si
 
@@ -97,8 +98,6 @@ class Scope:
 
 
 def open_scope(ws: Workspace, include_global: bool, params: ReadParams) -> Scope:
-    memories: dict[str, Memory] = {}
-    events: list[Event] = []
     indexes: list[StoreIndex] = []
     warnings: list[str] = []
     for scope in ws.scopes(include_global):
@@ -108,11 +107,23 @@ def open_scope(ws: Workspace, include_global: bool, params: ReadParams) -> Scope
         warnings += si.warnings
         si.warnings.clear()
         indexes.append(si)
-        memories.update(si.catalog.memories)
-        events.extend(si.catalog.events.values())
-    # Events in the repo store may vote on global memories, so links and utility are computed
-    # over everything in scope together.
-    return Scope(memories, build_graph(memories, events), indexes, warnings)
+    # A long-lived process reads far more often than the files change: the merged records and
+    # the link/utility graph are rebuilt only when a catalog moved.
+    key = tuple((si.store.root, si.catalog.generation) for si in indexes)
+    cached = ws.read_cache.get("scope")
+    if cached is not None and cached[0] == key:
+        memories, graph = cached[1], cached[2]
+    else:
+        memories = {}
+        events: list[Event] = []
+        for si in indexes:
+            memories.update(si.catalog.memories)
+            events.extend(si.catalog.events.values())
+        # Events in the repo store may vote on global memories, so links and utility are
+        # computed over everything in scope together.
+        graph = build_graph(memories, events)
+        ws.read_cache["scope"] = (key, memories, graph)
+    return Scope(memories, graph, indexes, warnings)
 
 
 def allowed(mem: Memory, graph: Graph, kinds: set[str], since: str | None, tags: set[str]) -> bool:
@@ -122,6 +133,24 @@ def allowed(mem: Memory, graph: Graph, kinds: set[str], since: str | None, tags:
     if since and (mem.created or "") < since:
         return False
     return not tags or bool(tags & {t.lower() for t in mem.tags})
+
+
+def _scope_token(sc: Scope) -> tuple[Any, ...]:
+    return tuple((si.store.root, si.catalog.generation, si.state.generation, id(si.vectors)) for si in sc.indexes)
+
+
+def scoped_rows(ws: Workspace, sc: Scope, kinds: set[str], since: str | None, tags: set[str],
+                semantic: bool) -> tuple[set[str], Rows]:
+    """The memories in scope and the row space the ranking sees, reused while nothing in scope
+    changed and the filters are the same (the common case for an agent's reads)."""
+    key = (_scope_token(sc), frozenset(kinds), since, frozenset(tags), semantic)
+    cached = ws.read_cache.get("rows")
+    if cached is not None and cached[0] == key:
+        return cached[1], cached[2]
+    ok = {m for m, mem in sc.memories.items() if allowed(mem, sc.graph, kinds, since, tags)}
+    rows = build_rows(sc, ok, semantic, get_embedder().dim)
+    ws.read_cache["rows"] = (key, ok, rows)
+    return ok, rows
 
 
 # -- lanes ------------------------------------------------------------------------------------------
@@ -332,7 +361,6 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     sc = open_scope(ws, include_global, p)
     kinds = set(request.get("kinds") or KINDS)
     tags = {t.lower() for t in filters.get("tags") or []}
-    ok = {m for m, mem in sc.memories.items() if allowed(mem, sc.graph, kinds, filters.get("since"), tags)}
 
     warnings = list(sc.warnings)
     qvec: np.ndarray | None = None
@@ -347,7 +375,7 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
         err = next((si.semantic_error for si in sc.indexes if si.semantic_error), "embedder unavailable")
         warnings.append(f"semantic lane unavailable: {err}")
 
-    rows = build_rows(sc, ok, semantic, get_embedder().dim)
+    ok, rows = scoped_rows(ws, sc, kinds, filters.get("since"), tags, semantic)
     kw_hits = keyword_lane(sc, query, rows, rp.keyword_pool)
     ranked = ranking.rank(
         qvec, rows.matrix, kw_hits, rows.kinds, salient=ranking.salient_terms(query), doc_freq=doc_freq_fn(sc),

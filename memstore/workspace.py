@@ -30,11 +30,15 @@ class Workspace:
     # Index projections per store (memstore.retrieve owns them; kept here so a long-lived
     # process such as the daemon reuses them across calls).
     indexes: dict[str, Any] = field(default_factory=dict)
+    read_cache: dict[str, Any] = field(default_factory=dict)  # derived views memstore.retrieve reuses
     # Set by a process with a file watcher (the daemon): a store's change counter, or None when
     # the store is not watched. While the counter stands where it stood at this workspace's last
     # stat walk of the store, the walk is skipped (SPEC §5: the watcher keeps the index hot so
     # the freshness check finds nothing to do). Unset: every call walks.
     change_counter: Callable[[Store], int | None] | None = None
+    # Long-lived processes keep projections in memory and save them with ``flush()``; the files
+    # stay the truth, so an unsaved projection only costs the next process some catching up.
+    defer_saves: bool = False
     _walked_at: dict[str, int] = field(default_factory=dict)
 
     def store(self, scope: str) -> Store:
@@ -60,6 +64,8 @@ class Workspace:
             cat = Catalog(store)
             self._catalogs[scope] = cat
             self._walked_at.pop(scope, None)
+        if self.defer_saves:
+            cat.hold_saves()
         if refresh and store.exists():
             counter = self.change_counter(store) if self.change_counter is not None else None
             if counter is None or self._walked_at.get(scope) != counter:
@@ -67,6 +73,13 @@ class Workspace:
                 if counter is not None:
                     self._walked_at[scope] = counter
         return cat
+
+    def flush(self) -> None:
+        """Save every projection held back by ``defer_saves``."""
+        for cat in self._catalogs.values():
+            cat.flush()
+        for si in self.indexes.values():
+            si.flush()
 
     def graph(self, scope: str) -> Graph:
         """Links and utility over one store (plus, for the repo store, global memories it links to)."""

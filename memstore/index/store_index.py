@@ -53,6 +53,10 @@ class StoreIndex:
         self._synced_catalog_gen = -1
         self._cache: EmbeddingCache | None = None
         self._loaded = False
+        self.defer_saves = False
+        self._dirty = False
+        self._disk_generation = 0  # the generation of the on-disk index this state started from
+        self._keys: dict[str, tuple[Memory, str, str]] = {}  # id -> (parsed memory, doc key, text key)
 
     # -- loading -------------------------------------------------------------------------------
     @property
@@ -74,6 +78,8 @@ class StoreIndex:
     def _load(self) -> None:
         """Load what is on disk; anything unreadable is dropped and rebuilt on the next sync."""
         self._loaded = True
+        self._disk_generation = 0
+        self._dirty = False
         self.dir.mkdir(parents=True, exist_ok=True)
         meta = self._read_meta()
         self.keyword = KeywordIndex(self.dir / "keyword", self.params)
@@ -86,6 +92,7 @@ class StoreIndex:
                 self.keyword = KeywordIndex(self.dir / "keyword", self.params)
             return
         self.state.generation = int(meta.get("generation", 0))
+        self._disk_generation = self.state.generation
         if not self.keyword.created:
             self.state.kw_manifest = dict(meta.get("kw_manifest", {}))
         model_ok = self.embedder is not None and meta.get("model_id") == self.embedder.model_id
@@ -133,17 +140,36 @@ class StoreIndex:
             return False
         with file_lock(self.dir / "index.lock"):
             meta = self._read_meta()
-            if meta is not None and int(meta.get("generation", 0)) != self.state.generation:
+            if meta is not None and int(meta.get("generation", 0)) != self._disk_generation:
                 # Another process saved a newer index: start from it, it is probably closer.
                 self._load()
             changed = self._sync(wanted_kw, wanted_vec)
             if changed:
                 self.state.generation = max(self.state.generation, int((meta or {}).get("generation", 0))) + 1
-                assert self.vectors is not None
-                self.vectors.save(self.dir / "vectors.faiss")
-                self._save_meta()
+                self._dirty = True
+                if not self.defer_saves:
+                    self._save()
         self._synced_catalog_gen = self.catalog.generation
         return changed
+
+    def _save(self) -> None:
+        assert self.vectors is not None
+        self.vectors.save(self.dir / "vectors.faiss")
+        self._save_meta()
+        self._disk_generation = self.state.generation
+        self._dirty = False
+
+    def flush(self) -> None:
+        """Save projections held back by ``defer_saves`` (the daemon calls this when idle)."""
+        if not self._dirty or not self._loaded:
+            return
+        with file_lock(self.dir / "index.lock"):
+            meta = self._read_meta()
+            if meta is not None and int(meta.get("generation", 0)) != self._disk_generation:
+                # Someone else saved meanwhile; ours may be older. The next sync reconciles.
+                self._dirty = False
+                return
+            self._save()
 
     def _vectors_pending(self) -> bool:
         return False
@@ -151,9 +177,18 @@ class StoreIndex:
     def _wanted(self) -> tuple[dict[str, str], dict[str, str]]:
         kw: dict[str, str] = {}
         vec: dict[str, str] = {}
+        keys = self._keys
+        fresh: dict[str, tuple[Memory, str, str]] = {}
         for mid, mem in self.catalog.memories.items():
-            kw[mid] = doc_key(mem)
-            vec[mid] = text_key(mem.text)
+            # The catalog keeps the same Memory object while its file is unchanged, so only
+            # re-parsed files are hashed again.
+            known = keys.get(mid)
+            if known is None or known[0] is not mem:
+                known = (mem, doc_key(mem), text_key(mem.text))
+            fresh[mid] = known
+            kw[mid] = known[1]
+            vec[mid] = known[2]
+        self._keys = fresh
         return kw, vec
 
     def _sync(self, wanted_kw: dict[str, str], wanted_vec: dict[str, str]) -> bool:
