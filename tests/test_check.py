@@ -1,0 +1,141 @@
+"""check: the example store passes; immutability, dangling links, --fix and --base for PR review."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLE_STORE, CliResult, git, make_git_repo, write_req
+
+from memstore import api
+from memstore.files import parse_markdown
+from memstore.output import pretty
+from memstore.workspace import open_workspace
+
+
+@pytest.fixture
+def example_repo(tmp_path: Path) -> Path:
+    """A fresh repo whose committed .memory/ is a copy of the example store."""
+    root = make_git_repo(tmp_path / "example")
+    shutil.copytree(EXAMPLE_STORE, root / ".memory", ignore=shutil.ignore_patterns(".index"))
+    git(root, "add", ".memory")
+    git(root, "commit", "-q", "-m", "add memories")
+    return root
+
+
+def _errors(out: dict) -> list[dict]:
+    return [p for p in out["problems"] if p["severity"] == "error"]
+
+
+def test_example_store_passes(example_repo: Path, cli: Callable[..., CliResult]) -> None:
+    rc, out, _ = cli("check", cwd=example_repo)
+    assert rc == 0, out
+    assert out["ok"] is True and _errors(out) == []
+    store = example_repo / ".memory"
+    assert out["checked"] == len(list(store.glob("*/*.md"))) + len(list(store.glob("events/*.yaml")))
+    # Its file: evidence points into a codebase this repo does not have: stale, never an error.
+    stale = [p for p in out["problems"] if p["severity"] == "stale"]
+    assert stale and all(p["code"] == "stale_evidence" for p in stale)
+
+
+def test_modified_committed_memory_is_an_error(example_repo: Path, cli: Callable[..., CliResult]) -> None:
+    target = next((example_repo / ".memory" / "facts").glob("*.md"))
+    target.write_text(target.read_text().replace("\n---\n", "\n---\nEdited: ", 1))
+    rel = target.relative_to(example_repo).as_posix()
+    rc, out, _ = cli("check", cwd=example_repo)
+    assert rc == 2 and out["ok"] is False
+    assert [(p["path"], p["code"]) for p in _errors(out)] == [(rel, "immutable")]
+    git(example_repo, "add", rel)
+    rc, out, _ = cli("check", "--staged", cwd=example_repo)
+    assert rc == 2
+    assert [(p["path"], p["code"]) for p in _errors(out)] == [(rel, "immutable")]
+
+
+def test_deleted_committed_memory_is_an_error(example_repo: Path, cli: Callable[..., CliResult]) -> None:
+    target = next((example_repo / ".memory" / "preferences").glob("*.md"))
+    rel = target.relative_to(example_repo).as_posix()
+    git(example_repo, "rm", "-q", rel)
+    rc, out, _ = cli("check", "--staged", cwd=example_repo)
+    assert rc == 2
+    assert [(p["path"], p["code"]) for p in _errors(out)] == [(rel, "immutable")]
+    assert "deleted" in _errors(out)[0]["message"]
+
+
+def test_dangling_link_in_hand_written_file(repo: Path, cli: Callable[..., CliResult]) -> None:
+    (repo / ".memory" / "solutions" / "hand.md").write_text(
+        "---\nkind: solution\nlinks:\n  problem: 01zzzzzzzzzzzzzzzzzzzzzzzz\nevidence: [user:x]\n---\nDo the thing.\n")
+    rc, out, _ = cli("check", cwd=repo)
+    assert rc == 2
+    codes = {(p["path"], p["code"]) for p in _errors(out)}
+    assert codes == {(".memory/solutions/hand.md", "dangling_link")}
+
+
+def test_wrong_kind_and_missing_evidence_in_hand_written_file(repo: Path, cli: Callable[..., CliResult]) -> None:
+    ws = open_workspace(cwd=repo)
+    fact = api.write(ws, write_req("fact", "Uses Postgres 16"))["id"]
+    (repo / ".memory" / "failed_tactics" / "hand.md").write_text(
+        f"---\nkind: failed_tactic\nlinks:\n  problem: {fact}\n---\nTried X.\n")
+    rc, out, _ = cli("check", cwd=repo)
+    assert rc == 2
+    assert {p["code"] for p in _errors(out)} == {"wrong_kind", "missing_evidence"}
+
+
+def test_fix_writes_the_listed_id_and_created(repo: Path, cli: Callable[..., CliResult]) -> None:
+    path = repo / ".memory" / "facts" / "hand-written.md"
+    path.write_text("---\nkind: fact\nauthor: dana\nevidence: [\"user:told me\"]\n---\n"
+                    "<!-- guidance -->\nThe staging DB is refreshed nightly.\n")
+    rc, out, _ = cli("list", cwd=repo)
+    (listed,) = out["memories"]
+    rc, out, _ = cli("check", cwd=repo)
+    assert rc == 0 and [p["code"] for p in out["problems"]] == ["missing_id"]  # a warning outside the hook
+    git(repo, "add", ".memory")
+    rc, out, _ = cli("check", "--staged", cwd=repo)
+    assert rc == 2 and [p["code"] for p in _errors(out)] == ["missing_id"]
+    rc, out, _ = cli("check", "--staged", "--fix", cwd=repo)
+    assert rc == 0, out
+    assert out["fixed"] == [{"path": ".memory/facts/hand-written.md",
+                             "message": f"wrote id {listed['id']} and created"}]
+    meta, body = parse_markdown(path.read_text())
+    assert meta["id"] == listed["id"]
+    assert meta["created"].endswith("Z") and meta["author"] == "dana"
+    assert body == "The staging DB is refreshed nightly."
+    # the fix is staged, so the commit carries the id
+    assert listed["id"] in git(repo, "show", ":.memory/facts/hand-written.md")
+    rc, out, _ = cli("check", "--staged", cwd=repo)
+    assert rc == 0 and out["problems"] == []
+    rc, out, _ = cli("show", listed["id"], cwd=repo)
+    assert rc == 0 and "id_is_provisional" not in out["memory"]["derived"]
+
+
+def test_base_review_of_a_branch(repo: Path, cli: Callable[..., CliResult]) -> None:
+    git(repo, "add", ".memory")
+    git(repo, "commit", "-q", "-m", "memstore init")
+    ws = open_workspace(cwd=repo)
+    # A branch adding only valid memories passes.
+    git(repo, "checkout", "-q", "-b", "good")
+    api.write(ws, write_req("fact", "Releases are cut from main on Tuesdays."))
+    git(repo, "commit", "-q", "-m", "add fact")
+    rc, out, _ = cli("check", "--base", "main", cwd=repo)
+    assert rc == 0 and out["ok"] is True and out["checked"] == 1
+    # A branch adding an invalid memory fails, naming the file.
+    git(repo, "checkout", "-q", "-b", "bad", "main")
+    bad = repo / ".memory" / "problems" / "bad.md"
+    bad.write_text("---\nid: 01m80aaaaaaaaaaaaaaaaaaaaa\nkind: problem\ncreated: 2026-11-20T10:00:00Z\n---\n"
+                   "A problem with no evidence.\n")
+    git(repo, "add", ".memory")
+    git(repo, "commit", "-q", "-m", "add bad problem")
+    rc, out, _ = cli("check", "--base", "main", cwd=repo)
+    assert rc == 2 and out["ok"] is False
+    assert [(p["path"], p["code"]) for p in _errors(out)] == [(".memory/problems/bad.md", "missing_evidence")]
+    # the readable report (what a person sees in CI on a terminal) names the file and the rule
+    report = pretty(out, "check")
+    assert "error: .memory/problems/bad.md: at least one evidence ref is required" in report
+    assert "1 error(s)" in report
+
+
+def test_base_that_does_not_resolve(repo: Path, cli: Callable[..., CliResult]) -> None:
+    rc, out, err = cli("check", "--base", "no-such-branch", cwd=repo)
+    assert rc == 1 and out["error"]["code"] == "store" and "no-such-branch" in out["error"]["message"]
+    assert "Traceback" not in err

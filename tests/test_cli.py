@@ -1,0 +1,193 @@
+"""The command line as users and agents run it: help, output formats, request building, stores."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLE_STORE, CliResult, store_files
+
+from memstore.cli import build_parser
+from memstore.files import parse_markdown
+
+# Evidence, and no duplicate gate: these tests are about the CLI, not the embedder.
+EV = ("--evidence", "user:x", "--allow-duplicate")
+
+
+def _subcommands() -> list[str]:
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, __import__("argparse")._SubParsersAction)]
+    return list(sub.choices)
+
+
+def _example_count() -> int:
+    return len(list(EXAMPLE_STORE.glob("*/*.md"))) - 1  # one example fact is archived
+
+
+def test_top_level_help_lists_every_command(tmp_path: Path, cli: Callable[..., CliResult]) -> None:
+    rc, out, _ = cli("--help", cwd=tmp_path)
+    assert rc == 0
+    for verb in _subcommands():
+        assert f"    {verb}" in out, f"`memstore --help` does not mention {verb}"
+    assert {"read", "write", "create", "update"} <= set(_subcommands())
+
+
+@pytest.mark.parametrize("verb", _subcommands())
+def test_every_command_has_help(verb: str, tmp_path: Path, cli: Callable[..., CliResult]) -> None:
+    rc, out, err = cli(verb, "--help", cwd=tmp_path)
+    assert rc == 0, err
+    assert f"usage: memstore {verb}" in out
+    assert "--json-out" in out and "--store" in out  # the common options work after the verb
+
+
+def test_no_command_prints_help(tmp_path: Path, cli: Callable[..., CliResult]) -> None:
+    rc, out, _ = cli(cwd=tmp_path)
+    assert rc == 0 and "usage: memstore" in out
+
+
+def test_output_is_json_when_piped(repo: Path, cli: Callable[..., CliResult]) -> None:
+    rc, out, _ = cli("write", "--kind", "fact", "--text", "Logs are JSON.", *EV, cwd=repo)
+    assert rc == 0 and isinstance(out, dict) and out["ok"] is True
+
+
+def _run_on_tty(args: list[str], cwd: Path) -> tuple[int, str]:
+    """Run the CLI with stdout on a pseudo-terminal, as a person at a shell would."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "memstore", *args], cwd=cwd, stdout=slave,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=dict(os.environ))
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    rc = proc.wait()
+    assert proc.stderr is not None
+    proc.stderr.close()
+    return rc, b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def test_terminal_gets_text_and_json_out_forces_json(repo: Path, cli: Callable[..., CliResult]) -> None:
+    cli("write", "--kind", "fact", "--text", "Logs are JSON.", *EV, cwd=repo)
+    rc, text = _run_on_tty(["list"], repo)
+    assert rc == 0
+    assert "Logs are JSON." in text and "1 memory" in text
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text)
+    rc, text = _run_on_tty(["list", "--json-out"], repo)
+    assert rc == 0 and json.loads(text)["count"] == 1
+    rc, text = _run_on_tty(["--json-out", "list"], repo)  # before the verb too
+    assert rc == 0 and json.loads(text)["count"] == 1
+
+
+def test_create_is_an_alias_of_write(repo: Path, cli: Callable[..., CliResult]) -> None:
+    rc, out, _ = cli("create", "--kind", "problem", "--text", "Build is slow", *EV, cwd=repo)
+    assert rc == 0 and out["kind"] == "problem" and out["path"].startswith(".memory/problems/")
+    req = {"op": "create", "memory": {"kind": "fact", "scope": "repo", "text": "Uses uv",
+                                      "evidence_refs": ["user:y"]},
+           "allow_duplicate": True}
+    rc, out, _ = cli("write", "--json", "-", cwd=repo, input=json.dumps(req))
+    assert rc == 0 and out["path"].startswith(".memory/facts/")
+    rc, out, _ = cli("create", "--json", "-", cwd=repo, input=json.dumps({**req, "op": "update"}))
+    assert rc == 2 and out["error"]["field"] == "op"
+
+
+def test_flag_built_request_equals_json_request(repo: Path, cli: Callable[..., CliResult]) -> None:
+    _, problem, _ = cli("write", "--kind", "problem", "--text", "Importer crashes on empty CSV",
+                         *EV, cwd=repo)
+    flags = ["write", "--dry-run", "--kind", "solution", "--text", "Skip empty files before parsing",
+             "--problem", problem["id"], "--evidence", "file:src/app.py#L1-L2", "--evidence", "user:it works",
+             "--confidence", "0.7", "--rationale", "verified", "--author", "dana", "--tag", "csv", "--tag", "importer",
+             "--allow-duplicate"]
+    request = {"op": "write", "mode": "dry_run", "allow_duplicate": True, "memory": {
+        "kind": "solution", "scope": "repo", "text": "Skip empty files before parsing",
+        "links": {"problem_id": problem["id"]}, "evidence_refs": ["file:src/app.py#L1-L2", "user:it works"],
+        "confidence": 0.7, "rationale": "verified", "author": "dana", "tags": ["csv", "importer"]}}
+    rc1, by_flags, _ = cli(*flags, cwd=repo)
+    rc2, by_json, _ = cli("write", "--json", "-", cwd=repo, input=json.dumps(request))
+    assert rc1 == rc2 == 0
+
+    def comparable(answer: dict) -> tuple[dict, str]:
+        meta, body = parse_markdown(answer["content"])
+        return {k: v for k, v in meta.items() if k not in ("id", "created")}, body
+
+    assert comparable(by_flags) == comparable(by_json)
+    assert comparable(by_flags)[0]["links"] == {"problem": problem["id"]}
+
+
+def test_text_from_stdin(repo: Path, cli: Callable[..., CliResult]) -> None:
+    rc, out, _ = cli("write", "--kind", "fact", "--text", "-", "--evidence", "user:x", "--dry-run",
+                     "--allow-duplicate", cwd=repo,
+                     input="Multi-line\ntext from stdin\n")
+    assert rc == 0 and parse_markdown(out["content"])[1] == "Multi-line\ntext from stdin"
+
+
+def test_show_with_a_unique_prefix(repo: Path, cli: Callable[..., CliResult]) -> None:
+    _, out, _ = cli("write", "--kind", "fact", "--text", "Tokens expire after 1h", *EV, cwd=repo)
+    rc, shown, _ = cli("show", out["id"][:12], cwd=repo)
+    assert rc == 0 and shown["memory"]["id"] == out["id"] and shown["memory"]["text"] == "Tokens expire after 1h"
+    rc, err_out, _ = cli("show", out["id"][:4], cwd=repo)
+    assert rc == 2 and err_out["error"]["code"] == "bad_id"
+    rc, err_out, _ = cli("show", "zzzzzzzzzz", cwd=repo)
+    assert rc == 3 and err_out["error"]["code"] == "not_found"
+
+
+def test_store_option_points_at_another_store(tmp_path: Path, cli: Callable[..., CliResult]) -> None:
+    other = tmp_path / "somewhere" / "mem"
+    shutil.copytree(EXAMPLE_STORE, other, ignore=shutil.ignore_patterns(".index"))
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    rc, out, _ = cli("--store", str(other), "list", cwd=elsewhere)
+    assert rc == 0 and out["count"] == _example_count()
+    rc, out, _ = cli("list", "--store", "../somewhere/mem", cwd=elsewhere)  # after the verb, relative
+    assert rc == 0 and out["count"] == _example_count()
+    rc, out, _ = cli("show", "01m7qmgvt9", "--store", str(other), cwd=elsewhere)
+    assert rc == 0 and out["memory"]["kind"] == "problem"
+
+
+def test_memstore_store_env(tmp_path: Path, cli: Callable[..., CliResult]) -> None:
+    other = tmp_path / "mem"
+    shutil.copytree(EXAMPLE_STORE, other, ignore=shutil.ignore_patterns(".index"))
+    rc, out, _ = cli("list", "--kind", "problem", cwd=tmp_path, env={"MEMSTORE_STORE": str(other)})
+    assert rc == 0 and out["count"] == 3 and {m["kind"] for m in out["memories"]} == {"problem"}
+
+
+def test_repo_write_outside_a_repo_is_a_clear_error(tmp_path: Path, cli: Callable[..., CliResult]) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    rc, out, err = cli("write", "--kind", "fact", "--text", "Orphan fact", *EV, cwd=plain)
+    assert rc == 3
+    assert out["error"]["code"] == "no_store" and "not inside a git repository" in out["error"]["message"]
+    assert "Traceback" not in err and "hint" in err
+    assert list(plain.iterdir()) == []
+    assert store_files(plain) == set()
+    assert not (tmp_path / "home" / ".memory").exists()
+
+
+def test_global_write_outside_a_repo_works(tmp_path: Path, cli: Callable[..., CliResult]) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    rc, out, _ = cli("write", "--kind", "preference", "--scope", "global", "--text", "Answer tersely",
+                     "--evidence", "user:be brief", "--allow-duplicate", cwd=plain)
+    assert rc == 0 and out["scope"] == "global"
+    rc, out, _ = cli("list", cwd=plain)
+    assert rc == 0 and [m["text"] for m in out["memories"]] == ["Answer tersely"]
+
+
+def test_usage_errors_are_json_too(repo: Path, cli: Callable[..., CliResult]) -> None:
+    rc, out, err = cli("write", "--kind", "fact", cwd=repo)
+    assert rc == 2 and out["error"]["code"] == "usage" and "Traceback" not in err
+    rc, out, err = cli("write", "--json", "/no/such/file.json", cwd=repo)
+    assert rc == 2 and out["error"]["code"] == "bad_input"
