@@ -54,6 +54,32 @@ class _Progress:
             self.stream.flush()
 
 
+def _prewarm(ws: Workspace, numbered: list[tuple[int, str]]) -> None:
+    """Embed every line's text in batches up front: each write's duplicate check then finds its
+    vector in the embedding cache instead of running the model once per line."""
+    by_scope: dict[str, list[str]] = {}
+    for _, line in numbered:
+        try:
+            req = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        mem = req.get("memory") if isinstance(req, dict) else None
+        if isinstance(mem, dict) and isinstance(mem.get("text"), str) and not req.get("allow_duplicate"):
+            by_scope.setdefault(str(mem.get("scope")), []).append(mem["text"].strip())
+    if not by_scope:
+        return
+    from .index.embedder import EmbedderUnavailable
+    from .retrieve import prewarm_embeddings
+
+    for scope, texts in by_scope.items():
+        if scope not in ("repo", "global"):
+            continue
+        try:
+            prewarm_embeddings(ws, scope, texts)
+        except (EmbedderUnavailable, MemstoreError):
+            return  # each write still checks on its own; this was only a speed-up
+
+
 def import_jsonl(ws: Workspace, file: str, *, dry_run: bool, author: str | None) -> dict[str, Any]:
     """Write each line's request; answer a summary naming every refused line."""
     lines = _read_lines(file)
@@ -62,6 +88,7 @@ def import_jsonl(ws: Workspace, file: str, *, dry_run: bool, author: str | None)
     written = 0
     ids: list[str] = []
     refused: list[dict[str, Any]] = []
+    _prewarm(ws, numbered)
     progress = _Progress(len(numbered), sys.stderr)
     with contextlib.ExitStack() as batch:
         if not dry_run:

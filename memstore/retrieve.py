@@ -480,6 +480,25 @@ def embed_for_store(ws: Workspace, scope: str, text: str, p: ReadParams) -> np.n
     return vecs[0]
 
 
+def prewarm_embeddings(ws: Workspace, scope: str, texts: list[str]) -> int:
+    """Batch-embed texts into the store's embedding cache; returns how many were new."""
+    store = ws.store(scope)
+    if not store.exists() or not texts:
+        return 0
+    p = params_from_config(ws.config)
+    cache = store_index(ws, scope, p).embedding_cache()
+    keys = [text_key(t) for t in texts]
+    _, missing = cache.get_many(keys)
+    todo = list(dict.fromkeys(missing_key for missing_key in (keys[i] for i in missing)))
+    if not todo:
+        return 0
+    text_of = dict(zip(keys, texts, strict=True))
+    vecs = get_embedder().encode([text_of[k] for k in todo], batch_size=64)
+    with file_lock(store.index_dir / "index.lock"):
+        cache.put_many(todo, vecs)
+    return len(todo)
+
+
 def reindex(ws: Workspace, *, full: bool = False) -> dict[str, Any]:
     p = params_from_config(ws.config)
     out: dict[str, Any] = {"ok": True, "stores": []}
