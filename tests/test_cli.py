@@ -191,3 +191,16 @@ def test_usage_errors_are_json_too(repo: Path, cli: Callable[..., CliResult]) ->
     assert rc == 2 and out["error"]["code"] == "usage" and "Traceback" not in err
     rc, out, err = cli("write", "--json", "/no/such/file.json", cwd=repo)
     assert rc == 2 and out["error"]["code"] == "bad_input"
+
+
+def test_every_command_is_documented_in_the_readme() -> None:
+    """Docs as tests: each subcommand of `memstore --help` has an entry in the README."""
+    import argparse
+
+    from memstore.cli import build_parser
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    missing = [name for name in sub.choices if f"memstore {name}" not in readme and f"`{name}`" not in readme]
+    assert not missing, f"commands without a README entry: {missing}"
