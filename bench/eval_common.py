@@ -1,0 +1,225 @@
+"""Shared machinery for the retrieval benchmarks (LoCoMo, GitBugs).
+
+The benches build, per isolated store, exactly the inputs the real read pipeline has
+(SPEC §4-5): a matrix of unit-normalised embeddings, a Whoosh BM25F keyword index over the
+memory text (+ kind), the kind of every memory, and no explicit links. A *retriever* turns
+(store, query) into a ranked list; the default one calls ``memstore.ranking`` — the same pure
+functions the real pipeline calls — so numbers measured here carry over. A retriever backed
+by the real ``memstore.read`` can be plugged in through ``Retriever``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    # The benches run as scripts (python bench/eval_x.py) from a source checkout.
+    sys.path.insert(0, str(ROOT))
+
+from memstore import ranking  # noqa: E402
+from memstore.index.embedder import MODEL_ID, get_embedder  # noqa: E402
+
+DEFAULT_CACHE = ROOT / "bench" / ".cache"
+
+
+# ---------------------------------------------------------------------------------------
+# Embeddings with an on-disk cache keyed by model id + text hash
+# ---------------------------------------------------------------------------------------
+
+
+def _text_key(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+class EmbeddingCache:
+    """Append-only cache: ``<dir>/<model>.keys.json`` (text hashes) + ``<dir>/<model>.npy``.
+
+    Re-running a bench re-embeds nothing it has seen, which turns minutes of MiniLM on
+    2 cores into a fraction of a second.
+    """
+
+    def __init__(self, cache_dir: Path = DEFAULT_CACHE, model_id: str = MODEL_ID) -> None:
+        self.dir = Path(cache_dir)
+        safe = model_id.replace("/", "_")
+        self.keys_path = self.dir / f"{safe}.keys.json"
+        self.vecs_path = self.dir / f"{safe}.npy"
+        self.index: dict[str, int] = {}
+        self.vecs = np.zeros((0, get_embedder().dim), dtype=np.float32)
+        if self.keys_path.exists() and self.vecs_path.exists():
+            keys = json.loads(self.keys_path.read_text())
+            vecs = np.load(self.vecs_path)
+            if len(keys) == len(vecs):
+                self.index = {k: i for i, k in enumerate(keys)}
+                self.vecs = vecs.astype(np.float32, copy=False)
+
+    def embed(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
+        keys = [_text_key(t) for t in texts]
+        missing: dict[str, str] = {}
+        for k, t in zip(keys, texts, strict=True):
+            if k not in self.index and k not in missing:
+                missing[k] = t
+        if missing:
+            t0 = time.perf_counter()
+            new = get_embedder().encode(list(missing.values()), batch_size=batch_size)
+            base = len(self.vecs)
+            for i, k in enumerate(missing):
+                self.index[k] = base + i
+            self.vecs = np.concatenate([self.vecs, new]) if base else new
+            self._save()
+            log(f"embedded {len(missing)} new texts in {time.perf_counter() - t0:.1f}s")
+        if not keys:
+            return np.zeros((0, self.vecs.shape[1]), dtype=np.float32)
+        return self.vecs[[self.index[k] for k in keys]]
+
+    def _save(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        ordered = sorted(self.index, key=self.index.__getitem__)
+        tmp_keys = self.keys_path.with_suffix(".tmp.json")
+        tmp_vecs = self.vecs_path.with_suffix(".tmp.npy")
+        tmp_keys.write_text(json.dumps(ordered))
+        np.save(tmp_vecs, self.vecs)
+        os.replace(tmp_vecs, self.vecs_path)
+        os.replace(tmp_keys, self.keys_path)
+
+
+# ---------------------------------------------------------------------------------------
+# Keyword lane: an in-memory Whoosh BM25F index, as the real store builds on disk
+# ---------------------------------------------------------------------------------------
+
+
+class KeywordIndex:
+    """Whoosh BM25F over ``text`` (+ ``kind``), analysed with ``ranking.keyword_analyzer()``."""
+
+    def __init__(self, texts: Sequence[str], kinds: Sequence[str], b: float = 0.4, k1: float = 1.2) -> None:
+        from whoosh.fields import ID, KEYWORD, NUMERIC, TEXT, Schema
+        from whoosh.filedb.filestore import RamStorage
+
+        self.analyzer = ranking.keyword_analyzer()
+        schema = Schema(
+            idx=NUMERIC(stored=True, unique=True),
+            text=TEXT(analyzer=self.analyzer),
+            kind=KEYWORD(),
+            ident=ID(),
+        )
+        self._ix = RamStorage().create_index(schema)
+        writer = self._ix.writer()
+        for i, (t, k) in enumerate(zip(texts, kinds, strict=True)):
+            writer.add_document(idx=i, text=t, kind=k)
+        writer.commit()
+        self._searcher = self._ix.searcher(weighting=ranking.keyword_weighting(b, k1))
+        self.n_docs = len(texts)
+
+    def analyze(self, text: str) -> list[str]:
+        return [tok.text for tok in self.analyzer(text)]
+
+    def doc_freq(self, term: str) -> int:
+        """Documents containing ``term`` after analysis (0 if the analyser drops it)."""
+        toks = self.analyze(term)
+        if not toks:
+            return 0
+        return min(self._searcher.doc_frequency("text", t) for t in toks)
+
+    def search(self, terms: Sequence[str], limit: int) -> list[tuple[int, float]]:
+        from whoosh import query as wq
+
+        toks: list[str] = []
+        for term in terms:
+            toks.extend(self.analyze(term))
+        toks = list(dict.fromkeys(toks))
+        if not toks or limit <= 0:
+            return []
+        q = wq.Or([wq.Term("text", t) for t in toks])
+        hits = self._searcher.search(q, limit=limit)
+        return [(int(h["idx"]), float(h.score)) for h in hits]
+
+
+# ---------------------------------------------------------------------------------------
+# Stores, retrievers, metrics
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Store:
+    """One isolated memory store, as the read pipeline sees it."""
+
+    name: str
+    texts: list[str]
+    kinds: list[str]
+    matrix: np.ndarray
+    keyword: KeywordIndex
+    labels: list[list[str]] = field(default_factory=list)  # bench-only ground-truth ids
+
+
+Retriever = Callable[[Store, str, np.ndarray], list[ranking.Ranked]]
+
+
+def build_store(name: str, texts: list[str], kinds: list[str], cache: EmbeddingCache) -> Store:
+    matrix = cache.embed(texts)
+    return Store(name=name, texts=texts, kinds=kinds, matrix=matrix, keyword=KeywordIndex(texts, kinds))
+
+
+def ranking_retriever(params: ranking.RankingParams, mode: str = "targeted", limit: int | None = 25) -> Retriever:
+    """The memstore algorithm over one store (what ``memstore.read`` does per store).
+
+    ``limit`` defaults to 25 so recall@25 is measurable; the product's default is 10.
+    """
+
+    def run(store: Store, query: str, qvec: np.ndarray) -> list[ranking.Ranked]:
+        hits = store.keyword.search(ranking.keyword_terms(query), params.keyword_pool)
+        return ranking.rank(
+            qvec,
+            store.matrix,
+            hits,
+            store.kinds,
+            salient=ranking.salient_terms(query),
+            doc_freq=store.keyword.doc_freq,
+            params=params,
+            mode=mode,
+            limit=limit,
+        ).results
+
+    return run
+
+
+def bm25_retriever(limit: int = 50, stop_words: bool = True) -> Retriever:
+    """Baseline: BM25 alone, no bar (stop words and question words removed from the query)."""
+
+    def run(store: Store, query: str, qvec: np.ndarray) -> list[ranking.Ranked]:
+        terms = ranking.keyword_terms(query) if stop_words else query.split()
+        return [ranking.Ranked(i, s, (f"keyword:{s:.2f}",)) for i, s in store.keyword.search(terms, limit)]
+
+    return run
+
+
+def vector_retriever(limit: int = 50) -> Retriever:
+    """Baseline: cosine top-k alone, no bar."""
+
+    def run(store: Store, query: str, qvec: np.ndarray) -> list[ranking.Ranked]:
+        return [
+            ranking.Ranked(i, s, (f"semantic:{s:.2f}",))
+            for i, s in ranking.semantic_lane(qvec, store.matrix, k=limit, floor=-1.0)
+        ]
+
+    return run
+
+
+def percentile_ms(samples: Sequence[float], q: float) -> float:
+    return round(float(np.percentile(np.asarray(samples) * 1000.0, q)), 2) if samples else 0.0
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def fmt(x: float) -> str:
+    return f"{x:.3f}"
