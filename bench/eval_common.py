@@ -223,3 +223,87 @@ def log(msg: str) -> None:
 
 def fmt(x: float) -> str:
     return f"{x:.3f}"
+
+
+# ---------------------------------------------------------------------------------------
+# The real pipeline: the same store written as memory files and read through memstore.read
+# ---------------------------------------------------------------------------------------
+
+
+class PipelineStores:
+    """Writes each bench store as a real memstore store (Markdown files in a temp dir, outside
+    any git repo) and answers queries with ``memstore.retrieve.read`` — scope, lanes,
+    association, links, utility and selection exactly as an agent's read runs them.
+
+    The store's own embedding cache is seeded from the bench cache, so no text is embedded
+    twice; the projections (faiss, Whoosh, catalog) are built by the product's index code on
+    the first read.
+    """
+
+    def __init__(self, cache: EmbeddingCache, kind: str = "fact") -> None:
+        import tempfile
+
+        self.cache = cache
+        self.kind = kind
+        self.root = Path(tempfile.mkdtemp(prefix="memstore-eval-"))
+        self._ws: dict[str, tuple[object, dict[str, int]]] = {}
+
+    def _open(self, store: Store) -> tuple[object, dict[str, int]]:
+        if store.name in self._ws:
+            return self._ws[store.name]
+        from memstore import ids
+        from memstore.config import Config
+        from memstore.files import atomic_write
+        from memstore.index.embcache import EmbeddingCache as StoreCache
+        from memstore.index.embcache import text_key
+        from memstore.model import Memory
+        from memstore.store import Store as MemStore
+        from memstore.workspace import open_workspace
+
+        safe = "".join(c if c.isalnum() else "_" for c in store.name)
+        root = self.root / safe / ".memory"
+        ms = MemStore(root=root, scope="repo", config=Config())
+        ms.init()
+        row_of: dict[str, int] = {}
+        texts = []
+        for i, text in enumerate(store.texts):
+            mid = ids.derived_id(f"{store.name}:{i}")
+            mem = Memory(id=mid, kind=store.kinds[i] if store.kinds else self.kind, text=text.strip(),
+                         created="2026-01-01T00:00:00Z", author="eval", evidence=["user:benchmark data"])
+            atomic_write(ms.memory_path(mem), ms.render_memory(mem))
+            row_of[mid] = i
+            texts.append(mem.text)
+        emb = get_embedder()
+        seed = StoreCache(root / ".index" / "embeddings", emb.model_id, emb.dim)
+        seed.put_many([text_key(t) for t in texts], self.cache.embed(texts))
+        env = {"MEMSTORE_HOME": str(self.root / "_global"), "MEMSTORE_DAEMON": "0"}
+        ws = open_workspace(cwd=self.root, store_dir=root, env=env)
+        self._ws[store.name] = (ws, row_of)
+        return ws, row_of
+
+    def retriever(self, mode: str = "targeted", limit: int = 25, exclude_own: bool = False) -> Callable[..., list]:
+        """A Retriever (``(store, query, qvec[, own]) -> [Ranked]``) backed by memstore.read.
+        ``qvec`` is ignored: the pipeline embeds the query itself, as a real read does."""
+        from memstore import ids
+        from memstore.retrieve import read
+
+        def run(store: Store, query: str, qvec: np.ndarray, own: int | None = None) -> list[ranking.Ranked]:
+            ws, row_of = self._open(store)
+            req: dict = {"query": query, "mode": mode, "limit": limit + (1 if own is not None else 0),
+                         "include_global": False}
+            answer = read(ws, req, log_episode=False)  # type: ignore[arg-type]
+            out = []
+            for r in answer["results"]:
+                row = row_of[r["id"]]
+                if own is not None and row == own:
+                    continue
+                out.append(ranking.Ranked(row, float(r["score"]), tuple(r["reasons"])))
+            return out[:limit]
+
+        _ = ids
+        return run
+
+    def close(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.root, ignore_errors=True)

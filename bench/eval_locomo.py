@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eval_common import (
     DEFAULT_CACHE,
     EmbeddingCache,
+    PipelineStores,
     Retriever,
     Store,
     bm25_retriever,
@@ -220,6 +221,9 @@ def main(argv: list[str] | None = None, retriever: Retriever | None = None) -> d
     ap.add_argument("--mode", choices=("targeted", "ambient"), default="targeted")
     ap.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE)
     ap.add_argument("--no-baselines", action="store_true")
+    ap.add_argument("--engine", choices=("pipeline", "ranking"), default="pipeline",
+                    help="pipeline: memstore.read over real on-disk stores (the headline); ranking: the pure "
+                    "ranking functions over in-memory arrays (fast, for parameter sweeps)")
     args = ap.parse_args(argv)
     ks = sorted(set(args.k) | {5, 10, 25})
 
@@ -233,8 +237,18 @@ def main(argv: list[str] | None = None, retriever: Retriever | None = None) -> d
     stores = [build_store(c.name, c.texts, ["fact"] * len(c.texts), cache) for c in convs]
     qvecs = [cache.embed([q.text for q in c.questions]) for c in convs]
 
-    main_retriever = retriever or ranking_retriever(ranking.RankingParams(), mode=args.mode)
-    res = evaluate(convs, stores, qvecs, main_retriever, ks, live_embed=True)
+    pipeline = PipelineStores(cache) if retriever is None and args.engine == "pipeline" else None
+    if retriever is not None:
+        main_retriever = retriever
+    elif pipeline is not None:
+        for s in stores:  # write the stores and build their indexes before timing any read
+            pipeline.retriever(args.mode)(s, "warm up", np.zeros(1))
+        main_retriever = pipeline.retriever(args.mode, limit=max(ks))
+    else:
+        main_retriever = ranking_retriever(ranking.RankingParams(), mode=args.mode)
+    res = evaluate(convs, stores, qvecs, main_retriever, ks, live_embed=pipeline is None)
+    if pipeline is not None:
+        pipeline.close()
     baselines = {}
     if not args.no_baselines:
         for bname, br in (("bm25", bm25_retriever()), ("vector", vector_retriever())):

@@ -22,7 +22,7 @@ DEFAULTS: dict[str, Any] = {
     "episodes": {"local_only": False, "max_event_chars": 8000},
     "limits": {"max_text_chars": 4000, "max_rationale_chars": 2000, "max_evidence": 50},
     "daemon": {"autostart": True, "idle_seconds": 1800},
-    "duplicates": {"threshold": 0.92, "candidates": 5},
+    "duplicates": {"threshold": 0.95, "candidates": 5},
     "read": {},  # retrieval tuning; empty means the tuned defaults in ranking.RankingParams
 }
 

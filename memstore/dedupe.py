@@ -33,7 +33,7 @@ def find_duplicates(ws: Workspace, mem: Memory) -> list[dict[str, Any]]:
         from .retrieve import semantic_duplicates
     except ImportError:  # the index layer is optional for the gate
         return list(found.values())
-    threshold = float(ws.config.get("duplicates", "threshold", 0.92))
+    threshold = float(ws.config.get("duplicates", "threshold", 0.95))
     for cand in semantic_duplicates(ws, mem, scopes, threshold):
         found.setdefault(cand["id"], cand)
     return sorted(found.values(), key=lambda c: -c["similarity"])

@@ -187,13 +187,16 @@ def build_rows(sc: Scope, ok: set[str], semantic: bool, dim: int) -> Rows:
 
 
 def keyword_lane(sc: Scope, query: str, rows: Rows, pool: int) -> list[tuple[int, float]]:
+    """Lane B over every store in scope. BM25 scores of different indexes have different scales
+    (their idf comes from different corpora), so each store's are divided by its own best."""
     hits: list[tuple[int, float]] = []
     for si in sc.indexes:
         if si.keyword is None:
             continue
-        for mid, score in si.keyword.search(query, pool):
-            if mid in rows.pos:
-                hits.append((rows.pos[mid], score))
+        found = [(rows.pos[mid], score) for mid, score in si.keyword.search(query, pool) if mid in rows.pos]
+        best = max((s for _, s in found), default=0.0)
+        if best > 0:
+            hits += [(row, s / best) for row, s in found]
     hits.sort(key=lambda h: -h[1])
     return hits[:pool]
 
@@ -376,10 +379,11 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
         warnings.append(f"semantic lane unavailable: {err}")
 
     ok, rows = scoped_rows(ws, sc, kinds, filters.get("since"), tags, semantic)
+    limit = int(request.get("limit") or rp.for_mode(rp.limit, mode))
     kw_hits = keyword_lane(sc, query, rows, rp.keyword_pool)
     ranked = ranking.rank(
         qvec, rows.matrix, kw_hits, rows.kinds, salient=ranking.salient_terms(query), doc_freq=doc_freq_fn(sc),
-        params=rp, mode=mode, limit=None, ids=rows.ids,
+        params=rp, mode=mode, limit=limit, ids=rows.ids,
     )
     hits = {rows.ids[r.index]: Hit(sc.memories[rows.ids[r.index]], r.score, list(r.reasons),
                                    group_key(sc.memories[rows.ids[r.index]])) for r in ranked.results}
@@ -404,7 +408,6 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
             continue  # firmly negative: it misled before in this context
         hit.score = hit.score * (1.0 + up.alpha * u[0] + up.beta * u[1])
         scored.append(hit)
-    limit = int(request.get("limit") or rp.for_mode(rp.limit, mode))
     chosen = select_groups(scored, limit)
     results = [result_json(ws, h, sc, utils[h.mem.id]) for h in chosen]
     from .stale import annotate  # fills "stale" for the returned results only
