@@ -17,12 +17,12 @@ import os
 import shlex
 import stat
 import sys
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from . import gitops
-from .errors import Conflict, InvalidRequest, MemstoreError, StoreError
+from .data import data_text
+from .errors import Conflict, InvalidRequest, MemstoreError
 
 HOOK_NAMES = ("pre-commit", "post-commit", "post-merge", "post-checkout")
 MARKER = "# memstore-hook:"
@@ -33,14 +33,7 @@ MAX_PATHS = 100  # changed paths kept per git event
 # -- templates ------------------------------------------------------------------------------------
 def template(name: str) -> str:
     """A hook shim: package data in a wheel, the repo's ``hooks/`` in an editable install."""
-    packaged = resources.files("memstore") / "_data" / "hooks" / name
-    if packaged.is_file():
-        return packaged.read_text(encoding="utf-8")
-    source = Path(__file__).resolve().parent.parent / "hooks" / name
-    if source.is_file():
-        return source.read_text(encoding="utf-8")
-    raise StoreError(f"no hook template {name!r} (looked in memstore/_data/hooks and {source.parent})",
-                     hint="reinstall memstore")
+    return data_text("hooks", name)
 
 
 def render(name: str, python: str | None) -> str:

@@ -15,11 +15,11 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from . import gitops
+from .data import data_text
 from .errors import InvalidFile, InvalidRequest, MemstoreError, StoreError
 from .files import atomic_write, parse_markdown
 from .model import KIND_DIRS, KINDS, SCOPES
@@ -39,15 +39,7 @@ class Aborted(MemstoreError):
 
 def template_text(kind: str) -> str:
     """The template for ``kind``: package data in a wheel, the repo's ``templates/`` when editable."""
-    name = f"{kind}.md"
-    packaged = resources.files("memstore") / "_data" / "templates" / name
-    if packaged.is_file():
-        return packaged.read_text(encoding="utf-8")
-    source = Path(__file__).resolve().parent.parent / "templates" / name
-    if source.is_file():
-        return source.read_text(encoding="utf-8")
-    raise StoreError(f"no template for {kind!r} (looked in memstore/_data/templates and {source.parent})",
-                     hint="reinstall memstore")
+    return data_text("templates", f"{kind}.md")
 
 
 def _with_scope(text: str, scope: str) -> str:
