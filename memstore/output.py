@@ -4,6 +4,7 @@ text on a terminal. Errors also get one human line on stderr."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import textwrap
 from collections.abc import Callable
@@ -22,13 +23,23 @@ Render = str | Callable[[dict[str, Any]], str] | None
 
 def emit(answer: dict[str, Any], *, as_json: bool, render: Render = None) -> None:
     if render == "markdown":
-        sys.stdout.write(answer["markdown"])
+        text = answer["markdown"]
     elif as_json:
-        sys.stdout.write(json.dumps(answer, ensure_ascii=False, indent=None if not sys.stdout.isatty() else 2))
-        sys.stdout.write("\n")
+        text = json.dumps(answer, ensure_ascii=False, indent=None if not sys.stdout.isatty() else 2) + "\n"
     else:
-        sys.stdout.write(pretty(answer, render))
-    sys.stdout.flush()
+        text = pretty(answer, render)
+    _write(text)
+
+
+def _write(text: str) -> None:
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `memstore list | head`: the reader left; that is not an error worth a traceback.
+        # Point stdout at /dev/null so the interpreter's final flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 def emit_error(answer: dict[str, Any], *, as_json: bool) -> None:
@@ -37,8 +48,7 @@ def emit_error(answer: dict[str, Any], *, as_json: bool) -> None:
     hint = f"\n  hint: {err['hint']}" if err.get("hint") else ""
     sys.stderr.write(f"memstore: {err['code']}: {err['message']}{where}{hint}\n")
     if as_json:
-        sys.stdout.write(json.dumps(answer, ensure_ascii=False) + "\n")
-    sys.stdout.flush()
+        _write(json.dumps(answer, ensure_ascii=False) + "\n")
 
 
 def info(message: str) -> None:
