@@ -18,7 +18,7 @@ import numpy as np
 
 from . import ranking
 from .config import Config
-from .errors import NoStore
+from .errors import MemstoreError, NoStore
 from .files import file_lock
 from .graph import Graph, build_graph
 from .index.embcache import text_key
@@ -394,7 +394,7 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     if problem_id:
         try:
             problem_id = ws.find(problem_id, field_name="problem_id").id
-        except (NoStore, Exception):  # an unknown problem id only loses its utility boost
+        except MemstoreError:  # an unknown or ambiguous problem id only loses its utility boost
             warnings.append(f"problem_id {problem_id!r} not found; utility is weighed by the query instead")
             problem_id = None
     psim = problem_similarities(sc, qvec)
