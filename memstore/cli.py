@@ -15,7 +15,7 @@ from typing import Any
 
 from . import __version__
 from .errors import InvalidRequest, MemstoreError
-from .model import EVENT_TYPES, KINDS, SCOPES
+from .kinds import EVENT_TYPES, KINDS, SCOPES
 
 
 def _read_json(arg: str) -> dict[str, Any]:

@@ -7,21 +7,23 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-KINDS = ("problem", "solution", "failed_tactic", "fact", "preference", "change")
-SCOPES = ("repo", "global")
-EVENT_TYPES = ("utility_vote", "archive", "fact_update_link")
-KIND_DIRS = {
-    "problem": "problems",
-    "solution": "solutions",
-    "failed_tactic": "failed_tactics",
-    "fact": "facts",
-    "preference": "preferences",
-    "change": "changes",
-}
-DIR_KINDS = {v: k for k, v in KIND_DIRS.items()}
-EVIDENCE_KINDS = ("event", "commit", "file", "memory", "user", "url")
-LINK_KEYS = ("problem", "related", "change_targets", "supersedes", "via_change")
-LIST_LINKS = ("related", "change_targets", "supersedes")
+from .kinds import DIR_KINDS, EVENT_TYPES, EVIDENCE_KINDS, KIND_DIRS, KINDS, LINK_KEYS, LIST_LINKS, SCOPES
+
+__all__ = [
+    "DIR_KINDS",
+    "EVENT_TYPES",
+    "EVIDENCE_KINDS",
+    "KINDS",
+    "KIND_DIRS",
+    "LINK_KEYS",
+    "LIST_LINKS",
+    "SCOPES",
+    "Event",
+    "EvidenceRef",
+    "Memory",
+    "parse_evidence",
+    "utc_now",
+]
 
 
 def utc_now() -> str:

@@ -1,0 +1,18 @@
+"""The vocabulary of memstore: kinds, scopes, event types. A leaf module with no imports, so
+the thin CLI client can name them without loading anything else."""
+
+KINDS = ("problem", "solution", "failed_tactic", "fact", "preference", "change")
+SCOPES = ("repo", "global")
+EVENT_TYPES = ("utility_vote", "archive", "fact_update_link")
+KIND_DIRS = {
+    "problem": "problems",
+    "solution": "solutions",
+    "failed_tactic": "failed_tactics",
+    "fact": "facts",
+    "preference": "preferences",
+    "change": "changes",
+}
+DIR_KINDS = {v: k for k, v in KIND_DIRS.items()}
+EVIDENCE_KINDS = ("event", "commit", "file", "memory", "user", "url")
+LINK_KEYS = ("problem", "related", "change_targets", "supersedes", "via_change")
+LIST_LINKS = ("related", "change_targets", "supersedes")
