@@ -317,22 +317,29 @@ def association_chain(
     out: dict[int, tuple[float, str]] = {}
     if matrix.shape[0] < 2:
         return out
-    for seed, rel in seeds:
-        visited = {seed, *exclude}
-        cur, cur_rel = seed, rel
-        for bar in bars:
-            sims = matrix @ matrix[cur]
+    # (current row, its relevance, rows this chain may not revisit), one per live chain. All
+    # chains advance together: one matrix product per hop instead of one per chain and hop,
+    # which is what costs at 100k memories.
+    chains = [(seed, rel, {seed, *exclude}) for seed, rel in seeds]
+    for bar in bars:
+        if not chains:
+            break
+        block = matrix[[c[0] for c in chains]] @ matrix.T
+        moved = []
+        for j, (cur, cur_rel, visited) in enumerate(chains):
+            sims = block[j]
             sims[list(visited)] = -np.inf
             nxt = int(np.argmax(sims))
             sim = float(sims[nxt])
             if sim < bar:
-                break
-            cur_rel *= sim
+                continue
+            rel = cur_rel * sim
             parent = ids[cur] if ids is not None else str(cur)
-            if nxt not in out or out[nxt][0] < cur_rel:
-                out[nxt] = (cur_rel, f"assoc:{parent}:{sim:.2f}")
+            if nxt not in out or out[nxt][0] < rel:
+                out[nxt] = (rel, f"assoc:{parent}:{sim:.2f}")
             visited.add(nxt)
-            cur = nxt
+            moved.append((nxt, rel, visited))
+        chains = moved
     return out
 
 
@@ -407,7 +414,9 @@ def rank(
     scored = fuse(sims, semantic, kw, kw_order, p)
     if p.semantic_hops > 0 and p.hop_seeds > 0:
         seeds = sorted(scored.items(), key=lambda kv: -kv[1][0])[: p.hop_seeds]
-        hops = association_chain([(i, s) for i, (s, _) in seeds], matrix, p.hop_bars[: p.semantic_hops], ids)
+        hops = association_chain(
+            [(i, s) for i, (s, _) in seeds], matrix, p.hop_bars[: p.semantic_hops], ids, exclude=exclude
+        )
         for i, (rel, why) in hops.items():
             if i in scored:
                 old, reasons = scored[i]
