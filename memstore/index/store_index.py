@@ -25,6 +25,7 @@ from .keyword import KeywordIndex
 from .vectors import VectorIndex
 
 META_VERSION = 2
+EMBED_CHUNK = 2048
 
 
 def doc_key(mem: Memory) -> str:
@@ -230,10 +231,13 @@ class StoreIndex:
         assert self.embedder is not None
         cache = self.embedding_cache()
         out, missing = cache.get_many(keys)
-        if missing:
-            fresh = self.embedder.encode([texts[i] for i in missing])
-            out[missing] = fresh
-            cache.put_many([keys[i] for i in missing], fresh)
+        # In chunks, each saved as it is done: embedding a large store takes minutes, and an
+        # interrupted build must not lose what it already paid for.
+        for start in range(0, len(missing), EMBED_CHUNK):
+            part = missing[start:start + EMBED_CHUNK]
+            fresh = self.embedder.encode([texts[i] for i in part])
+            out[part] = fresh
+            cache.put_many([keys[i] for i in part], fresh)
         return out
 
     # -- queries -----------------------------------------------------------------------------------
