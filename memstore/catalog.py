@@ -16,7 +16,7 @@ from typing import Any
 
 from .errors import InvalidFile
 from .files import atomic_write
-from .model import Event, Memory
+from .model import DIR_KINDS, Event, Memory
 from .store import Store
 
 CATALOG_VERSION = 2
@@ -119,9 +119,8 @@ class Catalog:
             first = True
         else:
             first = False
-        delta = Delta()
         seen: set[str] = set()
-        dirty = False
+        touched: dict[str, _Entry | None] = {}
         walks = [(rel, st, True) for rel, st in self.store.memory_files()]
         walks += [(rel, st, False) for rel, st in self.store.event_files()]
         for rel, st, is_memory in walks:
@@ -129,29 +128,100 @@ class Catalog:
             old = self._entries.get(rel)
             if old is not None and old.mtime_ns == st.st_mtime_ns and old.size == st.st_size:
                 continue
-            dirty = True
-            entry = _Entry(st.st_mtime_ns, st.st_size)
-            try:
-                if is_memory:
-                    entry.memory = self.store.load_memory(rel)
-                else:
-                    entry.event = self.store.load_event(rel)
-            except InvalidFile as exc:
-                entry.error = exc.message
-            except (OSError, UnicodeDecodeError) as exc:
-                entry.error = f"cannot read: {exc}"
-            self._entries[rel] = entry
+            touched[rel] = old
+            self._entries[rel] = self._parse(rel, st, is_memory)
         for rel in [r for r in self._entries if r not in seen]:
-            del self._entries[rel]
-            dirty = True
-        if dirty or first:
-            delta = self._rebuild_views()
-        if dirty:
+            touched[rel] = self._entries.pop(rel)
+        return self._settle(touched, first, persist)
+
+    def refresh_paths(self, rels: set[str] | list[str], *, persist: bool = True) -> Delta:
+        """Like ``refresh`` for just these store-relative paths: a file watcher that knows what
+        changed spares a stat walk over every file of a large store."""
+        if not self._loaded:
+            return self.refresh(persist=persist)
+        touched: dict[str, _Entry | None] = {}
+        for rel in rels:
+            top, _, name = rel.partition("/")
+            is_memory = top in DIR_KINDS and "/" not in name and name.endswith(".md")
+            if not (is_memory or (top == "events" and "/" not in name and name.endswith(".yaml"))):
+                continue
+            if name.startswith("."):
+                continue
+            old = self._entries.get(rel)
+            try:
+                st = os.stat(self.store.root / rel)
+            except FileNotFoundError:
+                if old is not None:
+                    touched[rel] = self._entries.pop(rel)
+                continue
+            if old is not None and old.mtime_ns == st.st_mtime_ns and old.size == st.st_size:
+                continue
+            touched[rel] = old
+            self._entries[rel] = self._parse(rel, st, is_memory)
+        return self._settle(touched, False, persist)
+
+    def _parse(self, rel: str, st: os.stat_result, is_memory: bool) -> _Entry:
+        entry = _Entry(st.st_mtime_ns, st.st_size)
+        try:
+            if is_memory:
+                entry.memory = self.store.load_memory(rel)
+            else:
+                entry.event = self.store.load_event(rel)
+        except InvalidFile as exc:
+            entry.error = exc.message
+        except (OSError, UnicodeDecodeError) as exc:
+            entry.error = f"cannot read: {exc}"
+        return entry
+
+    def _settle(self, touched: dict[str, _Entry | None], first: bool, persist: bool) -> Delta:
+        delta = Delta()
+        if touched or first:
+            incremental = None if first or len(touched) > 256 else self._update_views(touched)
+            delta = incremental if incremental is not None else self._rebuild_views()
+        if touched:
             self.generation += 1
             if persist and self._defer_save is not None:
                 self._defer_save = True
             elif persist:
                 self._save_cache()
+        return delta
+
+    def _update_views(self, touched: dict[str, _Entry | None]) -> Delta | None:
+        """Apply a few changed files to the views in place (a full rebuild is O(store) per write).
+        None when a duplicate id is involved: only a full rebuild decides which file wins."""
+        if any(msg.startswith("duplicate id") for msg in self.invalid.values()):
+            return None
+        delta = Delta()
+        for rel in touched:
+            new = self._entries.get(rel)
+            if new is not None and new.memory is not None:
+                holder = self.memories.get(new.memory.id)
+                if holder is not None and holder.path != rel:
+                    return None
+        for rel, old in touched.items():
+            new = self._entries.get(rel)
+            self.invalid.pop(rel, None)
+            if old is not None and old.memory is not None and self.memories.get(old.memory.id) is old.memory:
+                del self.memories[old.memory.id]
+                delta.removed.add(old.memory.id)
+            if old is not None and old.event is not None:
+                self.events.pop(old.event.id, None)
+                delta.events_changed = True
+            if new is None:
+                continue
+            if new.error is not None:
+                self.invalid[rel] = new.error
+            elif new.memory is not None:
+                mid = new.memory.id
+                self.memories[mid] = new.memory
+                if mid in delta.removed:
+                    delta.removed.discard(mid)
+                    delta.changed.add(mid)
+                else:
+                    delta.added.add(mid)
+            elif new.event is not None:
+                self.events[new.event.id] = new.event
+                delta.events_changed = True
         return delta
 
     def _rebuild_views(self) -> Delta:

@@ -112,6 +112,7 @@ class Daemon:
             entry = self.entries.get(key)
             if entry is None:
                 ws.change_counter = self._counter
+                ws.change_paths = lambda store, n: self.watcher.changes_since(store.root, n)
                 ws.defer_saves = True  # saved by flush_all() when quiet, not after every write
                 entry = Entry(ws)
                 self.entries[key] = entry
@@ -190,13 +191,23 @@ class Daemon:
                                          include_archived=bool(args.get("all")), limit=args.get("limit")), 0
             try:
                 if verb == "write":
-                    return api.write(ws, request if isinstance(request, dict) else {}, author=author), 0
-                return api.update(ws, request if isinstance(request, dict) else {}, author=author), 0
+                    answer = api.write(ws, request if isinstance(request, dict) else {}, author=author)
+                else:
+                    answer = api.update(ws, request if isinstance(request, dict) else {}, author=author)
+            except BaseException:
+                self.watcher.bump(entry.roots())  # whatever happened, the next read walks
+                raise
             finally:
-                # Our own write must be visible to the very next read, before inotify reports it.
-                self.watcher.bump(entry.roots())
                 for root in entry.roots():
                     self.watcher.watch(root)
+            # Our own write must be visible to the very next read, before inotify reports it:
+            # by path, so that read re-reads one file rather than walking the store.
+            written = _written(ws, answer)
+            if written is None:
+                self.watcher.bump(entry.roots())
+            else:
+                self.watcher.note(*written)
+            return answer, 0
 
     def status(self) -> dict[str, Any]:
         with self._entries_lock:
@@ -373,6 +384,22 @@ class Daemon:
             os.close(self._lock_fd)  # releases the lifetime lock
             self._lock_fd = None
         log.info("stopped")
+
+
+def _written(ws: Any, answer: dict[str, Any]) -> tuple[Path, list[str]] | None:
+    """(store root, [store-relative path]) of the file a committed write or update created."""
+    if not answer.get("ok") or answer.get("mode") != "commit" or not answer.get("path"):
+        return None
+    try:
+        store = ws.store(answer["scope"])
+        path = Path(answer["path"])
+        if not path.is_absolute():
+            if store.worktree is None:
+                return None
+            path = store.worktree / path
+        return store.root, [path.resolve().relative_to(store.root).as_posix()]
+    except (ValueError, KeyError, OSError, MemstoreError):
+        return None
 
 
 def _same_user(conn: socket.socket) -> bool:

@@ -16,27 +16,25 @@ def _norm(text: str) -> str:
 
 
 def find_duplicates(ws: Workspace, mem: Memory) -> list[dict[str, Any]]:
-    """Same-kind memories whose text is the same (normalised) or, when the embedder is
-    available, whose embedding is within the configured duplicate threshold."""
+    """Same-kind memories within the configured cosine of ``mem``'s text; an exact copy has
+    cosine 1.0. Without an embedder, same-kind memories with the same normalised text."""
     scopes = ["global"] if mem.scope == "global" else ws.scopes()
+    threshold = float(ws.config.get("duplicates", "threshold", 0.95))
+    try:
+        from .index.embedder import EmbedderUnavailable
+        from .retrieve import semantic_duplicates
+
+        return semantic_duplicates(ws, mem, scopes, threshold)
+    except (ImportError, EmbedderUnavailable):
+        pass  # no model here: fall back to exact (normalised) text
     norm = _norm(mem.text)
-    found: dict[str, dict[str, Any]] = {}
+    found: list[dict[str, Any]] = []
     for scope in scopes:
         for other in ws.catalog(scope).memories.values():
             if other.kind == mem.kind and _norm(other.text) == norm:
-                found[other.id] = {"id": other.id, "kind": other.kind, "scope": other.scope,
-                                   "similarity": 1.0, "text": other.text}
-    if found:
-        # An exact copy already refuses the write: skip loading the embedder to find more.
-        return list(found.values())
-    try:
-        from .retrieve import semantic_duplicates
-    except ImportError:  # the index layer is optional for the gate
-        return list(found.values())
-    threshold = float(ws.config.get("duplicates", "threshold", 0.95))
-    for cand in semantic_duplicates(ws, mem, scopes, threshold):
-        found.setdefault(cand["id"], cand)
-    return sorted(found.values(), key=lambda c: -c["similarity"])
+                found.append({"id": other.id, "kind": other.kind, "scope": other.scope,
+                              "similarity": 1.0, "text": other.text})
+    return found
 
 
 def check_duplicates(ws: Workspace, mem: Memory) -> None:

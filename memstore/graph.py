@@ -58,6 +58,14 @@ class Graph:
         return len(self.votes.get(memory_id, []))
 
 
+def archived_ids(events: Iterable[Event]) -> set[str]:
+    """Memories whose latest archive event archives them (events only: cheap at any size)."""
+    latest: dict[str, Event] = {}
+    for ev in sorted((e for e in events if e.type == "archive" and e.memory), key=_order):
+        latest[ev.memory or ""] = ev
+    return {mid for mid, ev in latest.items() if ev.archived}
+
+
 def _order(ev: Event) -> tuple[str, str]:
     # ULIDs sort by creation time; ``created`` breaks ties for hand-written events.
     return (ev.created, ev.id)
@@ -66,13 +74,16 @@ def _order(ev: Event) -> tuple[str, str]:
 def build_graph(memories: dict[str, Memory], events: Iterable[Event]) -> Graph:
     g = Graph()
     for mem in memories.values():
-        if mem.kind in ("solution", "failed_tactic") and mem.problem in memories:
-            g.attempts[mem.problem].append(mem.id)
-        if mem.kind == "change":
+        kind = mem.kind
+        if kind in ("solution", "failed_tactic"):
+            problem = mem.links.get("problem")
+            if isinstance(problem, str) and problem in memories:
+                g.attempts[problem].append(mem.id)
+        elif kind == "change":
             for target in mem.link_list("change_targets"):
                 if target in memories:
                     g.changes_for[target].append(mem.id)
-        if mem.kind == "fact":
+        elif kind == "fact" and mem.links.get("supersedes"):
             for old in mem.link_list("supersedes"):
                 if old in memories and old != mem.id:
                     g.superseded_by[old] = _newer(g.superseded_by.get(old), mem.id, memories)

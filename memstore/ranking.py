@@ -246,6 +246,11 @@ def novelty(salient: Sequence[str], doc_freq: Callable[[str], int] | None) -> bo
     return all(doc_freq(t) == 0 for t in salient)
 
 
+def kind_offsets(kinds: Sequence[str], params: RankingParams) -> np.ndarray:
+    """Each row's kind offset, as an array the gate subtracts from the similarities."""
+    return np.array([params.kind_offset.get(k, 0.0) for k in kinds], dtype=np.float32)
+
+
 def query_gate(
     sims: np.ndarray,
     kinds: Sequence[str],
@@ -253,12 +258,17 @@ def query_gate(
     novel: bool,
     params: RankingParams,
     mode: str = "targeted",
+    offsets: np.ndarray | None = None,
 ) -> GateDecision:
-    """Decide, once per query, whether the store knows anything about it."""
+    """Decide, once per query, whether the store knows anything about it.
+
+    ``offsets`` (``kind_offsets(kinds, params)``) may be passed in by a caller that ranks the
+    same rows many times: building it is a Python loop over every memory."""
     bar = float(params.for_mode(params.query_bar, mode)) + (params.novelty_penalty if novel else 0.0)
     if sims.size == 0:
         return GateDecision(False, 0.0, bar, "empty store")
-    offsets = np.array([params.kind_offset.get(k, 0.0) for k in kinds], dtype=np.float32)
+    if offsets is None:
+        offsets = kind_offsets(kinds, params)
     margin = sims - offsets
     best = int(np.argmax(margin))
     top = float(sims[best])
@@ -375,6 +385,7 @@ def rank(
     limit: int | None = None,
     ids: Sequence[str] | None = None,
     exclude: Collection[int] = (),
+    offsets: np.ndarray | None = None,
 ) -> Ranking:
     """The whole scoring path for one scope: gate -> lanes -> association -> fuse -> select.
 
@@ -382,7 +393,7 @@ def rank(
     best first) all index the same memories. ``qvec=None`` (no embedder) degrades to the
     keyword lane alone: there is then no similarity to gate on, so only keyword hits rank.
     ``exclude``: rows out of scope (archived, filtered by kind, the memory being checked)
-    without rebuilding the matrix.
+    without rebuilding the matrix. ``offsets``: ``kind_offsets(kinds, params)``, precomputed.
     """
     p = params or RankingParams()
     if exclude:
@@ -398,7 +409,7 @@ def rank(
     ex = np.fromiter(exclude, dtype=np.int64) if exclude else None
     if ex is not None:
         sims[ex] = -np.inf
-    gate = query_gate(sims, kinds, novel=novelty(salient, doc_freq), params=p, mode=mode)
+    gate = query_gate(sims, kinds, novel=novelty(salient, doc_freq), params=p, mode=mode, offsets=offsets)
     if not gate.passed:
         return Ranking([], gate, 0)
 

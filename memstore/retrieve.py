@@ -20,7 +20,7 @@ from . import ranking
 from .config import Config
 from .errors import MemstoreError, NoStore
 from .files import file_lock
-from .graph import Graph, build_graph
+from .graph import Graph, archived_ids, build_graph
 from .index.embcache import text_key
 from .index.embedder import EmbedderUnavailable, get_embedder
 from .index.store_index import StoreIndex
@@ -162,6 +162,7 @@ class Rows:
     kinds: list[str]
     matrix: np.ndarray
     pos: dict[str, int]
+    offsets: np.ndarray | None = None  # ranking.kind_offsets of ``kinds``, filled on first use
 
 
 def build_rows(sc: Scope, ok: set[str], semantic: bool, dim: int) -> Rows:
@@ -184,6 +185,12 @@ def build_rows(sc: Scope, ok: set[str], semantic: bool, dim: int) -> Rows:
         ids = sorted(ok)
         matrix = np.zeros((0, dim), dtype=np.float32)
     return Rows(ids, [sc.memories[m].kind for m in ids], matrix, {m: i for i, m in enumerate(ids)})
+
+
+def row_offsets(rows: Rows, rp: ranking.RankingParams) -> np.ndarray:
+    if rows.offsets is None or rows.offsets.shape[0] != len(rows.kinds):
+        rows.offsets = ranking.kind_offsets(rows.kinds, rp)
+    return rows.offsets
 
 
 def keyword_lane(sc: Scope, query: str, rows: Rows, pool: int) -> list[tuple[int, float]]:
@@ -283,20 +290,15 @@ def utility(mem_id: str, sc: Scope, problem_id: str | None, problem_sim: Mapping
     return local, sc.graph.utility_global(mem_id), len(votes)
 
 
-def problem_similarities(sc: Scope, qvec: np.ndarray | None) -> dict[str, float]:
-    """Cosine of the query with every problem that has been voted in the context of."""
-    if qvec is None:
+def problem_similarities(sc: Scope, rows: Rows, qvec: np.ndarray | None, wanted: set[str]) -> dict[str, float]:
+    """Cosine of the query with the problems the candidates were voted on in the context of."""
+    if qvec is None or not wanted:
         return {}
-    wanted = {v.problem for vs in sc.graph.votes.values() for v in vs if v.problem}
-    out: dict[str, float] = {}
-    for si in sc.indexes:
-        if si.vectors is None or not wanted:
-            continue
-        row_of = {m: i for i, m in enumerate(si.vectors.row_ids())}
-        mat = si.vectors.matrix()
-        for pid in wanted & row_of.keys():
-            out[pid] = float(mat[row_of[pid]] @ qvec)
-    return out
+    found = [pid for pid in wanted if pid in rows.pos]
+    if not found:
+        return {}
+    sims = rows.matrix[[rows.pos[pid] for pid in found]] @ qvec
+    return {pid: float(s) for pid, s in zip(found, sims, strict=True)}
 
 
 # -- selection ------------------------------------------------------------------------------------------
@@ -383,7 +385,7 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     kw_hits = keyword_lane(sc, query, rows, rp.keyword_pool)
     ranked = ranking.rank(
         qvec, rows.matrix, kw_hits, rows.kinds, salient=ranking.salient_terms(query), doc_freq=doc_freq_fn(sc),
-        params=rp, mode=mode, limit=limit, ids=rows.ids,
+        params=rp, mode=mode, limit=limit, ids=rows.ids, offsets=row_offsets(rows, rp),
     )
     hits = {rows.ids[r.index]: Hit(sc.memories[rows.ids[r.index]], r.score, list(r.reasons),
                                    group_key(sc.memories[rows.ids[r.index]])) for r in ranked.results}
@@ -397,7 +399,8 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
         except MemstoreError:  # an unknown or ambiguous problem id only loses its utility boost
             warnings.append(f"problem_id {problem_id!r} not found; utility is weighed by the query instead")
             problem_id = None
-    psim = problem_similarities(sc, qvec)
+    wanted = {v.problem for mid in hits for v in sc.graph.votes.get(mid, []) if v.problem}
+    psim = problem_similarities(sc, rows, qvec, wanted)
     up = p.utility
     scored: list[Hit] = []
     utils: dict[str, tuple[float, float, int]] = {}
@@ -438,10 +441,7 @@ def semantic_duplicates(ws: Workspace, mem: Memory, scopes: list[str], threshold
     """Same-kind memories whose embedding is within ``threshold`` cosine of ``mem``'s text."""
     p = params_from_config(ws.config)
     out: list[dict[str, Any]] = []
-    try:
-        qvec = embed_for_store(ws, mem.scope, mem.text, p)
-    except EmbedderUnavailable:
-        return out  # the exact-text check still ran; a missing model must not block writes
+    qvec = embed_for_store(ws, mem.scope, mem.text, p)  # EmbedderUnavailable: the caller falls back
     k = int(ws.config.get("duplicates", "candidates", 5))
     for scope in scopes:
         try:
@@ -454,7 +454,7 @@ def semantic_duplicates(ws: Workspace, mem: Memory, scopes: list[str], threshold
         si.refresh(walk=False)
         if si.vectors is None or not si.semantic_ready:
             continue
-        archived = build_graph(si.catalog.memories, si.catalog.events.values()).archived
+        archived = archived_ids(si.catalog.events.values())
         for mid, sim in si.vectors.search(qvec, 50):
             other = si.catalog.memories.get(mid)
             if other is None or other.kind != mem.kind or mid in archived or sim < threshold:

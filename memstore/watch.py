@@ -28,6 +28,7 @@ log = logging.getLogger("memstore.daemon")
 RELEVANT_TOP = {*KIND_DIRS.values(), "events", "config.yaml"}
 IGNORED_EVENTS = {"opened", "closed_no_write", "closed"}  # reads and close-after-modify add nothing
 TEMP_SUFFIXES = ("~", ".tmp", ".swp", ".swx", ".swo", ".part")
+LOG_LIMIT = 20000  # changes remembered per store; a burst larger than this makes readers walk
 
 
 def relevant(root: Path, path: str) -> bool:
@@ -58,10 +59,17 @@ class _Handler(FileSystemEventHandler):
         dest = getattr(event, "dest_path", "")
         if dest:
             paths.append(str(dest))
-        if any(relevant(self.root, p) for p in paths):
+        hits = [p for p in paths if relevant(self.root, p)]
+        if hits:
             gone = event.is_directory and event.event_type in ("deleted", "moved") and Path(
                 str(event.src_path)) == self.root
-            self.watcher.changed(self.root, gone=gone)
+            # A file two levels down (kind folder / file) is all a reader needs to re-read;
+            # anything else (a folder moved, config.yaml) makes it walk the whole store.
+            rels: list[str | None] = []
+            for p in hits:
+                rel = Path(p).relative_to(self.root).as_posix()
+                rels.append(None if event.is_directory or rel.count("/") != 1 else rel)
+            self.watcher.changed(self.root, gone=gone, rels=rels)
 
 
 class Watcher:
@@ -77,6 +85,9 @@ class Watcher:
         self._observer.daemon = True
         self._watches: dict[Path, Any] = {}
         self._counters: dict[Path, int] = {}
+        # Per store: (counter after the change, store-relative path or None = unknown), newest
+        # last, so a reader can re-read just the files changed since its last look.
+        self._log: dict[Path, list[tuple[int, str | None]]] = {}
         self._pending: set[Path] = set()
         self._first = self._last = 0.0
         self._cond = threading.Condition()
@@ -98,14 +109,14 @@ class Watcher:
             except OSError as exc:  # e.g. inotify watch limit reached: reads keep walking
                 log.warning("cannot watch %s: %s", root, exc)
                 return False
-            self._counters[root] = self._counters.get(root, 0) + 1
+            self._record(root, [None])
             log.info("watching %s", root)
             return True
 
     def unwatch(self, root: Path) -> None:
         with self._cond:
             watch = self._watches.pop(root, None)
-            self._counters[root] = self._counters.get(root, 0) + 1
+            self._record(root, [None])
         if watch is not None:
             with contextlib.suppress(KeyError, OSError, ValueError):
                 self._observer.unschedule(watch)
@@ -120,9 +131,42 @@ class Watcher:
             return self._counters[root] if root in self._watches else None
 
     # -- changes -------------------------------------------------------------------------------
-    def changed(self, root: Path, *, gone: bool = False) -> None:
+    def _record(self, root: Path, rels: Iterable[str | None]) -> None:
+        n = self._counters.get(root, 0) + 1
+        self._counters[root] = n
+        log_ = self._log.setdefault(root, [])
+        log_.extend((n, rel) for rel in rels)
+        if len(log_) > LOG_LIMIT:
+            del log_[: len(log_) - LOG_LIMIT]
+
+    def changes_since(self, root: Path, counter: int) -> set[str] | None:
+        """Store-relative paths changed after ``counter``; None when unknown (walk instead)."""
         with self._cond:
-            self._counters[root] = self._counters.get(root, 0) + 1
+            if root not in self._watches:
+                return None
+            log_ = self._log.get(root, [])
+            if self._counters.get(root, 0) == counter:
+                return set()
+            # The log must reach back past ``counter``, or some changes were trimmed off.
+            if not log_ or log_[0][0] > counter + 1:
+                return None
+            out: set[str] = set()
+            for n, rel in log_:
+                if n <= counter:
+                    continue
+                if rel is None:
+                    return None
+                out.add(rel)
+            return out
+
+    def note(self, root: Path, rels: Iterable[str]) -> None:
+        """The daemon's own writes: visible to the next reader at once, by path."""
+        with self._cond:
+            self._record(root, list(rels))
+
+    def changed(self, root: Path, *, gone: bool = False, rels: Iterable[str | None] = (None,)) -> None:
+        with self._cond:
+            self._record(root, rels)
             now = time.monotonic()
             if not self._pending:
                 self._first = now
@@ -138,7 +182,7 @@ class Watcher:
         """Mark stores changed right now (the daemon's own writes: no waiting for inotify)."""
         with self._cond:
             for root in roots:
-                self._counters[root] = self._counters.get(root, 0) + 1
+                self._record(root, [None])
 
     def _run(self) -> None:
         while True:

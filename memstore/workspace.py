@@ -36,6 +36,7 @@ class Workspace:
     # stat walk of the store, the walk is skipped (SPEC §5: the watcher keeps the index hot so
     # the freshness check finds nothing to do). Unset: every call walks.
     change_counter: Callable[[Store], int | None] | None = None
+    change_paths: Callable[[Store, int], set[str] | None] | None = None
     # Long-lived processes keep projections in memory and save them with ``flush()``; the files
     # stay the truth, so an unsaved projection only costs the next process some catching up.
     defer_saves: bool = False
@@ -68,8 +69,15 @@ class Workspace:
             cat.hold_saves()
         if refresh and store.exists():
             counter = self.change_counter(store) if self.change_counter is not None else None
-            if counter is None or self._walked_at.get(scope) != counter:
-                cat.refresh()
+            last = self._walked_at.get(scope)
+            if counter is None or last != counter:
+                # The watcher may know exactly which files changed since our last look; then
+                # only those are re-read, not every file of the store.
+                rels = self.change_paths(store, last) if self.change_paths and last is not None else None
+                if rels is not None:
+                    cat.refresh_paths(rels)
+                else:
+                    cat.refresh()
                 if counter is not None:
                     self._walked_at[scope] = counter
         return cat

@@ -121,6 +121,8 @@ class StoreIndex:
             "vec_manifest": self.state.vec_manifest,
         }
         atomic_write(self._meta_path, json.dumps(meta, separators=(",", ":")))
+        # A few bytes a writer checks under the lock instead of parsing the whole manifest.
+        atomic_write(self.dir / "generation", str(self.state.generation))
 
     # -- syncing ---------------------------------------------------------------------------------
     def refresh(self, *, walk: bool = True) -> bool:
@@ -140,18 +142,28 @@ class StoreIndex:
             self._synced_catalog_gen = self.catalog.generation
             return False
         with file_lock(self.dir / "index.lock"):
-            meta = self._read_meta()
-            if meta is not None and int(meta.get("generation", 0)) != self._disk_generation:
+            disk = self._disk_gen()
+            if disk is not None and disk != self._disk_generation:
                 # Another process saved a newer index: start from it, it is probably closer.
                 self._load()
             changed = self._sync(wanted_kw, wanted_vec)
             if changed:
-                self.state.generation = max(self.state.generation, int((meta or {}).get("generation", 0))) + 1
+                self.state.generation = max(self.state.generation, disk or 0) + 1
                 self._dirty = True
                 if not self.defer_saves:
                     self._save()
         self._synced_catalog_gen = self.catalog.generation
         return changed
+
+    def _disk_gen(self) -> int | None:
+        """The generation of the index on disk, or None when there is none."""
+        if not self._meta_path.is_file():
+            return None
+        try:
+            return int((self.dir / "generation").read_text())
+        except (OSError, ValueError):
+            meta = self._read_meta()  # an index saved before the generation file existed
+            return int(meta.get("generation", 0)) if meta is not None else None
 
     def _save(self) -> None:
         assert self.vectors is not None
@@ -165,8 +177,8 @@ class StoreIndex:
         if not self._dirty or not self._loaded:
             return
         with file_lock(self.dir / "index.lock"):
-            meta = self._read_meta()
-            if meta is not None and int(meta.get("generation", 0)) != self._disk_generation:
+            disk = self._disk_gen()
+            if disk is not None and disk != self._disk_generation:
                 # Someone else saved meanwhile; ours may be older. The next sync reconciles.
                 self._dirty = False
                 return
