@@ -124,3 +124,27 @@ def hash_object(data: bytes, cwd: Path) -> str:
 
 def is_ignored(path: Path, cwd: Path) -> bool:
     return run(["check-ignore", "-q", str(path)], cwd, check=False).returncode == 0
+
+
+def head_sha(worktree: Path) -> str | None:
+    """HEAD's commit, read from ``.git`` directly in the common layouts (a read pays this on
+    every call; a ``git`` process costs ~5 ms), else asked of git."""
+    gitdir = worktree / ".git"
+    try:
+        head = (gitdir / "HEAD").read_text(encoding="ascii").strip()
+        if not head.startswith("ref: "):
+            return head if len(head) == 40 else resolve_commit("HEAD", worktree)
+        ref = head[5:]
+        loose = gitdir / ref
+        if loose.is_file():
+            sha = loose.read_text(encoding="ascii").strip()
+            if len(sha) == 40:
+                return sha
+        packed = gitdir / "packed-refs"
+        if packed.is_file():
+            for line in packed.read_text(encoding="ascii").splitlines():
+                if line.endswith(" " + ref) and len(line) > 41:
+                    return line[:40]
+        return None if not loose.exists() and not packed.exists() else resolve_commit("HEAD", worktree)
+    except (OSError, UnicodeDecodeError):
+        return resolve_commit("HEAD", worktree)

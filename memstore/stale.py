@@ -67,7 +67,7 @@ class StaleChecker:
         self._cache: dict[str, Any] = {}
         self._dirty = False
         if self.worktree is not None:
-            self.head = gitops.resolve_commit("HEAD", self.worktree)
+            self.head = gitops.head_sha(self.worktree)
         self._load()
 
     # -- cache ------------------------------------------------------------------------------------
