@@ -174,8 +174,10 @@ def ranking_retriever(params: ranking.RankingParams, mode: str = "targeted", lim
     ``limit`` defaults to 25 so recall@25 is measurable; the product's default is 10.
     """
 
-    def run(store: Store, query: str, qvec: np.ndarray) -> list[ranking.Ranked]:
-        hits = store.keyword.search(ranking.keyword_terms(query), params.keyword_pool)
+    def run(store: Store, query: str, qvec: np.ndarray, own: int | None = None) -> list[ranking.Ranked]:
+        # ``own``: a row left out of scope entirely (GitBugs: the query's own report).
+        pool = params.keyword_pool + (own is not None)
+        hits = store.keyword.search(ranking.keyword_terms(query), pool)
         return ranking.rank(
             qvec,
             store.matrix,
@@ -186,6 +188,7 @@ def ranking_retriever(params: ranking.RankingParams, mode: str = "targeted", lim
             params=params,
             mode=mode,
             limit=limit,
+            exclude=() if own is None else {own},
         ).results
 
     return run

@@ -37,6 +37,7 @@ from eval_common import (
     fmt,
     log,
     percentile_ms,
+    ranking_retriever,
     vector_retriever,
 )
 
@@ -71,25 +72,6 @@ def load(corpus: Path, qrels: Path) -> tuple[list[Report], dict[str, list[str]]]
 
 
 # A retriever here also gets the row to exclude (the query's own report).
-def ranking_retriever_excl(params: ranking.RankingParams, mode: str = "targeted", limit: int = 50):  # type: ignore[no-untyped-def]
-    def run(store: Store, query: str, qvec: np.ndarray, own: int) -> list[ranking.Ranked]:
-        hits = store.keyword.search(ranking.keyword_terms(query), params.keyword_pool + 1)
-        return ranking.rank(
-            qvec,
-            store.matrix,
-            hits,
-            store.kinds,
-            salient=ranking.salient_terms(query),
-            doc_freq=store.keyword.doc_freq,
-            params=params,
-            mode=mode,
-            limit=limit,
-            exclude={own},
-        ).results
-
-    return run
-
-
 def baseline_excl(base):  # type: ignore[no-untyped-def]
     def run(store: Store, query: str, qvec: np.ndarray, own: int) -> list[ranking.Ranked]:
         return [r for r in base(store, query, qvec) if r.index != own]
@@ -204,7 +186,7 @@ def main(argv: list[str] | None = None, params: ranking.RankingParams | None = N
     for qname, text_of in (("title", lambda r: r.title.strip()), ("title_body", lambda r: r.memory_text)):
         queries = [(row[q], text_of(reports[row[q]]), {row[d] for d in rels[q] if d in row}) for q in qids]
         qvecs = cache.embed([t for _, t, _ in queries])
-        res, lat = evaluate(store, queries, qvecs, ranking_retriever_excl(p, args.mode), live_embed=True)
+        res, lat = evaluate(store, queries, qvecs, ranking_retriever(p, args.mode, limit=50), live_embed=True)
         res["p50_ms"] = percentile_ms(lat, 50)
         res["p95_ms"] = percentile_ms(lat, 95)
         out[qname] = res

@@ -12,8 +12,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from eval_common import DEFAULT_CACHE, EmbeddingCache, KeywordIndex, build_store
-from eval_gitbugs import evaluate, load, ranking_retriever_excl
+from eval_common import DEFAULT_CACHE, EmbeddingCache, KeywordIndex, build_store, ranking_retriever
+from eval_gitbugs import evaluate, load
 
 from memstore import ranking
 
@@ -39,8 +39,8 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
 
     def line(label: str, p: ranking.RankingParams) -> None:
-        a, _ = evaluate(store, *sets["title"], ranking_retriever_excl(p))
-        b, _ = evaluate(store, *sets["title_body"], ranking_retriever_excl(p))
+        a, _ = evaluate(store, *sets["title"], ranking_retriever(p, limit=50))
+        b, _ = evaluate(store, *sets["title_body"], ranking_retriever(p, limit=50))
         print(
             f"| {label} | {a['hit@1']:.3f} | {a['hit@5']:.3f} | {a['hit@10']:.3f} | {a['mrr']:.3f} | "
             f"{a['empty']:.3f} | {b['hit@5']:.3f} | {b['mrr']:.3f} |",

@@ -18,7 +18,7 @@ from . import ids
 from .errors import InvalidRequest, NoStore, NotFound
 from .files import atomic_write
 from .model import utc_now
-from .store import Store
+from .store import Store, episode_rows
 from .workspace import Workspace
 
 SOURCES = ("user", "assistant", "tool", "git", "memstore", "note")
@@ -102,20 +102,13 @@ def read_rows(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]], dict[st
     header: dict[str, Any] = {}
     events: list[dict[str, Any]] = []
     ended: dict[str, Any] | None = None
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if not isinstance(row, dict):
-                continue
-            if "episode" in row and not header:
-                header = row
-            elif isinstance(row.get("seq"), int):
-                events.append(row)
-            elif "ended" in row:
-                ended = row
+    for row in episode_rows(path):
+        if "episode" in row and not header:
+            header = row
+        elif isinstance(row.get("seq"), int):
+            events.append(row)
+        elif "ended" in row:
+            ended = row
     return header, events, ended
 
 

@@ -145,6 +145,18 @@ def event_from_file(relpath: str, text: str) -> Event:
     )
 
 
+def episode_rows(path: Path) -> Iterator[dict[str, Any]]:
+    """The JSON objects of an episode file, in order; lines that do not parse are skipped."""
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict):
+                yield row
+
+
 def _opt_str(value: Any) -> str | None:
     return None if value in (None, "") else str(value)
 
@@ -309,16 +321,7 @@ class Store:
         path = self.episode_path(episode_id)
         if path is None:
             return None
-        seqs: set[int] = set()
-        with path.open(encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(row, dict) and isinstance(row.get("seq"), int):
-                    seqs.add(row["seq"])
-        return seqs
+        return {row["seq"] for row in episode_rows(path) if isinstance(row.get("seq"), int)}
 
     # -- writing ---------------------------------------------------------------------------
     @contextlib.contextmanager
