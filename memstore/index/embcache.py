@@ -37,10 +37,16 @@ class EmbeddingCache:
             return
         keys = [k for k in keys if k]
         rows = min(len(keys), size // (4 * self.dim))
-        if rows:
-            self._vecs = np.fromfile(self.vecs_path, dtype=np.float32, count=rows * self.dim).reshape(rows, self.dim)
+        self._vecs = self._map(rows)
         self._row = {k: i for i, k in enumerate(keys[:rows])}
         self._loaded_rows = rows
+
+    def _map(self, rows: int) -> np.ndarray:
+        """The rows as a read-only memory map: a long-lived process (the daemon) touches only
+        the rows it looks up instead of holding the whole cache (150 MB at 100k) in memory."""
+        if rows == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.memmap(self.vecs_path, dtype=np.float32, mode="r", shape=(rows, self.dim))
 
     def __len__(self) -> int:
         return len(self._row)
@@ -74,7 +80,7 @@ class EmbeddingCache:
         with open(self.keys_path, "a", encoding="ascii") as fh:
             fh.write("".join(k + "\n" for k, _ in new))
         start = self._vecs.shape[0]
-        self._vecs = np.concatenate([self._vecs, block]) if start else block
+        self._vecs = self._map(start + len(new))
         for i, (k, _) in enumerate(new):
             self._row[k] = start + i
 
