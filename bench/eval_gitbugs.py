@@ -1,4 +1,4 @@
-"""GitBugs duplicate-report benchmark (protocol: /work/shared/eval/README.md, results: bench/RESULTS.md).
+"""GitBugs duplicate-report benchmark (protocol: ../shared/eval/README.md, results: bench/RESULTS.md).
 
 Every report is one ``problem`` memory (title + first ~1,500 chars of body) in one store.
 Each query report is asked twice, by its title alone (an agent's short description) and by
@@ -9,8 +9,8 @@ relevant rank within the returned list, 0 if absent). Baselines: BM25 alone, vec
 Also measures, for the write-time duplicate check, the cosine between duplicate pairs vs
 each report's nearest non-duplicate (``--dup-analysis``, on by default).
 
-    python bench/eval_gitbugs.py --corpus /work/shared/eval/gitbugs/hadoop_corpus.jsonl \\
-        --qrels /work/shared/eval/gitbugs/hadoop_qrels.json
+    python bench/eval_gitbugs.py --corpus ../shared/eval/gitbugs/hadoop_corpus.jsonl \\
+        --qrels ../shared/eval/gitbugs/hadoop_qrels.json
 
 The last stdout line is one JSON object (see ``main``).
 """

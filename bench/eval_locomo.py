@@ -1,4 +1,4 @@
-"""LoCoMo retrieval benchmark (protocol: /work/shared/eval/README.md, results: bench/RESULTS.md).
+"""LoCoMo retrieval benchmark (protocol: ../shared/eval/README.md, results: bench/RESULTS.md).
 
 One isolated store per conversation; each turn (or each observation, ``--unit observations``)
 is one memory. Questions are asked verbatim. recall@k = fraction of a question's evidence
@@ -6,7 +6,7 @@ dia_ids found in the top k, averaged over questions, per category and over categ
 Abstention = fraction of *mismatched* queries (conversation i's questions against conversation
 i+1's store) answered with zero results. Baselines: BM25 alone, vector top-k alone.
 
-    python bench/eval_locomo.py --data /work/shared/eval/locomo/locomo_dev.json
+    python bench/eval_locomo.py --data ../shared/eval/locomo/locomo_dev.json
 
 The last stdout line is one JSON object (see ``main``).
 """

@@ -1,6 +1,6 @@
 """Scratch: sweep RankingParams on LoCoMo through the real ``memstore.ranking.rank``.
 
-python bench/research_gate.py --data /work/shared/eval/locomo/locomo_dev.json [--sweep NAME ...]
+python bench/research_gate.py --data ../shared/eval/locomo/locomo_dev.json [--sweep NAME ...]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Scratch: precompute dense score matrices for LoCoMo so fusion variants can be swept fast.
 
-    python bench/research_locomo.py --data /work/shared/eval/locomo/locomo_dev.json
+    python bench/research_locomo.py --data ../shared/eval/locomo/locomo_dev.json
 writes bench/.cache/locomo_<unit>_scores.npz-like pickle used by the sweep functions below.
 """
 
