@@ -287,7 +287,6 @@ class PipelineStores:
     def retriever(self, mode: str = "targeted", limit: int = 25, exclude_own: bool = False) -> Callable[..., list]:
         """A Retriever (``(store, query, qvec[, own]) -> [Ranked]``) backed by memstore.read.
         ``qvec`` is ignored: the pipeline embeds the query itself, as a real read does."""
-        from memstore import ids
         from memstore.retrieve import read
 
         def run(store: Store, query: str, qvec: np.ndarray, own: int | None = None) -> list[ranking.Ranked]:
@@ -303,7 +302,6 @@ class PipelineStores:
                 out.append(ranking.Ranked(row, float(r["score"]), tuple(r["reasons"])))
             return out[:limit]
 
-        _ = ids
         return run
 
     def close(self) -> None:

@@ -37,13 +37,19 @@ def _target_store(ws: Workspace, scope: str, *, commit: bool) -> Store:
     return store
 
 
-def combined_graph(ws: Workspace, scopes: list[str] | None = None) -> tuple[dict[str, Memory], Graph]:
+def history(ws: Workspace, scopes: list[str] | None = None) -> tuple[dict[str, Memory], list[Event]]:
+    """Every memory and event of the stores in scope (the immutable history links derive from)."""
     memories: dict[str, Memory] = {}
     events: list[Event] = []
     for scope in scopes or ws.scopes():
         cat = ws.catalog(scope)
         memories.update(cat.memories)
         events.extend(cat.events.values())
+    return memories, events
+
+
+def combined_graph(ws: Workspace, scopes: list[str] | None = None) -> tuple[dict[str, Memory], Graph]:
+    memories, events = history(ws, scopes)
     return memories, build_graph(memories, events)
 
 
@@ -140,9 +146,9 @@ def update(ws: Workspace, request: dict[str, Any], *, author: str | None = None)
     store = _target_store(ws, scope, commit=commit)
 
     def gated() -> dict[str, Any]:
-        memories, graph = combined_graph(ws)
+        memories, events = history(ws)
         answer: dict[str, Any] = {"ok": True, "id": ev.id, "type": kind, "scope": scope,
-                                  "effect": _effect(ws, memories, graph, ev)}
+                                  "effect": _effect(memories, events, ev)}
         if commit:
             path = store.create_event(ev)
             answer["path"] = store.display_path(store.relpath(path))
@@ -158,11 +164,9 @@ def update(ws: Workspace, request: dict[str, Any], *, author: str | None = None)
     return gated()
 
 
-def _effect(ws: Workspace, memories: dict[str, Memory], before: Graph, ev: Event) -> dict[str, Any]:
+def _effect(memories: dict[str, Memory], events: list[Event], ev: Event) -> dict[str, Any]:
     """What the event changes, computed by projecting the history with the event added."""
-    events: list[Event] = []
-    for scope in ws.scopes():
-        events.extend(ws.catalog(scope, refresh=False).events.values())
+    before = build_graph(memories, events)
     after = build_graph(memories, [*events, ev])
     if ev.type == "utility_vote" and ev.memory:
         return {"memory_id": ev.memory,

@@ -6,7 +6,6 @@ gate passes. The duplicate gate lives with the index (it needs embeddings).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -103,11 +102,6 @@ def check_write_semantics(memory: dict[str, Any], config: Config) -> list[Eviden
     check_secrets({"memory.text": memory["text"], "memory.rationale": rationale,
                    **{f"memory.evidence_refs[{i}]": r for i, r in enumerate(refs)}})
     return parsed
-
-
-@dataclass
-class ResolvedLinks:
-    links: dict[str, Any]
 
 
 def _visible_scopes(ws: Workspace, scope: str) -> list[str]:

@@ -15,7 +15,6 @@ from . import gitops, ids
 from .catalog import Catalog
 from .config import Config, load_config
 from .errors import AmbiguousId, InvalidRequest, NoStore, NotFound
-from .graph import Graph, build_graph
 from .model import Memory
 from .store import STORE_DIRNAME, Store
 
@@ -26,7 +25,6 @@ class Workspace:
     global_: Store
     config: Config
     _catalogs: dict[str, Catalog] = field(default_factory=dict)
-    _graphs: dict[str, tuple[int, Graph]] = field(default_factory=dict)
     # Index projections per store (memstore.retrieve owns them; kept here so a long-lived
     # process such as the daemon reuses them across calls).
     indexes: dict[str, Any] = field(default_factory=dict)
@@ -88,16 +86,6 @@ class Workspace:
             cat.flush()
         for si in self.indexes.values():
             si.flush()
-
-    def graph(self, scope: str) -> Graph:
-        """Links and utility over one store (plus, for the repo store, global memories it links to)."""
-        cat = self.catalog(scope, refresh=False)
-        cached = self._graphs.get(scope)
-        if cached is not None and cached[0] == cat.generation:
-            return cached[1]
-        g = build_graph(cat.memories, cat.events.values())
-        self._graphs[scope] = (cat.generation, g)
-        return g
 
     def scopes(self, include_global: bool = True) -> list[str]:
         return [s.scope for s in self.stores(include_global)]

@@ -26,7 +26,6 @@ class EmbeddingCache:
         self.dim = dim
         self._row: dict[str, int] = {}
         self._vecs: np.ndarray = np.zeros((0, dim), dtype=np.float32)
-        self._loaded_rows = 0
         self._load()
 
     def _load(self) -> None:
@@ -39,7 +38,6 @@ class EmbeddingCache:
         rows = min(len(keys), size // (4 * self.dim))
         self._vecs = self._map(rows)
         self._row = {k: i for i, k in enumerate(keys[:rows])}
-        self._loaded_rows = rows
 
     def _map(self, rows: int) -> np.ndarray:
         """The rows as a read-only memory map: a long-lived process (the daemon) touches only

@@ -134,7 +134,7 @@ class StoreIndex:
             self._load()
         if walk:
             self.catalog.refresh()
-        if self.catalog.generation == self._synced_catalog_gen and not self._vectors_pending():
+        if self.catalog.generation == self._synced_catalog_gen:
             return False
         wanted_kw, wanted_vec = self._wanted()
         if wanted_kw == self.state.kw_manifest and (self.embedder is None or wanted_vec == self.state.vec_manifest
@@ -183,9 +183,6 @@ class StoreIndex:
                 self._dirty = False
                 return
             self._save()
-
-    def _vectors_pending(self) -> bool:
-        return False
 
     def _wanted(self) -> tuple[dict[str, str], dict[str, str]]:
         kw: dict[str, str] = {}
