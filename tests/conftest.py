@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,19 +89,32 @@ def cli() -> Callable[..., CliResult]:
     """Run ``python -m memstore ARGS`` as a real subprocess: (exit code, parsed JSON stdout, stderr)."""
 
     def run(*args: str, cwd: Path, input: str | None = None, env: dict[str, str] | None = None) -> CliResult:
-        full_env = dict(os.environ)
-        full_env.update(env or {})
-        proc = subprocess.run([sys.executable, "-m", "memstore", *args], cwd=cwd, input=input,
-                              capture_output=True, text=True, env=full_env, check=False,
-                              stdin=None if input is not None else subprocess.DEVNULL)
-        out = proc.stdout.strip()
-        try:
-            data = json.loads(out) if out else None
-        except json.JSONDecodeError:
-            data = out
-        return proc.returncode, data, proc.stderr
+        return run_cli(args, cwd=cwd, env={**os.environ, **(env or {})}, input=input)
 
     return run
+
+
+def run_cli(args: Sequence[str], *, cwd: Path, env: dict[str, str], input: str | None = None,
+            timeout: float | None = None) -> CliResult:
+    """``python -m memstore ARGS`` as a real subprocess: (exit code, parsed JSON stdout, stderr)."""
+    proc = subprocess.run([sys.executable, "-m", "memstore", *args], cwd=cwd, input=input, capture_output=True,
+                          text=True, env=env, check=False, timeout=timeout,
+                          stdin=None if input is not None else subprocess.DEVNULL)
+    out = proc.stdout.strip()
+    try:
+        data = json.loads(out) if out else None
+    except json.JSONDecodeError:
+        data = out
+    return proc.returncode, data, proc.stderr
+
+
+# One problem with a solution and a failed tactic, shared by the read and MCP tests.
+PROBLEM = ("Running `alembic upgrade head` in the test suite fails with DuplicateColumn: column "
+           "tracking_code of relation shipments already exists, even on a fresh test database.")
+SOLUTION = ("The db_schema fixture built tables with metadata.create_all() and stamped an old revision; "
+            "build the test schema by running alembic upgrade head on a fresh database instead.")
+TACTIC = ("Dropping and recreating the test database does not help: the fixture recreates the column "
+          "from the ORM models before the migration runs.")
 
 
 def store_files(repo: Path) -> set[str]:

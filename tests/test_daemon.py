@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import run_cli
 
 from memstore import api, client, gitops, retrieve
 from memstore.workspace import open_workspace
@@ -63,14 +64,7 @@ class Env:
         return env
 
     def cli(self, *args: str, cwd: Path, **extra: str) -> tuple[int, Any, str]:
-        proc = subprocess.run([sys.executable, "-m", "memstore", *args], cwd=cwd, env=self.env(**extra),
-                              capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL, check=False)
-        out = proc.stdout.strip()
-        try:
-            data = json.loads(out) if out else None
-        except json.JSONDecodeError:
-            data = out
-        return proc.returncode, data, proc.stderr
+        return run_cli(args, cwd=cwd, env=self.env(**extra), timeout=180)
 
     def call(self, message: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
         return client.call(message, timeout=timeout, env=self.env())

@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from conftest import store_files
+from conftest import PROBLEM, SOLUTION, TACTIC, store_files
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -25,12 +25,6 @@ from memstore import client
 from memstore.retrieve import GUIDANCE
 from memstore.schemas import load_schema
 
-PROBLEM = ("Running `alembic upgrade head` in the test suite fails with DuplicateColumn: column "
-           "tracking_code of relation shipments already exists, even on a fresh test database.")
-SOLUTION = ("The db_schema fixture built tables with metadata.create_all() and stamped an old revision; "
-            "build the test schema by running alembic upgrade head on a fresh database instead.")
-TACTIC = ("Dropping and recreating the test database does not help: the fixture recreates the column "
-          "from the ORM models before the migration runs.")
 PARAPHRASE = "my new migration breaks pytest because the column is already there"
 CLOSE = "alembic migration fails: column already exists"  # clears the bar with the problem alone
 TIMEOUT = 120  # one server start plus a model load on a loaded machine

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import make_git_repo, reopen
+from conftest import PROBLEM, SOLUTION, TACTIC, make_git_repo, reopen
 
 from memstore import api, retrieve
 from memstore.errors import DuplicateError
@@ -16,12 +16,6 @@ from memstore.workspace import Workspace, open_workspace
 
 pytestmark = pytest.mark.model
 
-PROBLEM = ("Running `alembic upgrade head` in the test suite fails with DuplicateColumn: column "
-           "tracking_code of relation shipments already exists, even on a fresh test database.")
-SOLUTION = ("The db_schema fixture built tables with metadata.create_all() and stamped an old revision; "
-            "build the test schema by running alembic upgrade head on a fresh database instead.")
-TACTIC = ("Dropping and recreating the test database does not help: the fixture recreates the column "
-          "from the ORM models before the migration runs.")
 FACT_OLD = "The database driver is asyncpg; connection URLs use postgresql+asyncpg://."
 CHANGE = "The database driver moved from asyncpg to psycopg 3 in pyproject.toml."
 FACT_NEW = "The database driver is psycopg 3; connection URLs use postgresql+psycopg://."
