@@ -155,9 +155,9 @@ def test_current_episode_is_per_clone_and_start_replaces_it(repo: Path) -> None:
     assert episodes.current_id(ws.store("repo")) == second["episode"]
     assert (repo / ".memory" / ".local" / "current_episode").read_text().strip() == second["episode"]
     assert git(repo, "check-ignore", ".memory/.local/current_episode").strip()
-    # the replaced episode stays open and can still be logged to by id (a prefix past the
-    # 10-char timestamp: both episodes may start in the same millisecond)
-    assert episodes.log(ws, "note", "late note", episode_id=first["episode"][:16])["seq"] == 1
+    # the replaced episode stays open and can still be logged to by id (the full id: ids made
+    # in the same millisecond are monotonic and can share all but their last character)
+    assert episodes.log(ws, "note", "late note", episode_id=first["episode"])["seq"] == 1
     episodes.end(ws, outcome="done")
     with pytest.raises(Conflict):
         episodes.end(ws, episode_id=second["episode"])
