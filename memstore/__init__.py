@@ -8,29 +8,45 @@ The library API mirrors the CLI: open a workspace, then ``write``, ``update``, `
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 __version__ = "0.1.0"
 
-from .errors import (
-    AmbiguousId,
-    Conflict,
-    DuplicateError,
-    GitError,
-    IntegrityError,
-    InvalidFile,
-    InvalidRequest,
-    MemstoreError,
-    NoStore,
-    NotFound,
-    SchemaError,
-    SecretError,
-    SemanticError,
-    StoreError,
-)
-
+# `import memstore` runs on every CLI call, before the daemon is asked: nothing here may import
+# more than the interpreter already has (not even typing); error classes load on first use.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
+    from .errors import (
+        AmbiguousId,
+        Conflict,
+        DuplicateError,
+        GitError,
+        IntegrityError,
+        InvalidFile,
+        InvalidRequest,
+        MemstoreError,
+        NoStore,
+        NotFound,
+        SchemaError,
+        SecretError,
+        SemanticError,
+        StoreError,
+    )
     from .workspace import Workspace
+
+_ERRORS = frozenset({
+    "AmbiguousId", "Conflict", "DuplicateError", "GitError", "IntegrityError", "InvalidFile", "InvalidRequest",
+    "MemstoreError", "NoStore", "NotFound", "SchemaError", "SecretError", "SemanticError", "StoreError",
+})
+
+
+def __getattr__(name: str) -> object:
+    if name in _ERRORS:
+        from . import errors
+
+        return getattr(errors, name)
+    raise AttributeError(f"module 'memstore' has no attribute {name!r}")
+
 
 __all__ = [
     "AmbiguousId",

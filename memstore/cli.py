@@ -7,20 +7,57 @@ inside the verbs so ``memstore --help`` and daemon-forwarded calls stay fast.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from . import __version__
 from .errors import InvalidRequest, MemstoreError
 from .kinds import EVENT_TYPES, KINDS, SCOPES
 
 
-def _read_json(arg: str) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    """Where `-` and relative file names are read from: this process, or (in the daemon) the
+    client's working directory and the stdin text it sent along."""
+
+    cwd: Path | None = None
+    stdin: str | None = None
+
+    def read_stdin(self) -> str:
+        return sys.stdin.read() if self.stdin is None else self.stdin
+
+    def read_file(self, arg: str) -> str:
+        if arg == "-":
+            return self.read_stdin()
+        path = Path(arg).expanduser()
+        if self.cwd is not None and not path.is_absolute():
+            path = self.cwd / path
+        return path.read_text(encoding="utf-8")
+
+
+LOCAL = Inputs()
+
+
+class ArgvError(Exception):
+    """Arguments the daemon will not parse: the client runs them in-process instead, where
+    argparse prints its usage message as usual."""
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise ArgvError(message)
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        raise ArgvError(message or "")
+
+
+def _read_json(arg: str, src: Inputs) -> dict[str, Any]:
     try:
-        raw = sys.stdin.read() if arg == "-" else Path(arg).read_text(encoding="utf-8")
+        raw = src.read_file(arg)
     except OSError as exc:
         raise InvalidRequest(f"cannot read {arg}: {exc.strerror}", code="bad_input") from exc
     try:
@@ -40,9 +77,9 @@ def _check_op(req: dict[str, Any], allowed: tuple[str, ...]) -> dict[str, Any]:
     return req
 
 
-def _write_request(a: argparse.Namespace) -> dict[str, Any]:
+def _write_request(a: argparse.Namespace, src: Inputs) -> dict[str, Any]:
     if a.json:
-        return _check_op(_read_json(a.json), ("write", "create"))
+        return _check_op(_read_json(a.json, src), ("write", "create"))
     if not a.kind or a.text is None:
         raise InvalidRequest("give --kind and --text (or a request with --json FILE|-)", code="usage")
     links: dict[str, Any] = {}
@@ -53,7 +90,7 @@ def _write_request(a: argparse.Namespace) -> dict[str, Any]:
             links[key] = value
     if a.via_change:
         links["via_change"] = a.via_change
-    text = sys.stdin.read() if a.text == "-" else a.text
+    text = src.read_stdin() if a.text == "-" else a.text
     memory: dict[str, Any] = {"text": text, "scope": a.scope, "kind": a.kind, "evidence_refs": a.evidence or []}
     for key in ("confidence", "rationale", "author"):
         if getattr(a, key) is not None:
@@ -68,9 +105,9 @@ def _write_request(a: argparse.Namespace) -> dict[str, Any]:
     return req
 
 
-def _update_request(a: argparse.Namespace) -> dict[str, Any]:
+def _update_request(a: argparse.Namespace, src: Inputs) -> dict[str, Any]:
     if a.json:
-        return _check_op(_read_json(a.json), ("update",))
+        return _check_op(_read_json(a.json, src), ("update",))
     if not a.type:
         raise InvalidRequest("give --type (utility_vote|archive|fact_update_link) or --json FILE|-", code="usage")
     req: dict[str, Any] = {"op": "update", "mode": "dry_run" if a.dry_run else "commit", "type": a.type}
@@ -84,9 +121,9 @@ def _update_request(a: argparse.Namespace) -> dict[str, Any]:
     return req
 
 
-def _read_request(a: argparse.Namespace) -> dict[str, Any]:
+def _read_request(a: argparse.Namespace, src: Inputs) -> dict[str, Any]:
     if a.json:
-        return _check_op(_read_json(a.json), ("read",))
+        return _check_op(_read_json(a.json, src), ("read",))
     if not a.query:
         raise InvalidRequest("give a query (or --json FILE|-)", code="usage")
     req: dict[str, Any] = {"op": "read", "query": " ".join(a.query), "mode": a.mode}
@@ -122,10 +159,11 @@ def _common(p: argparse.ArgumentParser, *, default: bool) -> None:
                    **({"default": False} if default else kw))
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser,
+                 ) -> argparse.ArgumentParser:
     """The whole command line, or (``only``) just one verb's parser: building all of them costs
-    ~20 ms, a third of a forwarded read, so ``main`` builds only the verb it was given."""
-    p = argparse.ArgumentParser(
+    ~20 ms, so ``main`` builds only the verb it was given."""
+    p = parser_class(
         prog="memstore",
         description="Long-term memory for AI coding agents, stored as Markdown in git. "
         "Answers are JSON when piped (or with --json-out), readable text on a terminal.",
@@ -251,14 +289,14 @@ FORWARDED = {"read": ("read", "read"), "write": ("write", None), "create": ("wri
              "update": ("update", None), "show": ("show", "show"), "list": ("list", "list")}
 
 
-def _forward_spec(a: argparse.Namespace) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def _forward_spec(a: argparse.Namespace, src: Inputs = LOCAL) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """(request, args) of a forwardable verb: what both the daemon and ``_dispatch`` run."""
     if a.cmd in ("write", "create"):
-        return _write_request(a), None
+        return _write_request(a, src), None
     if a.cmd == "update":
-        return _update_request(a), None
+        return _update_request(a, src), None
     if a.cmd == "read":
-        return _read_request(a), None
+        return _read_request(a, src), None
     if a.cmd == "show":
         return None, {"id": a.id}
     return None, {"kind": a.kind, "scope": a.scope, "all": a.all, "limit": a.limit}
@@ -372,22 +410,36 @@ def _mcp_command(a: argparse.Namespace) -> int:
         return 130
 
 
-def _verb(argv: list[str]) -> str | None:
-    """The subcommand named in ``argv`` (skipping the global options before it), if any."""
-    it = iter(argv)
-    for tok in it:
-        if tok == "--store":
-            next(it, None)
-        elif not tok.startswith("-"):
-            return tok
-        elif tok in ("-h", "--help", "--version"):
-            return None
-    return None
+@dataclasses.dataclass
+class RemoteCall:
+    """A CLI call the daemon runs for a client (see ``memstore.entry``)."""
+
+    verb: str  # the daemon verb: read, write, update, show, list
+    request: dict[str, Any] | None
+    args: dict[str, Any] | None
+    store: str | None
+    json_out: bool
+    render: str | None
 
 
-def main(argv: list[str] | None = None) -> int:
+def remote_call(argv: list[str], src: Inputs) -> RemoteCall:
+    """Parse a client's argv in the daemon. Raises ArgvError for anything but a well-formed
+    forwardable verb, and MemstoreError for a bad request (answered like the in-process CLI)."""
+    from .entry import verb_of
+
+    verb = verb_of(argv)
+    if verb not in FORWARDED:
+        raise ArgvError(f"{verb!r} is not run by the daemon")
+    a = build_parser(only=verb, parser_class=_RaisingParser).parse_args(argv)
+    request, args = _forward_spec(a, src)
+    return RemoteCall(FORWARDED[a.cmd][0], request, args, a.store, bool(a.json_out), FORWARDED[a.cmd][1])
+
+
+def main(argv: list[str] | None = None, *, try_daemon: bool = True) -> int:
+    from .entry import verb_of
+
     args = sys.argv[1:] if argv is None else argv
-    verb = _verb(args)
+    verb = verb_of(args)
     parser = build_parser(only=verb)
     if verb is not None and not parser._subparsers._group_actions[0].choices:  # type: ignore[union-attr]
         parser = build_parser()  # not a verb: the full parser says so and lists the real ones
@@ -408,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_hook(a.name, a.hook_args)
     try:
         spec = None
-        if a.cmd in FORWARDED:
+        if a.cmd in FORWARDED and try_daemon:
             from . import client
 
             spec = _forward_spec(a)

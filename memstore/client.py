@@ -15,126 +15,37 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import json
 import os
-import socket
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from . import entry
+from .entry import CONNECT_TIMEOUT, READ_TIMEOUT, WRITE_TIMEOUT, code_version, disabled, forwarded_env
 
-SOCKET_NAME = "sock"
+__all__ = ["CONNECT_TIMEOUT", "READ_TIMEOUT", "WRITE_TIMEOUT", "code_version", "disabled", "forwarded_env"]
+
+SOCKET_NAME = entry.SOCKET_NAME
 LOCK_NAME = "daemon.lock"
 LOG_NAME = "daemon.log"
 FORWARDED_VERBS = ("read", "write", "update", "show", "list")
-# Reads, show and list are idempotent: if the daemon is slow they are answered in-process. A
-# write that was sent may already have happened, so it waits longer and never runs twice.
-READ_TIMEOUT = 30.0
-WRITE_TIMEOUT = 120.0
-CONNECT_TIMEOUT = 1.0
-MAX_LINE = 64 * 1024 * 1024
-# Environment the daemon needs to resolve stores and config exactly like this process would.
-ENV_NAMES = ("HOME", "XDG_CONFIG_HOME")
+DaemonUnavailable = entry.Unavailable
+_recv_line = entry.recv_line
 
 
-def runtime_dir(env: dict[str, str] | os._Environ[str] | None = None) -> Path:
-    env = os.environ if env is None else env
-    if env.get("MEMSTORE_RUNTIME_DIR"):
-        return Path(env["MEMSTORE_RUNTIME_DIR"])
-    if env.get("XDG_RUNTIME_DIR"):
-        return Path(env["XDG_RUNTIME_DIR"]) / "memstore"
-    return Path(f"/tmp/memstore-{os.getuid()}")
+def runtime_dir(env: Any = None) -> Path:
+    return Path(entry.runtime_dir(env))
 
 
 def socket_path(env: Any = None) -> Path:
     return runtime_dir(env) / SOCKET_NAME
 
 
-def code_version() -> str:
-    """``__version__`` plus a digest of the package's source files (path, size, mtime), so a
-    daemon started from an edited checkout is noticed and replaced, not only a new release."""
-    import zlib
-
-    if os.environ.get("MEMSTORE_CODE_VERSION"):
-        # Pinned by benchmarks that run on a checkout other people are editing meanwhile.
-        return os.environ["MEMSTORE_CODE_VERSION"]
-    base = Path(__file__).resolve().parent
-    parts: list[str] = []
-    for folder in (base, base / "index", base / "schemas"):
-        try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
-        except OSError:
-            continue
-        for entry in entries:
-            if entry.name.endswith((".py", ".json")):
-                st = entry.stat()
-                parts.append(f"{folder.name}/{entry.name}:{st.st_size}:{st.st_mtime_ns}")
-    return f"{__version__}+{zlib.crc32(chr(10).join(parts).encode()):08x}"
-
-
-def forwarded_env(env: Any = None) -> dict[str, str]:
-    env = os.environ if env is None else env
-    out = {k: v for k, v in env.items() if k.startswith("MEMSTORE_")}
-    out.update({k: env[k] for k in ENV_NAMES if k in env})
-    return out
-
-
-def disabled(env: Any = None) -> bool:
-    env = os.environ if env is None else env
-    return env.get("MEMSTORE_DAEMON", "").strip().lower() in ("0", "false", "no", "off")
-
-
-class DaemonUnavailable(Exception):
-    """No usable daemon: the caller answers in-process."""
-
-
-def _connect(path: Path, timeout: float) -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
-    try:
-        sock.connect(str(path))
-    except OSError:
-        sock.close()
-        raise
-    return sock
-
-
-def _recv_line(sock: socket.socket) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-        if chunk.endswith(b"\n") or size > MAX_LINE:
-            break
-    return b"".join(chunks)
-
-
 def call(message: dict[str, Any], *, timeout: float = READ_TIMEOUT, env: Any = None) -> dict[str, Any]:
     """Send one message and return the daemon's answer object. Raises DaemonUnavailable when no
-    daemon listens; socket.timeout when it does not answer in time."""
-    path = socket_path(env)
-    try:
-        sock = _connect(path, CONNECT_TIMEOUT)
-    except (FileNotFoundError, ConnectionRefusedError) as exc:
-        raise DaemonUnavailable(str(exc)) from exc
-    except OSError as exc:
-        raise DaemonUnavailable(str(exc)) from exc
-    with sock:
-        sock.settimeout(timeout)
-        sock.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
-        raw = _recv_line(sock)
-    if not raw:
-        raise DaemonUnavailable("the daemon closed the connection without answering")
-    answer = json.loads(raw)
-    if not isinstance(answer, dict):
-        raise DaemonUnavailable("the daemon sent something that is not a JSON object")
-    return answer
+    daemon listens; TimeoutError when it does not answer in time."""
+    return entry.exchange(message, timeout=timeout, env=env)
 
 
 def forward(verb: str, *, request: dict[str, Any] | None = None, args: dict[str, Any] | None = None,
@@ -162,11 +73,7 @@ def forward(verb: str, *, request: dict[str, Any] | None = None, args: dict[str,
         return None
     except TimeoutError:
         if verb in ("write", "update"):
-            err = {"ok": False, "error": {
-                "code": "daemon_timeout", "message": f"the daemon did not answer within {timeout:.0f} s; "
-                "the write may or may not have happened",
-                "hint": "check with `memstore list`; `memstore daemon restart` replaces a stuck daemon"}}
-            return err, 1
+            return entry.timeout_error(timeout), 1
         return None
     except (OSError, ValueError):
         return None
@@ -210,11 +117,11 @@ def daemon_running(env: Any = None) -> bool:
         os.close(fd)
 
 
-def _clear_stale_socket() -> None:
+def _clear_stale_socket(env: Any = None) -> None:
     """A socket file nobody listens on (a killed daemon) is removed so the next daemon can bind."""
     with contextlib.suppress(OSError):
-        if socket_path().exists() and not daemon_running():
-            socket_path().unlink()
+        if socket_path(env).exists() and not daemon_running(env):
+            socket_path(env).unlink()
 
 
 def spawn(idle_seconds: int | None = None, env: Any = None) -> bool:
@@ -229,6 +136,7 @@ def spawn(idle_seconds: int | None = None, env: Any = None) -> bool:
         rdir = ensure_runtime_dir(env)
         if daemon_running(env):
             return False
+        _clear_stale_socket(env)
         # A spawn marker stops every CLI call during the daemon's ~5 s start-up from launching
         # another interpreter that would only find the lock taken.
         marker = rdir / "spawning"

@@ -153,7 +153,7 @@ class Daemon:
             log.info("stop requested")
             self._stop.set()
             return {"ok": True, "stopping": True, "pid": os.getpid()}
-        if verb not in client.FORWARDED_VERBS:
+        if verb not in client.FORWARDED_VERBS and verb != "cli":
             return {"answer": {"ok": False, "error": {"code": "usage", "message": f"unknown verb {verb!r}"}},
                     "exit_code": 2}
         if msg.get("version") != self.version:
@@ -161,16 +161,44 @@ class Daemon:
             log.info("client version %s != %s: exiting so a fresh daemon starts", msg.get("version"), self.version)
             self._stop.set()
             return {"restart": True, "version": self.version}
+        if verb == "cli":
+            return self._cli(msg)
         try:
             answer, code = self._run(verb, msg)
         except MemstoreError as exc:
             answer, code = exc.to_json(), exc.exit_code
         except Exception as exc:
             log.error("unexpected error on %s:\n%s", verb, traceback.format_exc())
-            answer = {"ok": False, "error": {"code": "unexpected", "message": f"{type(exc).__name__}: {exc}",
-                                             "hint": "set MEMSTORE_DEBUG=1 for a traceback; please report it"}}
-            code = 1
+            answer, code = _unexpected(exc), 1
         return {"answer": answer, "exit_code": code}
+
+    def _cli(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Run a client's argv (``memstore.entry``) and answer with the exact output the CLI
+        would print in-process."""
+        from . import cli, output
+
+        argv, stdin = msg.get("argv"), msg.get("stdin")
+        if not isinstance(argv, list) or not all(isinstance(x, str) for x in argv):
+            return {"fallback": True}
+        src = cli.Inputs(cwd=Path(msg.get("cwd") or "/"), stdin=stdin if isinstance(stdin, str) else None)
+        as_json = "--json-out" in argv or not msg.get("tty")
+        try:
+            call = cli.remote_call(argv, src)
+            as_json = call.json_out or not msg.get("tty")
+            answer, code = self._run(call.verb, {**msg, "request": call.request, "args": call.args,
+                                                 "store": call.store})
+        except cli.ArgvError:
+            return {"fallback": True}
+        except MemstoreError as exc:
+            answer, code = exc.to_json(), exc.exit_code
+        except Exception as exc:
+            log.error("unexpected error on %s:\n%s", argv[:1], traceback.format_exc())
+            answer, code = _unexpected(exc), 1
+        if code:
+            err, out = output.format_error(answer, as_json=as_json)
+            return {"stdout": out, "stderr": err, "exit_code": code}
+        text = output.format_answer(answer, as_json=as_json, render=call.render, tty=bool(msg.get("tty")))
+        return {"stdout": text, "stderr": "", "exit_code": 0}
 
     def _run(self, verb: str, msg: dict[str, Any]) -> tuple[dict[str, Any], int]:
         from . import api
@@ -384,6 +412,11 @@ class Daemon:
             os.close(self._lock_fd)  # releases the lifetime lock
             self._lock_fd = None
         log.info("stopped")
+
+
+def _unexpected(exc: Exception) -> dict[str, Any]:
+    return {"ok": False, "error": {"code": "unexpected", "message": f"{type(exc).__name__}: {exc}",
+                                   "hint": "set MEMSTORE_DEBUG=1 for a traceback; please report it"}}
 
 
 def _written(ws: Any, answer: dict[str, Any]) -> tuple[Path, list[str]] | None:

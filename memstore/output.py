@@ -22,13 +22,16 @@ Render = str | Callable[[dict[str, Any]], str] | None
 
 
 def emit(answer: dict[str, Any], *, as_json: bool, render: Render = None) -> None:
+    _write(format_answer(answer, as_json=as_json, render=render, tty=sys.stdout.isatty()))
+
+
+def format_answer(answer: dict[str, Any], *, as_json: bool, render: Render, tty: bool) -> str:
+    """What ``emit`` prints; ``tty`` is whether stdout is a terminal (JSON is indented there)."""
     if render == "markdown":
-        text = answer["markdown"]
-    elif as_json:
-        text = json.dumps(answer, ensure_ascii=False, indent=None if not sys.stdout.isatty() else 2) + "\n"
-    else:
-        text = pretty(answer, render)
-    _write(text)
+        return str(answer["markdown"])
+    if as_json:
+        return json.dumps(answer, ensure_ascii=False, indent=2 if tty else None) + "\n"
+    return pretty(answer, render)
 
 
 def _write(text: str) -> None:
@@ -43,12 +46,19 @@ def _write(text: str) -> None:
 
 
 def emit_error(answer: dict[str, Any], *, as_json: bool) -> None:
+    err_text, out_text = format_error(answer, as_json=as_json)
+    sys.stderr.write(err_text)
+    if out_text:
+        _write(out_text)
+
+
+def format_error(answer: dict[str, Any], *, as_json: bool) -> tuple[str, str]:
+    """(stderr, stdout) of an error answer: one human line, and the JSON too when wanted."""
     err = answer["error"]
     where = f" [{err['field']}]" if err.get("field") else ""
     hint = f"\n  hint: {err['hint']}" if err.get("hint") else ""
-    sys.stderr.write(f"memstore: {err['code']}: {err['message']}{where}{hint}\n")
-    if as_json:
-        _write(json.dumps(answer, ensure_ascii=False) + "\n")
+    line = f"memstore: {err['code']}: {err['message']}{where}{hint}\n"
+    return line, (json.dumps(answer, ensure_ascii=False) + "\n") if as_json else ""
 
 
 def info(message: str) -> None:

@@ -185,12 +185,57 @@ def test_cli_read_is_answered_by_the_daemon(world: Env) -> None:
     assert str(world.repo_a / ".memory") in world.status()["watched"]
 
 
+def test_cli_call_through_the_daemon_imports_almost_nothing(world: Env) -> None:
+    """The point of the daemon: a forwarded call costs an interpreter start and a round trip,
+    not the CLI's parser, the library, or torch/faiss/Whoosh/numpy/yaml."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "memstore", "read", "sqlite", "migration"],
+                          cwd=world.repo_a, env=world.env(), capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["results"], proc.stderr[-2000:]
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "memstore.entry" in imported
+    heavy = {"memstore.cli", "memstore.client", "memstore.errors", "argparse", "typing", "pathlib", "torch",
+             "faiss", "whoosh", "numpy", "yaml", "git"}
+    assert not heavy & imported, sorted(heavy & imported)
+
+
 def test_errors_and_exit_codes_match_in_process(world: Env) -> None:
-    for args in (("show", "zzzzzzzz"), ("read", "--json", "-"), ("show", "01")):
-        rc_d, out_d, _ = world.cli(*args, cwd=world.repo_a)
-        rc_p, out_p, _ = world.cli(*args, cwd=world.repo_a, MEMSTORE_DAEMON="0")
-        assert (rc_d, out_d) == (rc_p, out_p), args
-        assert rc_d in (2, 3)
+    for args in (("show", "zzzzzzzz"), ("read", "--json", "-"), ("show", "01"), ("read", "q", "--limit", "x"),
+                 ("list", "--kind", "nonsense")):
+        rc_d, out_d, err_d = world.cli(*args, cwd=world.repo_a)
+        rc_p, out_p, err_p = world.cli(*args, cwd=world.repo_a, MEMSTORE_DAEMON="0")
+        assert (rc_d, out_d, err_d) == (rc_p, out_p, err_p), args
+        assert rc_d in (2, 3) and err_d.startswith(("memstore: ", "usage: memstore")), err_d
+
+
+def test_cli_stdin_and_relative_files_reach_the_daemon(world: Env) -> None:
+    """The CLI sends its argv to the daemon: `-` must carry the client's stdin and a relative
+    --json FILE must be read from the client's working directory, not the daemon's."""
+    sub = world.repo_b / "sub"
+    sub.mkdir(exist_ok=True)
+    request = {"op": "write", "memory": {"kind": "fact", "scope": "repo", "evidence_refs": ["user:said"],
+                                         "text": "beta: the nightly export job writes to the archive bucket"}}
+    (sub / "req.json").write_text(json.dumps(request))
+    before = world.status()["requests"]
+    rc, from_file, err = world.cli("write", "--json", "req.json", cwd=sub)
+    assert rc == 0, err
+    piped = {**request, "memory": {**request["memory"], "text": "beta: exports are retried three times"}}
+    rc, from_stdin, err = run_cli(["write", "--json", "-"], cwd=sub, env=world.env(), input=json.dumps(piped))
+    assert rc == 0, err
+    rc, from_text, err = run_cli(["write", "--kind", "preference", "--text", "-", "--evidence", "user:said"],
+                                 cwd=sub, env=world.env(), input="beta: keep export logs for 30 days\n")
+    assert rc == 0, err
+    assert world.status()["requests"] >= before + 3  # answered by the daemon, not in-process
+    for answer, text in ((from_file, request["memory"]["text"]), (from_stdin, piped["memory"]["text"]),
+                         (from_text, "beta: keep export logs for 30 days")):
+        shown = world.forward("show", world.repo_b, args={"id": answer["id"]})["answer"]
+        assert shown["memory"]["text"] == text
+        assert (world.repo_b / answer["path"]).is_file()
+    # a missing relative file is the client's missing file: a clear error, nothing written
+    files = sorted((world.repo_b / ".memory").rglob("*.md"))
+    rc, out, err = world.cli("write", "--json", "nope.json", cwd=sub)
+    assert rc == 2 and out["error"]["code"] == "bad_input" and "nope.json" in err
+    assert sorted((world.repo_b / ".memory").rglob("*.md")) == files
 
 
 def test_answers_identical_in_process_and_via_daemon(world: Env) -> None:
@@ -341,13 +386,13 @@ def test_stale_socket_autostart_version_restart_idle_exit(tmp_path: Path) -> Non
         stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         stale.bind(str(life.rdir / client.SOCKET_NAME))
         stale.close()
-        stale_ino = (life.rdir / client.SOCKET_NAME).stat().st_ino
         # The CLI answers in-process and starts a daemon for next time.
         rc, out, err = life.cli("read", "sqlite", "migration", cwd=repo)
         assert rc == 0 and out["ok"], err
         assert client.wait_until_up(WAIT, env=life.env()), life.log()
         first = life.status()
-        assert first["running"] and (life.rdir / client.SOCKET_NAME).stat().st_ino != stale_ino
+        # it answers on the very path the stale file held (a bind fails while that file exists)
+        assert first["running"] and first["socket"] == str(life.rdir / client.SOCKET_NAME)
         # A client of another version asks it to make way; the next CLI call starts a fresh one.
         msg = {"verb": "read", "version": "0.0.0+old", "cwd": str(repo), "env": client.forwarded_env(life.env()),
                "request": {"op": "read", "query": "x"}}

@@ -1,0 +1,209 @@
+"""The console entry point: a verb the daemon serves is sent to it as raw argv, before anything
+but the standard library's os/sys/json/socket is imported.
+
+A CLI call through the daemon then costs an interpreter start-up plus one round trip; the
+daemon parses the arguments with the real parser, runs the verb and sends back the exact
+stdout/stderr text and exit code the in-process CLI would have produced. Anything unusual
+(no daemon, another code version, `--help`, an argument the daemon cannot parse) falls through
+to ``memstore.cli.main``, which answers in-process and starts a daemon for next time.
+
+Wire protocol (JSON lines, one request and one answer per connection):
+    {"verb": "cli", "version", "cwd", "env", "argv", "stdin", "tty"}
+    -> {"stdout", "stderr", "exit_code"} | {"fallback": true} | {"restart": true}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+
+SOCKET_NAME = "sock"
+# CLI verbs the daemon runs from argv, and which of them change the store.
+REMOTE_VERBS = ("read", "write", "create", "update", "show", "list")
+WRITING_VERBS = ("write", "create", "update")
+# Reads are idempotent: a slow daemon means answering in-process. A write that was sent may
+# already have happened, so it waits longer and is never run twice.
+READ_TIMEOUT = 30.0
+WRITE_TIMEOUT = 120.0
+CONNECT_TIMEOUT = 1.0
+MAX_LINE = 64 * 1024 * 1024
+# Environment the daemon needs to resolve stores and config exactly like this process would.
+ENV_NAMES = ("HOME", "XDG_CONFIG_HOME")
+
+
+def runtime_dir(env: dict[str, str] | os._Environ[str] | None = None) -> str:
+    env = os.environ if env is None else env
+    if env.get("MEMSTORE_RUNTIME_DIR"):
+        return env["MEMSTORE_RUNTIME_DIR"]
+    if env.get("XDG_RUNTIME_DIR"):
+        return os.path.join(env["XDG_RUNTIME_DIR"], "memstore")
+    return f"/tmp/memstore-{os.getuid()}"
+
+
+def code_version() -> str:
+    """The package version plus a digest of its source files (path, size, mtime), so a daemon
+    started from an edited checkout is noticed and replaced, not only a new release."""
+    import zlib
+
+    from . import __version__
+
+    if os.environ.get("MEMSTORE_CODE_VERSION"):
+        # Pinned by benchmarks that run on a checkout other people are editing meanwhile.
+        return os.environ["MEMSTORE_CODE_VERSION"]
+    base = os.path.dirname(os.path.realpath(__file__))
+    parts: list[str] = []
+    for folder in (base, os.path.join(base, "index"), os.path.join(base, "schemas")):
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.endswith((".py", ".json")):
+                st = entry.stat()
+                parts.append(f"{os.path.basename(folder)}/{entry.name}:{st.st_size}:{st.st_mtime_ns}")
+    return f"{__version__}+{zlib.crc32(chr(10).join(parts).encode()):08x}"
+
+
+def forwarded_env(env: dict[str, str] | os._Environ[str] | None = None) -> dict[str, str]:
+    env = os.environ if env is None else env
+    out = {k: v for k, v in env.items() if k.startswith("MEMSTORE_")}
+    out.update({k: env[k] for k in ENV_NAMES if k in env})
+    return out
+
+
+def disabled(env: dict[str, str] | os._Environ[str] | None = None) -> bool:
+    env = os.environ if env is None else env
+    return env.get("MEMSTORE_DAEMON", "").strip().lower() in ("0", "false", "no", "off")
+
+
+def verb_of(argv: list[str]) -> str | None:
+    """The subcommand named in ``argv`` (skipping the global options before it), if any."""
+    it = iter(argv)
+    for tok in it:
+        if tok == "--store":
+            next(it, None)
+        elif not tok.startswith("-"):
+            return tok
+        elif tok in ("-h", "--help", "--version"):
+            return None
+    return None
+
+
+class Unavailable(Exception):
+    """No daemon answered: the caller answers in-process."""
+
+
+def connect(path: str, timeout: float) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(path)
+    except OSError as exc:
+        sock.close()
+        raise Unavailable(str(exc)) from exc
+    return sock
+
+
+def recv_line(sock: socket.socket) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+        if chunk.endswith(b"\n") or size > MAX_LINE:
+            break
+    return b"".join(chunks)
+
+
+def exchange(message: dict[str, object], *, timeout: float, env: dict[str, str] | None = None) -> dict[str, object]:
+    """Send one message, return the daemon's answer object. Raises Unavailable when no daemon
+    listens or it hangs up without answering, TimeoutError when it does not answer in time."""
+    sock = connect(os.path.join(runtime_dir(env), SOCKET_NAME), CONNECT_TIMEOUT)
+    with sock:
+        sock.settimeout(timeout)
+        sock.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+        raw = recv_line(sock)
+    if not raw:
+        raise Unavailable("the daemon closed the connection without answering")
+    try:
+        answer = json.loads(raw)
+    except ValueError as exc:
+        raise Unavailable("the daemon sent something that is not JSON") from exc
+    if not isinstance(answer, dict):
+        raise Unavailable("the daemon sent something that is not a JSON object")
+    return answer
+
+
+def timeout_error(timeout: float) -> dict[str, object]:
+    return {"ok": False, "error": {
+        "code": "daemon_timeout", "message": f"the daemon did not answer within {timeout:.0f} s; "
+        "the write may or may not have happened",
+        "hint": "check with `memstore list`; `memstore daemon restart` replaces a stuck daemon"}}
+
+
+def _write(stream: object, text: str) -> None:
+    if not text:
+        return
+    try:
+        stream.write(text)  # type: ignore[attr-defined]
+        stream.flush()  # type: ignore[attr-defined]
+    except BrokenPipeError:
+        # `memstore list | head`: the reader left. Point the stream at /dev/null so the
+        # interpreter's final flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())  # type: ignore[attr-defined]
+
+
+def remote(argv: list[str], stdin: str | None) -> int | None:
+    """Run ``argv`` in the daemon: the exit code once its output is written, or None to run
+    in-process (nothing was written, nothing happened in the store)."""
+    verb = verb_of(argv)
+    if verb not in REMOTE_VERBS or disabled() or "-h" in argv or "--help" in argv:
+        return None
+    timeout = float(os.environ.get("MEMSTORE_CLIENT_TIMEOUT") or 0) or (
+        WRITE_TIMEOUT if verb in WRITING_VERBS else READ_TIMEOUT)
+    message: dict[str, object] = {
+        "verb": "cli", "version": code_version(), "cwd": os.getcwd(), "env": forwarded_env(), "argv": argv,
+        "stdin": stdin, "tty": sys.stdout.isatty(),
+    }
+    try:
+        answer = exchange(message, timeout=timeout)
+    except Unavailable:
+        return None
+    except TimeoutError:
+        if verb not in WRITING_VERBS:
+            return None
+        err = timeout_error(timeout)
+        _write(sys.stderr, f"memstore: daemon_timeout: {err['error']['message']}\n")  # type: ignore[index]
+        return 1
+    except (OSError, ValueError):
+        return None
+    if answer.get("fallback") or answer.get("restart") or "exit_code" not in answer:
+        return None
+    _write(sys.stdout, str(answer.get("stdout") or ""))
+    _write(sys.stderr, str(answer.get("stderr") or ""))
+    return int(answer["exit_code"])  # type: ignore[call-overload]
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    stdin = None
+    if verb_of(argv) in REMOTE_VERBS and "-" in argv and sys.stdin is not None:
+        # A request on stdin (`--json -`, `--text -`) is read once, here: the daemon gets its
+        # text, and an in-process fallback reads it again from the same buffer.
+        stdin = sys.stdin.read()
+    code = remote(argv, stdin)
+    if code is not None:
+        return code
+    if stdin is not None:
+        import io
+
+        sys.stdin = io.StringIO(stdin)
+    from .cli import main as cli_main
+
+    return cli_main(argv, try_daemon=False)
