@@ -9,8 +9,9 @@ from typing import Any
 from . import ids
 from .errors import IntegrityError as LinkError
 from .errors import InvalidRequest, NoStore, SemanticError
-from .graph import Graph, build_graph
+from .graph import Graph, LinkIndex, build_graph
 from .model import Event, Memory, utc_now
+from .scopeview import ScopeView, scope_view
 from .store import Store
 from .validate import (
     check_evidence_exists,
@@ -49,8 +50,20 @@ def history(ws: Workspace, scopes: list[str] | None = None) -> tuple[dict[str, M
 
 
 def combined_graph(ws: Workspace, scopes: list[str] | None = None) -> tuple[dict[str, Memory], Graph]:
+    """The memories of the stores in scope (read only) and their link/utility graph."""
+    if scopes is None or scopes == ws.scopes():
+        view = scope_links(ws)
+        return view.memories, view.graph
     memories, events = history(ws, scopes)
     return memories, build_graph(memories, events)
+
+
+def scope_links(ws: Workspace) -> ScopeView:
+    """Every store's records and their graph, as reads see them: a long-lived process keeps the
+    view and applies each change to it instead of rebuilding it (~150 ms at 100k memories)."""
+    view = scope_view(ws.read_cache.get("scope"), [ws.catalog(scope) for scope in ws.scopes()])
+    ws.read_cache["scope"] = view
+    return view
 
 
 # -- write ------------------------------------------------------------------------------------
@@ -146,9 +159,8 @@ def update(ws: Workspace, request: dict[str, Any], *, author: str | None = None)
     store = _target_store(ws, scope, commit=commit)
 
     def gated() -> dict[str, Any]:
-        memories, events = history(ws)
         answer: dict[str, Any] = {"ok": True, "id": ev.id, "type": kind, "scope": scope,
-                                  "effect": _effect(memories, events, ev)}
+                                  "effect": _effect(scope_links(ws).links, ev)}
         if commit:
             path = store.create_event(ev)
             answer["path"] = store.display_path(store.relpath(path))
@@ -164,19 +176,22 @@ def update(ws: Workspace, request: dict[str, Any], *, author: str | None = None)
     return gated()
 
 
-def _effect(memories: dict[str, Memory], events: list[Event], ev: Event) -> dict[str, Any]:
+def _effect(links: LinkIndex, ev: Event) -> dict[str, Any]:
     """What the event changes, computed by projecting the history with the event added."""
-    before = build_graph(memories, events)
-    after = build_graph(memories, [*events, ev])
+    g = links.graph
     if ev.type == "utility_vote" and ev.memory:
-        return {"memory_id": ev.memory,
-                "utility": {"before": round(before.utility_global(ev.memory), 4),
-                            "after": round(after.utility_global(ev.memory), 4),
-                            "votes": after.vote_count(ev.memory)}}
+        before = g.utility_global(ev.memory)
+        with links.trying(ev):
+            return {"memory_id": ev.memory,
+                    "utility": {"before": round(before, 4), "after": round(g.utility_global(ev.memory), 4),
+                                "votes": g.vote_count(ev.memory)}}
     if ev.type == "archive" and ev.memory:
-        return {"memory_id": ev.memory, "archived": ev.memory in after.archived}
+        with links.trying(ev):
+            return {"memory_id": ev.memory, "archived": ev.memory in g.archived}
     assert ev.old_fact is not None
-    return {"old_fact_id": ev.old_fact, "head_before": before.head(ev.old_fact), "head_after": after.head(ev.old_fact)}
+    head_before = g.head(ev.old_fact)
+    with links.trying(ev):
+        return {"old_fact_id": ev.old_fact, "head_before": head_before, "head_after": g.head(ev.old_fact)}
 
 
 # -- show / list ------------------------------------------------------------------------------

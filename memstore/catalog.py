@@ -20,6 +20,9 @@ from .model import DIR_KINDS, Event, Memory
 from .store import Store
 
 CATALOG_VERSION = 2
+# Ids remembered in the change log across generations. A reader further behind than this (or
+# behind a full rebuild of the views) rebuilds its own views instead of applying the changes.
+LOG_LIMIT = 4096
 
 
 @dataclass
@@ -28,6 +31,7 @@ class Delta:
     changed: set[str] = field(default_factory=set)
     removed: set[str] = field(default_factory=set)
     events_changed: bool = False
+    events: set[str] = field(default_factory=set)  # ids of the events added, changed or removed
 
     def __bool__(self) -> bool:
         return bool(self.added or self.changed or self.removed or self.events_changed)
@@ -50,6 +54,10 @@ class Catalog:
         self.events: dict[str, Event] = {}
         self.invalid: dict[str, str] = {}
         self.generation = 0
+        # (generation, memory ids, event ids) of each change the views took in place, oldest
+        # first: what a derived view built at an older generation needs to catch up.
+        self._log: list[tuple[int, frozenset[str], frozenset[str]]] = []
+        self._log_base = 0  # the log holds every change after this generation
         self._loaded = False
         self._defer_save: bool | None = None  # None: save on every refresh; bool: unsaved changes pending
 
@@ -178,13 +186,43 @@ class Catalog:
         if touched or first:
             incremental = None if first or len(touched) > 256 else self._update_views(touched)
             delta = incremental if incremental is not None else self._rebuild_views()
-        if touched:
             self.generation += 1
+            self._note(incremental)
+        if touched:
             if persist and self._defer_save is not None:
                 self._defer_save = True
             elif persist:
                 self._save_cache()
         return delta
+
+    def _note(self, delta: Delta | None) -> None:
+        """Log what this generation changed; None (the views were rebuilt) forgets the past."""
+        if delta is None:
+            self._log.clear()
+            self._log_base = self.generation
+            return
+        self._log.append((self.generation, frozenset(delta.added | delta.changed | delta.removed),
+                          frozenset(delta.events)))
+        size = sum(len(m) + len(e) for _, m, e in self._log)
+        while self._log and size > LOG_LIMIT:
+            gen, m, e = self._log.pop(0)
+            size -= len(m) + len(e)
+            self._log_base = gen
+
+    def changes_since(self, generation: int) -> tuple[set[str], set[str]] | None:
+        """Ids of the memories and events added, changed or removed after ``generation``; None
+        when the log does not reach back that far: rebuild from ``memories``/``events`` then."""
+        if generation == self.generation:
+            return set(), set()
+        if not self._log_base <= generation < self.generation:
+            return None
+        memories: set[str] = set()
+        events: set[str] = set()
+        for gen, mids, eids in self._log:
+            if gen > generation:
+                memories |= mids
+                events |= eids
+        return memories, events
 
     def _update_views(self, touched: dict[str, _Entry | None]) -> Delta | None:
         """Apply a few changed files to the views in place (a full rebuild is O(store) per write).
@@ -207,6 +245,7 @@ class Catalog:
             if old is not None and old.event is not None:
                 self.events.pop(old.event.id, None)
                 delta.events_changed = True
+                delta.events.add(old.event.id)
             if new is None:
                 continue
             if new.error is not None:
@@ -222,6 +261,7 @@ class Catalog:
             elif new.event is not None:
                 self.events[new.event.id] = new.event
                 delta.events_changed = True
+                delta.events.add(new.event.id)
         return delta
 
     def _rebuild_views(self) -> Delta:

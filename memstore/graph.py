@@ -6,9 +6,11 @@ append-only history every time the history changes.
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from .model import Event, Memory
 
@@ -66,49 +68,246 @@ def archived_ids(events: Iterable[Event]) -> set[str]:
     return {mid for mid, ev in latest.items() if ev.archived}
 
 
-def _order(ev: Event) -> tuple[str, str]:
-    # ULIDs sort by creation time; ``created`` breaks ties for hand-written events.
-    return (ev.created, ev.id)
+def _order(ev: Event, key: Hashable = 0) -> tuple[Any, ...]:
+    # ULIDs sort by creation time; ``created`` breaks ties for hand-written events; the key
+    # (the event's place among the inputs) orders copies of one event in two stores.
+    return (ev.created, ev.id, key)
+
+
+_ATTEMPTS = ("solution", "failed_tactic")
+_LINKING = frozenset({*_ATTEMPTS, "change", "fact"})
+
+
+def _targets(mem: Memory) -> tuple[str, ...]:
+    """The memories ``mem`` links to through the link its kind defines (repeats kept)."""
+    kind = mem.kind
+    if kind in _ATTEMPTS:
+        problem = mem.links.get("problem")
+        return (problem,) if isinstance(problem, str) else ()
+    if kind == "change":
+        return tuple(mem.link_list("change_targets"))
+    if kind == "fact" and mem.links.get("supersedes"):
+        return tuple(mem.link_list("supersedes"))
+    return ()
+
+
+def _event_target(ev: Event) -> str | None:
+    """The memory whose derived state the event takes part in deciding (None: no effect)."""
+    if ev.type in ("archive", "utility_vote") and ev.memory:
+        return ev.memory if ev.type == "archive" or ev.vote is not None else None
+    if ev.type == "fact_update_link" and ev.old_fact and ev.new_fact:
+        return ev.old_fact
+    return None
+
+
+def _place(mem: Memory) -> tuple[bool, str, str]:
+    """Where a memory sits in a freshly loaded scope (repo store first, files by path): linked
+    memories are listed in this order however the records were loaded or changed since."""
+    return (mem.scope != "repo", mem.path, mem.id)
+
+
+def _in_place(ids: list[str], memories: dict[str, Memory]) -> bool:
+    """Are ``ids`` in ``_place`` order already? (They mostly are: checking is cheaper than sorting.)"""
+    prev = memories[ids[0]]
+    for mid in ids[1:]:
+        cur = memories[mid]
+        if not (prev.scope == cur.scope and prev.path < cur.path) and _place(prev) > _place(cur):
+            return False
+        prev = cur
+    return True
+
+
+class LinkIndex:
+    """The ``Graph`` of a set of memories and events, kept current by deltas.
+
+    A long-lived process sees a few files change at a time; rebuilding the graph from every
+    record costs ~100 ms at 100k memories. Reverse indexes (who links to a memory, which events
+    decide its state) tell which entries a changed memory or event can affect; only those are
+    computed again, by the same rules, so the graph equals a full build after any change.
+    """
+
+    def __init__(self, memories: dict[str, Memory], events: Mapping[Hashable, Event], *,
+                 incremental: bool = True) -> None:
+        self.memories = memories  # the caller's dict: it applies changes to it, then calls ``apply``
+        self.graph = Graph()
+        self._incremental = incremental
+        self._events: dict[Hashable, Event] = {}
+        self._links: dict[str, tuple[str, ...]] = {}  # memory -> its targets, as last applied
+        self._linked_from: dict[str, set[str]] = defaultdict(set)  # target -> memories naming it
+        self._deciding: dict[str, set[Hashable]] = defaultdict(set)  # memory -> events on its state
+        self._naming: dict[str, set[Hashable]] = defaultdict(set)  # memory -> fact links naming it
+        self._build(events)
+
+    def _build(self, events: Mapping[Hashable, Event]) -> None:
+        g, memories = self.graph, self.memories
+        for mem in memories.values():
+            if mem.kind not in _LINKING:  # most of the memories: skip the call
+                continue
+            targets = _targets(mem)
+            if not targets:
+                continue
+            if self._incremental:
+                self._links[mem.id] = targets
+                for t in targets:
+                    self._linked_from[t].add(mem.id)
+            if mem.kind in _ATTEMPTS:
+                if targets[0] in memories:
+                    g.attempts[targets[0]].append(mem.id)
+            elif mem.kind == "change":
+                for target in targets:
+                    if target in memories:
+                        g.changes_for[target].append(mem.id)
+            else:
+                for old in targets:
+                    if old in memories and old != mem.id:
+                        g.superseded_by[old] = _newer(g.superseded_by.get(old), mem.id)
+        for table in (g.attempts, g.changes_for):
+            for linked in table.values():
+                if len(linked) > 1 and not _in_place(linked, memories):
+                    linked.sort(key=lambda mid: _place(memories[mid]))
+        latest_archive: dict[str, Event] = {}
+        latest_vote: dict[tuple[str, str | None, str], Event] = {}
+        for key in sorted(events, key=lambda k: _order(events[k], k)):
+            ev = events[key]
+            target = _event_target(ev)
+            if target is None:
+                continue
+            if self._incremental:
+                self._add_event(key, ev, target)
+            if ev.type == "archive":
+                latest_archive[target] = ev
+            elif ev.type == "utility_vote":
+                # Only the latest vote per (memory, problem, author/episode) counts.
+                latest_vote[(target, ev.problem, ev.episode or ev.author)] = ev
+            else:
+                assert ev.new_fact is not None
+                if target in memories and ev.new_fact in memories and target != ev.new_fact:
+                    g.superseded_by[target] = _newer(g.superseded_by.get(target), ev.new_fact)
+                if ev.change and ev.change in memories and ev.change not in g.changes_for.get(target, ()):
+                    g.changes_for[target].append(ev.change)
+        g.archived = {mid for mid, ev in latest_archive.items() if ev.archived}
+        for (mid, problem, author), ev in latest_vote.items():
+            g.votes[mid].append(_vote(mid, problem, author, ev))
+
+    def _add_event(self, key: Hashable, ev: Event, target: str) -> None:
+        self._events[key] = ev
+        self._deciding[target].add(key)
+        if ev.type == "fact_update_link":
+            for name in (ev.new_fact, ev.change):
+                if name:
+                    self._naming[name].add(key)
+
+    def _drop_event(self, key: Hashable) -> str | None:
+        ev = self._events.pop(key, None)
+        target = _event_target(ev) if ev is not None else None
+        if ev is None or target is None:
+            return None
+        self._deciding[target].discard(key)
+        for name in (ev.new_fact, ev.change) if ev.type == "fact_update_link" else ():
+            if name:
+                self._naming[name].discard(key)
+        return target
+
+    def apply(self, memory_ids: Iterable[str], events: Mapping[Hashable, Event | None]) -> set[str]:
+        """Follow changes: ``memory_ids`` were added, changed or removed in ``memories`` (already
+        applied there), ``events`` maps each changed event's key to its new record (None: gone).
+        Returns the memories whose links, utility or archived state may have changed."""
+        assert self._incremental, "built without the indexes apply needs"
+        affected: set[str] = set()
+        for mid in memory_ids:
+            affected.add(mid)
+            for t in self._links.pop(mid, ()):
+                self._linked_from[t].discard(mid)
+                affected.add(t)
+            mem = self.memories.get(mid)
+            targets = _targets(mem) if mem is not None else ()
+            if targets:
+                self._links[mid] = targets
+                for t in targets:
+                    self._linked_from[t].add(mid)
+                affected.update(targets)
+            # Fact links naming it count only while it exists.
+            affected.update(t for k in self._naming.get(mid, ()) if (t := _event_target(self._events[k])))
+        for key, ev in events.items():
+            old_target = self._drop_event(key)
+            if old_target is not None:
+                affected.add(old_target)
+            target = _event_target(ev) if ev is not None else None
+            if ev is not None and target is not None:
+                self._add_event(key, ev, target)
+                affected.add(target)
+        for mid in affected:
+            self._recompute(mid)
+        return affected
+
+    @contextlib.contextmanager
+    def trying(self, ev: Event) -> Iterator[Graph]:
+        """The graph as it would be with ``ev`` added (an update's preview), restored on exit."""
+        key = (-1, ev.id)  # no input has it: keys are the inputs' places, or (store, event id)
+        self.apply((), {key: ev})
+        try:
+            yield self.graph
+        finally:
+            self.apply((), {key: None})
+
+    def _recompute(self, mid: str) -> None:
+        """Everything the graph says about ``mid``, by the rules ``_build`` follows."""
+        g, memories = self.graph, self.memories
+        attempts: list[str] = []
+        changes: list[str] = []
+        successor: str | None = None
+        if mid in memories:
+            for other in sorted(self._linked_from.get(mid, ()), key=lambda m: _place(memories[m])):
+                mem = memories[other]
+                if mem.kind in _ATTEMPTS:
+                    attempts.append(other)
+                elif mem.kind == "change":
+                    changes += [other] * self._links[other].count(mid)
+                elif other != mid:
+                    successor = _newer(successor, other)
+        archive: Event | None = None
+        votes: dict[tuple[str | None, str], Event] = {}
+        events = self._events
+        for key in sorted(self._deciding.get(mid, ()), key=lambda k: _order(events[k], k)):
+            ev = events[key]
+            if ev.type == "archive":
+                archive = ev
+            elif ev.type == "utility_vote":
+                votes[(ev.problem, ev.episode or ev.author)] = ev
+            else:
+                assert ev.new_fact is not None
+                if mid in memories and ev.new_fact in memories and mid != ev.new_fact:
+                    successor = _newer(successor, ev.new_fact)
+                if ev.change and ev.change in memories and ev.change not in changes:
+                    changes.append(ev.change)
+        _put(g.attempts, mid, attempts)
+        _put(g.changes_for, mid, changes)
+        _put(g.superseded_by, mid, successor)
+        _put(g.votes, mid, [_vote(mid, problem, author, ev) for (problem, author), ev in votes.items()])
+        if archive is not None and archive.archived:
+            g.archived.add(mid)
+        else:
+            g.archived.discard(mid)
+
+
+def _put(table: dict[str, Any], key: str, value: Any) -> None:
+    if value:
+        table[key] = value
+    else:
+        table.pop(key, None)
+
+
+def _vote(mid: str, problem: str | None, author: str, ev: Event) -> Vote:
+    weight = 1.0 if ev.evidence else UNEVIDENCED_WEIGHT
+    value = max(-1.0, min(1.0, float(ev.vote or 0.0)))
+    return Vote(mid, problem, value, weight, author, ev.created)
 
 
 def build_graph(memories: dict[str, Memory], events: Iterable[Event]) -> Graph:
-    g = Graph()
-    for mem in memories.values():
-        kind = mem.kind
-        if kind in ("solution", "failed_tactic"):
-            problem = mem.links.get("problem")
-            if isinstance(problem, str) and problem in memories:
-                g.attempts[problem].append(mem.id)
-        elif kind == "change":
-            for target in mem.link_list("change_targets"):
-                if target in memories:
-                    g.changes_for[target].append(mem.id)
-        elif kind == "fact" and mem.links.get("supersedes"):
-            for old in mem.link_list("supersedes"):
-                if old in memories and old != mem.id:
-                    g.superseded_by[old] = _newer(g.superseded_by.get(old), mem.id, memories)
-    latest_archive: dict[str, Event] = {}
-    latest_vote: dict[tuple[str, str | None, str], Event] = {}
-    for ev in sorted(events, key=_order):
-        if ev.type == "archive" and ev.memory:
-            latest_archive[ev.memory] = ev
-        elif ev.type == "utility_vote" and ev.memory and ev.vote is not None:
-            # Only the latest vote per (memory, problem, author/episode) counts.
-            latest_vote[(ev.memory, ev.problem, ev.episode or ev.author)] = ev
-        elif ev.type == "fact_update_link" and ev.old_fact and ev.new_fact:
-            if ev.old_fact in memories and ev.new_fact in memories and ev.old_fact != ev.new_fact:
-                g.superseded_by[ev.old_fact] = _newer(g.superseded_by.get(ev.old_fact), ev.new_fact, memories)
-            if ev.change and ev.change in memories and ev.change not in g.changes_for[ev.old_fact]:
-                g.changes_for[ev.old_fact].append(ev.change)
-    g.archived = {mid for mid, ev in latest_archive.items() if ev.archived}
-    for (mid, problem, author), ev in latest_vote.items():
-        weight = 1.0 if ev.evidence else UNEVIDENCED_WEIGHT
-        value = max(-1.0, min(1.0, float(ev.vote or 0.0)))
-        g.votes[mid].append(Vote(mid, problem, value, weight, author, ev.created))
-    return g
+    return LinkIndex(memories, dict(enumerate(events)), incremental=False).graph
 
 
-def _newer(current: str | None, candidate: str, memories: dict[str, Memory]) -> str:
+def _newer(current: str | None, candidate: str) -> str:
     """Two facts superseding the same one: the newer (by id, i.e. time) is the successor."""
     if current is None:
         return candidate

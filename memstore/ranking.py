@@ -317,12 +317,13 @@ def association_chain(
     matrix: np.ndarray,
     bars: Sequence[float],
     ids: Sequence[str] | None = None,
-    exclude: Collection[int] = (),
+    exclude: Collection[int] | np.ndarray = (),
 ) -> dict[int, tuple[float, str]]:
     """From each seed follow "most similar other memory" for len(bars) hops.
 
     A hop needs similarity >= its bar (bars get stricter outward); its relevance is the
     parent's times the hop similarity. Returns {row: (relevance, reason)}, best per row.
+    ``exclude``: rows never stepped on, as row numbers or a boolean mask over the rows.
     """
     out: dict[int, tuple[float, str]] = {}
     if matrix.shape[0] < 2:
@@ -330,11 +331,14 @@ def association_chain(
     # (current row, its relevance, rows this chain may not revisit), one per live chain. All
     # chains advance together: one matrix product per hop instead of one per chain and hop,
     # which is what costs at 100k memories.
-    chains = [(seed, rel, {seed, *exclude}) for seed, rel in seeds]
+    mask = exclude if isinstance(exclude, np.ndarray) else None
+    chains = [(seed, rel, {seed} if mask is not None else {seed, *exclude}) for seed, rel in seeds]
     for bar in bars:
         if not chains:
             break
         block = matrix[[c[0] for c in chains]] @ matrix.T
+        if mask is not None:
+            block[:, mask] = -np.inf
         moved = []
         for j, (cur, cur_rel, visited) in enumerate(chains):
             sims = block[j]
@@ -372,6 +376,17 @@ def select(
     return kept[:cap]
 
 
+def _mask(exclude: Collection[int] | np.ndarray, n: int) -> np.ndarray | None:
+    """``exclude`` as a boolean mask over ``n`` rows; None when it excludes nothing."""
+    if isinstance(exclude, np.ndarray):
+        return exclude if exclude.any() else None
+    if not exclude:
+        return None
+    mask = np.zeros(n, dtype=bool)
+    mask[np.fromiter(exclude, dtype=np.int64)] = True
+    return mask
+
+
 def rank(
     qvec: np.ndarray | None,
     matrix: np.ndarray,
@@ -384,7 +399,7 @@ def rank(
     mode: str = "targeted",
     limit: int | None = None,
     ids: Sequence[str] | None = None,
-    exclude: Collection[int] = (),
+    exclude: Collection[int] | np.ndarray = (),
     offsets: np.ndarray | None = None,
 ) -> Ranking:
     """The whole scoring path for one scope: gate -> lanes -> association -> fuse -> select.
@@ -393,20 +408,22 @@ def rank(
     best first) all index the same memories. ``qvec=None`` (no embedder) degrades to the
     keyword lane alone: there is then no similarity to gate on, so only keyword hits rank.
     ``exclude``: rows out of scope (archived, filtered by kind, the memory being checked)
-    without rebuilding the matrix. ``offsets``: ``kind_offsets(kinds, params)``, precomputed.
+    without rebuilding the matrix, as row numbers or a boolean mask over the rows; the answer
+    is the one the matrix without those rows would give. ``offsets``: ``kind_offsets(kinds,
+    params)``, precomputed.
     """
     p = params or RankingParams()
-    if exclude:
-        keyword_hits = [(i, s) for i, s in keyword_hits if i not in exclude]
+    ex = _mask(exclude, len(kinds))
+    if ex is not None:
+        keyword_hits = [(i, s) for i, s in keyword_hits if not ex[i]]
     kw = normalize_keyword(keyword_hits)
     kw_order = [i for i, _ in keyword_hits if i in kw]
-    if qvec is None or matrix.shape[0] == 0:
+    if qvec is None or matrix.shape[0] == 0 or (ex is not None and bool(ex.all())):
         degraded = {i: (kw[i] / (1.0 + p.keyword_weight), [f"keyword:{kw[i]:.2f}"]) for i in kw_order}
         gate = GateDecision(bool(degraded), 0.0, 0.0, "keyword only (no embeddings)")
         return Ranking(select(degraded, kinds, p, mode, limit), gate, len(degraded))
 
     sims = cosine_all(qvec, matrix)
-    ex = np.fromiter(exclude, dtype=np.int64) if exclude else None
     if ex is not None:
         sims[ex] = -np.inf
     gate = query_gate(sims, kinds, novel=novelty(salient, doc_freq), params=p, mode=mode, offsets=offsets)
@@ -426,7 +443,8 @@ def rank(
     if p.semantic_hops > 0 and p.hop_seeds > 0:
         seeds = sorted(scored.items(), key=lambda kv: -kv[1][0])[: p.hop_seeds]
         hops = association_chain(
-            [(i, s) for i, (s, _) in seeds], matrix, p.hop_bars[: p.semantic_hops], ids, exclude=exclude
+            [(i, s) for i, (s, _) in seeds], matrix, p.hop_bars[: p.semantic_hops], ids,
+            exclude=ex if ex is not None else (),
         )
         for i, (rel, why) in hops.items():
             if i in scored:

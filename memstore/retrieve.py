@@ -8,11 +8,12 @@ on the evaluation data in bench/); this module owns stores, filters, links and u
 from __future__ import annotations
 
 import dataclasses
+import operator
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -20,11 +21,14 @@ from . import ranking
 from .config import Config
 from .errors import MemstoreError, NoStore
 from .files import file_lock
-from .graph import Graph, archived_ids, build_graph
+from .graph import Graph, archived_ids
 from .index.embcache import text_key
 from .index.embedder import EmbedderUnavailable, get_embedder
 from .index.store_index import StoreIndex
-from .model import KINDS, Event, Memory
+from .index.vectors import VectorIndex
+from .model import KINDS, Memory
+from .rowspace import Rows, build_rows, keyword_rows, update_rows
+from .scopeview import ScopeView, scope_view
 from .validate import check_schema
 from .workspace import Workspace
 
@@ -95,6 +99,7 @@ class Scope:
     graph: Graph
     indexes: list[StoreIndex]
     warnings: list[str]
+    view: ScopeView
 
 
 def open_scope(ws: Workspace, include_global: bool, params: ReadParams) -> Scope:
@@ -107,23 +112,11 @@ def open_scope(ws: Workspace, include_global: bool, params: ReadParams) -> Scope
         warnings += si.warnings
         si.warnings.clear()
         indexes.append(si)
-    # A long-lived process reads far more often than the files change: the merged records and
-    # the link/utility graph are rebuilt only when a catalog moved.
-    key = tuple((si.store.root, si.catalog.generation) for si in indexes)
-    cached = ws.read_cache.get("scope")
-    if cached is not None and cached[0] == key:
-        memories, graph = cached[1], cached[2]
-    else:
-        memories = {}
-        events: list[Event] = []
-        for si in indexes:
-            memories.update(si.catalog.memories)
-            events.extend(si.catalog.events.values())
-        # Events in the repo store may vote on global memories, so links and utility are
-        # computed over everything in scope together.
-        graph = build_graph(memories, events)
-        ws.read_cache["scope"] = (key, memories, graph)
-    return Scope(memories, graph, indexes, warnings)
+    # A long-lived process reads far more often than the files change, and they change a few
+    # at a time: the merged records and the link/utility graph follow the catalogs' deltas.
+    view = scope_view(ws.read_cache.get("scope"), [si.catalog for si in indexes])
+    ws.read_cache["scope"] = view
+    return Scope(view.memories, view.graph, indexes, warnings, view)
 
 
 def allowed(mem: Memory, graph: Graph, kinds: set[str], since: str | None, tags: set[str]) -> bool:
@@ -135,62 +128,54 @@ def allowed(mem: Memory, graph: Graph, kinds: set[str], since: str | None, tags:
     return not tags or bool(tags & {t.lower() for t in mem.tags})
 
 
-def _scope_token(sc: Scope) -> tuple[Any, ...]:
-    return tuple((si.store.root, si.catalog.generation, si.state.generation, id(si.vectors)) for si in sc.indexes)
+class RowCache(NamedTuple):
+    """The last row space built, with what it was built from."""
+
+    filters: tuple[Any, ...]
+    view: ScopeView
+    vectors: list[VectorIndex]  # the stores' vector indexes (a reload replaces them)
+    state: tuple[Any, ...]  # the view's generation and each index's
+    ok: set[str]
+    rows: Rows
 
 
 def scoped_rows(ws: Workspace, sc: Scope, kinds: set[str], since: str | None, tags: set[str],
                 semantic: bool) -> tuple[set[str], Rows]:
     """The memories in scope and the row space the ranking sees, reused while nothing in scope
-    changed and the filters are the same (the common case for an agent's reads)."""
-    key = (_scope_token(sc), frozenset(kinds), since, frozenset(tags), semantic)
-    cached = ws.read_cache.get("rows")
-    if cached is not None and cached[0] == key:
-        return cached[1], cached[2]
+    changed and the filters are the same (the common case for an agent's reads), and brought
+    up to date by the scope's delta when a few memories changed."""
+    filters = (frozenset(kinds), since, frozenset(tags), semantic)
+    vectors = [si.vectors for si in sc.indexes if si.vectors is not None] if semantic else []
+    state = (sc.view.generation, tuple(si.state.generation for si in sc.indexes))
+    dim = get_embedder().dim
+    cached: RowCache | None = ws.read_cache.get("rows")
+    if (cached is not None and cached.filters == filters and cached.view is sc.view
+            and len(cached.vectors) == len(vectors) and all(map(operator.is_, cached.vectors, vectors))):
+        if cached.state == state:
+            return cached.ok, cached.rows
+        changed = sc.view.changes_since(cached.state[0])
+        if changed is not None:
+            ok = cached.ok
+            for mid in changed:
+                mem = sc.memories.get(mid)
+                if mem is not None and allowed(mem, sc.graph, kinds, since, tags):
+                    ok.add(mid)
+                else:
+                    ok.discard(mid)
+            rows = (update_rows(cached.rows, vectors, ok, sc.memories, changed, dim) if semantic
+                    else keyword_rows(ok, sc.memories, dim))
+            if rows is not None:
+                ws.read_cache["rows"] = RowCache(filters, sc.view, vectors, state, ok, rows)
+                return ok, rows
     ok = {m for m, mem in sc.memories.items() if allowed(mem, sc.graph, kinds, since, tags)}
-    rows = build_rows(sc, ok, semantic, get_embedder().dim)
-    ws.read_cache["rows"] = (key, ok, rows)
+    rows = build_rows(vectors, ok, sc.memories, dim) if semantic else keyword_rows(ok, sc.memories, dim)
+    ws.read_cache["rows"] = RowCache(filters, sc.view, vectors, state, ok, rows)
     return ok, rows
 
 
 # -- lanes ------------------------------------------------------------------------------------------
-@dataclass
-class Rows:
-    """The row space the ranking sees: ids, kinds and (when semantic is on) their vectors."""
-
-    ids: list[str]
-    kinds: list[str]
-    matrix: np.ndarray
-    pos: dict[str, int]
-    offsets: np.ndarray | None = None  # ranking.kind_offsets of ``kinds``, filled on first use
-
-
-def build_rows(sc: Scope, ok: set[str], semantic: bool, dim: int) -> Rows:
-    ids: list[str] = []
-    blocks: list[np.ndarray] = []
-    if semantic:
-        for si in sc.indexes:
-            assert si.vectors is not None
-            row_ids = si.vectors.row_ids()
-            mat = si.vectors.matrix()
-            keep = [i for i, mid in enumerate(row_ids) if mid in ok]
-            if len(keep) == len(row_ids):
-                blocks.append(mat)
-                ids += row_ids
-            elif keep:
-                blocks.append(mat[keep])
-                ids += [row_ids[i] for i in keep]
-        matrix = np.vstack(blocks) if len(blocks) > 1 else (blocks[0] if blocks else np.zeros((0, dim), np.float32))
-    else:
-        ids = sorted(ok)
-        matrix = np.zeros((0, dim), dtype=np.float32)
-    return Rows(ids, [sc.memories[m].kind for m in ids], matrix, {m: i for i, m in enumerate(ids)})
-
-
 def row_offsets(rows: Rows, rp: ranking.RankingParams) -> np.ndarray:
-    if rows.offsets is None or rows.offsets.shape[0] != len(rows.kinds):
-        rows.offsets = ranking.kind_offsets(rows.kinds, rp)
-    return rows.offsets
+    return rows.offsets(rp.kind_offset)
 
 
 def keyword_lane(sc: Scope, query: str, rows: Rows, pool: int) -> list[tuple[int, float]]:
@@ -200,7 +185,8 @@ def keyword_lane(sc: Scope, query: str, rows: Rows, pool: int) -> list[tuple[int
     for si in sc.indexes:
         if si.keyword is None:
             continue
-        found = [(rows.pos[mid], score) for mid, score in si.keyword.search(query, pool) if mid in rows.pos]
+        found = [(row, score) for mid, score in si.keyword.search(query, pool)
+                 if (row := rows.pos.get(mid)) is not None and not rows.is_excluded(row)]
         best = max((s for _, s in found), default=0.0)
         if best > 0:
             hits += [(row, s / best) for row, s in found]
@@ -294,7 +280,7 @@ def problem_similarities(sc: Scope, rows: Rows, qvec: np.ndarray | None, wanted:
     """Cosine of the query with the problems the candidates were voted on in the context of."""
     if qvec is None or not wanted:
         return {}
-    found = [pid for pid in wanted if pid in rows.pos]
+    found = [pid for pid in wanted if pid in rows.pos and not rows.is_excluded(rows.pos[pid])]
     if not found:
         return {}
     sims = rows.matrix[[rows.pos[pid] for pid in found]] @ qvec
@@ -386,6 +372,7 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     ranked = ranking.rank(
         qvec, rows.matrix, kw_hits, rows.kinds, salient=ranking.salient_terms(query), doc_freq=doc_freq_fn(sc),
         params=rp, mode=mode, limit=limit, ids=rows.ids, offsets=row_offsets(rows, rp),
+        exclude=rows.excluded if rows.excluded is not None else (),
     )
     hits = {rows.ids[r.index]: Hit(sc.memories[rows.ids[r.index]], r.score, list(r.reasons),
                                    group_key(sc.memories[rows.ids[r.index]])) for r in ranked.results}

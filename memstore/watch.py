@@ -55,6 +55,11 @@ class _Handler(FileSystemEventHandler):
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.event_type in IGNORED_EVENTS:
             return
+        if event.is_directory and event.event_type == "modified":
+            # A folder's entries changed: each file added or removed inside it has its own event.
+            # Taking this one as "something changed somewhere" made every write cost readers a
+            # stat walk of the whole store (~400 ms at 100k).
+            return
         paths = [str(event.src_path)]
         dest = getattr(event, "dest_path", "")
         if dest:

@@ -33,16 +33,17 @@ class VectorIndex:
         for mid, lab in zip(ids, labels.tolist(), strict=True):
             self.label_of[mid] = lab
             self.id_of[lab] = mid
-        self._rows = None
+        # faiss appends the rows in order; a new list, so a caller's copy still shows the old rows.
+        self._rows = None if self._rows is None else [*self._rows, *ids]
 
     def remove(self, ids: list[str]) -> None:
         labels = [self.label_of.pop(i) for i in ids if i in self.label_of]
         if not labels:
             return
-        for lab in labels:
-            self.id_of.pop(lab, None)
+        gone = {self.id_of.pop(lab) for lab in labels}
         self.index.remove_ids(np.array(labels, dtype=np.int64))
-        self._rows = None
+        # faiss closes the gaps keeping the order of the rows that stay.
+        self._rows = None if self._rows is None else [mid for mid in self._rows if mid not in gone]
 
     def matrix(self) -> np.ndarray:
         """All vectors as an (n, dim) array, a zero-copy view of faiss's storage."""

@@ -1,0 +1,347 @@
+"""Views kept current by deltas (catalog log, link graph, scope view, row space, index manifests)
+equal the same views rebuilt from scratch."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import PROBLEM, SOLUTION, TACTIC, reopen, write_req
+from watchdog.events import DirModifiedEvent, FileCreatedEvent
+
+from memstore import api, ranking, retrieve, rowspace, scopeview
+from memstore.catalog import Catalog
+from memstore.graph import Graph, LinkIndex
+from memstore.index.vectors import VectorIndex
+from memstore.model import Event, Memory
+from memstore.watch import Watcher, _Handler
+from memstore.workspace import Workspace
+
+KIND_DIRS = {"problem": "problems", "solution": "solutions", "failed_tactic": "failed_tactics",
+             "change": "changes", "fact": "facts", "preference": "preferences"}
+
+
+def graph_data(g: Graph) -> tuple[Any, ...]:
+    """A graph as plain data, list order included; empty entries do not count."""
+    return (sorted(g.archived), {k: v for k, v in g.attempts.items() if v},
+            {k: v for k, v in g.changes_for.items() if v}, dict(g.superseded_by),
+            {k: [asdict(v) for v in vs] for k, vs in g.votes.items() if vs})
+
+
+# -- the link graph --------------------------------------------------------------------------------
+def _random_history(seed: int) -> None:
+    rng = random.Random(seed)
+    pool = [f"m{i:02d}" for i in range(30)]
+
+    def memory(mid: str) -> Memory:
+        kind = rng.choice(list(KIND_DIRS))
+        links: dict[str, Any] = {}
+        if kind in ("solution", "failed_tactic"):
+            links["problem"] = rng.choice(pool)
+        elif kind == "change":
+            links["change_targets"] = [rng.choice(pool) for _ in range(rng.randint(0, 3))]  # repeats too
+        elif kind == "fact" and rng.random() < 0.6:
+            links["supersedes"] = [rng.choice([*pool, mid]) for _ in range(rng.randint(1, 2))]
+        return Memory(id=mid, kind=kind, text="x", scope=rng.choice(["repo", "repo", "global"]), links=links,
+                      path=f"{KIND_DIRS[kind]}/{mid}-{rng.randint(0, 9)}.md")
+
+    def event() -> Event:
+        # Few ids and days: equal (created, id) pairs in two stores happen.
+        ev = Event(id=f"e{rng.randint(0, 20):02d}", type=rng.choice(["archive", "utility_vote", "fact_update_link"]),
+                   created=f"2026-01-0{rng.randint(1, 3)}", author=rng.choice(["a", "b"]))
+        if ev.type == "archive":
+            ev.memory, ev.archived = rng.choice(pool), rng.random() < 0.7
+        elif ev.type == "utility_vote":
+            ev.memory, ev.vote = rng.choice(pool), rng.choice([1.0, -1.0, 0.5, None])
+            ev.problem, ev.episode = rng.choice([None, *pool[:5]]), rng.choice([None, "ep1"])
+            ev.evidence = rng.choice([[], ["user:x"]])
+        else:
+            ev.old_fact, ev.new_fact, ev.change = rng.choice(pool), rng.choice(pool), rng.choice([None, *pool])
+        return ev
+
+    memories = {mid: memory(mid) for mid in rng.sample(pool, 20)}
+    events: dict[Any, Event] = {(rng.randint(0, 1), f"k{i}"): event() for i in range(12)}
+    links = LinkIndex(memories, events)
+    for _ in range(25):
+        changed: set[str] = set()
+        changed_events: dict[Any, Event | None] = {}
+        for _ in range(rng.randint(1, 4)):
+            mid = rng.choice(pool)
+            key = (rng.randint(0, 1), f"k{rng.randint(0, 30)}")
+            roll = rng.random()
+            if roll < 0.2 and mid in memories:
+                del memories[mid]
+                changed.add(mid)
+            elif roll < 0.5:
+                memories[mid] = memory(mid)
+                changed.add(mid)
+            elif roll < 0.65 and key in events:
+                del events[key]
+                changed_events[key] = None
+            else:
+                events[key] = changed_events[key] = event()
+        links.apply(changed, changed_events)
+        assert graph_data(links.graph) == graph_data(LinkIndex(dict(memories), dict(events)).graph)
+
+
+def test_graph_follows_random_changes_like_a_rebuild() -> None:
+    for seed in range(150):
+        _random_history(seed)
+
+
+def test_previewing_an_event_leaves_the_graph_as_it_was() -> None:
+    fact = Memory(id="f1", kind="fact", text="x", path="facts/f1.md")
+    new = Memory(id="f2", kind="fact", text="x", path="facts/f2.md")
+    change = Memory(id="c1", kind="change", text="x", path="changes/c1.md")
+    vote = Event(id="e1", type="utility_vote", created="2026-01-01", author="a", memory="f1", vote=1.0)
+    links = LinkIndex({"f1": fact, "f2": new, "c1": change}, {(0, "e1"): vote})
+    before = graph_data(links.graph)
+    previews = [Event(id="e2", type="utility_vote", created="2026-01-02", author="b", memory="f1", vote=-1.0),
+                Event(id="e3", type="archive", created="2026-01-02", memory="f1", archived=True),
+                Event(id="e4", type="fact_update_link", created="2026-01-02", old_fact="f1", new_fact="f2",
+                      change="c1")]
+    for ev in previews:
+        with links.trying(ev) as g:
+            assert graph_data(g) != before
+        assert graph_data(links.graph) == before
+    assert list(links._events) == [(0, "e1")]
+
+
+def test_graph_lists_linked_memories_in_load_order_whatever_the_dict_order() -> None:
+    problem = Memory(id="p", kind="problem", text="x", path="problems/p.md")
+    sol = Memory(id="a", kind="solution", text="x", links={"problem": "p"}, path="solutions/a.md")
+    tac = Memory(id="b", kind="failed_tactic", text="x", links={"problem": "p"}, path="failed_tactics/b.md")
+    one = LinkIndex({"p": problem, "a": sol, "b": tac}, {}).graph
+    other = LinkIndex({"b": tac, "p": problem, "a": sol}, {}).graph
+    assert one.attempts["p"] == other.attempts["p"] == ["b", "a"]
+
+
+# -- the catalog's change log ----------------------------------------------------------------------
+def test_catalog_logs_what_each_generation_changed(ws: Workspace, repo: Path) -> None:
+    cat: Catalog = ws.catalog("repo")
+    start = cat.generation
+    assert cat.changes_since(start) == (set(), set())
+    a = api.write(ws, write_req("fact", "The API listens on port 8080"))["id"]
+    b = api.write(ws, write_req("fact", "Deploys happen on Tuesdays"))["id"]
+    cat.refresh()
+    ev = api.update(ws, {"op": "update", "type": "archive", "memory_id": a, "archived": True,
+                         "evidence_refs": ["user:obsolete"]})["id"]
+    cat.refresh()
+    assert cat.changes_since(start) == ({a, b}, {ev})
+    path = repo / ".memory" / cat.memories[b].path
+    path.unlink()
+    cat.refresh_paths({cat.memories[b].path})
+    assert b not in cat.memories
+    assert cat.changes_since(start) == ({a, b}, {ev})
+    assert cat.changes_since(cat.generation - 1) == ({b}, set())
+    assert cat.changes_since(cat.generation + 1) is None
+    cat._rebuild_views()  # as a large change does: the past is forgotten
+    cat._note(None)
+    assert cat.changes_since(start) is None
+
+
+# -- the row space ---------------------------------------------------------------------------------
+def _rows_data(rows: rowspace.Rows) -> tuple[Any, ...]:
+    assert rows.excluded is not None and rows.codes is not None
+    return (rows.ids, rows.kinds, rows.pos, rows.excluded.tolist(), rows.codes.tolist(), rows.sizes,
+            rows.matrix.tobytes())
+
+
+@pytest.mark.parametrize("stores", [1, 2, 3])
+def test_rows_follow_vector_changes_like_a_rebuild(stores: int) -> None:
+    rng = random.Random(stores)
+    np_rng = np.random.default_rng(stores)
+    dim = 8
+    indexes = [VectorIndex(dim) for _ in range(stores)]
+    kinds = list(KIND_DIRS)
+    memories: dict[str, Memory] = {}
+    serial = 0
+
+    def add(index: VectorIndex, n: int) -> list[str]:
+        nonlocal serial
+        ids = [f"m{serial + i:04d}" for i in range(n)]
+        serial += n
+        for mid in ids:
+            memories[mid] = Memory(id=mid, kind=rng.choice(kinds), text="x")
+        index.add(ids, np_rng.standard_normal((n, dim)).astype(np.float32))
+        return ids
+
+    for index in indexes:
+        add(index, rng.randint(0, 30))
+    ok = {m for m in memories if rng.random() < 0.8}
+    rows = rowspace.build_rows(indexes, ok, memories, dim)
+    for _ in range(40):
+        changed: set[str] = set()
+        index = rng.choice(indexes)
+        roll = rng.random()
+        if roll < 0.5:
+            changed.update(add(index, rng.randint(1, 3)))
+        elif roll < 0.7 and len(index):
+            gone = rng.sample(index.row_ids(), 1)
+            index.remove(gone)
+            changed.update(gone)
+            memories.pop(gone[0])
+        elif roll < 0.85 and len(index):  # an edited memory: its vector goes to the end
+            mid = rng.choice(index.row_ids())
+            index.add([mid], np_rng.standard_normal((1, dim)).astype(np.float32))
+            changed.add(mid)
+        else:  # archived, unarchived or a kind changed: no vector moves
+            mid = rng.choice(sorted(memories))
+            memories[mid] = Memory(id=mid, kind=rng.choice(kinds), text="x")
+            changed.add(mid)
+        for mid in changed:
+            if mid in memories and rng.random() < 0.8:
+                ok.add(mid)
+            else:
+                ok.discard(mid)
+        updated = rowspace.update_rows(rows, indexes, ok, memories, changed, dim)
+        assert updated is not None
+        rows = updated
+        assert _rows_data(rows) == _rows_data(rowspace.build_rows(indexes, ok, memories, dim))
+        assert rows.offsets(ranking.RankingParams().kind_offset).tolist() == ranking.kind_offsets(
+            rows.kinds, ranking.RankingParams()).tolist()
+
+
+def test_vector_index_row_ids_follow_adds_and_removes() -> None:
+    rng = np.random.default_rng(3)
+    index = VectorIndex(4)
+    index.add(["a", "b", "c", "d"], rng.standard_normal((4, 4)).astype(np.float32))
+    assert index.row_ids() == ["a", "b", "c", "d"]
+    index.remove(["b"])
+    index.add(["c", "e"], rng.standard_normal((2, 4)).astype(np.float32))
+    kept = index.row_ids()
+    index._rows = None  # what faiss itself says
+    assert kept == index.row_ids() == ["a", "d", "c", "e"]
+
+
+def test_ranking_with_excluded_rows_equals_ranking_without_them() -> None:
+    rng = np.random.default_rng(7)
+    matrix = rng.standard_normal((300, 16)).astype(np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    kinds = [list(KIND_DIRS)[i % 6] for i in range(300)]
+    excluded = rng.random(300) < 0.3
+    keep = np.flatnonzero(~excluded)
+    params = ranking.RankingParams(semantic_hops=2)
+    for q in range(10):
+        qvec = matrix[q * 7] + 0.3 * rng.standard_normal(16).astype(np.float32)
+        qvec /= np.linalg.norm(qvec)
+        kw = [(int(i), float(300 - i)) for i in rng.choice(300, 20, replace=False)]
+        whole = ranking.rank(qvec, matrix, kw, kinds, params=params, ids=[str(i) for i in range(300)],
+                             exclude=excluded)
+        new_row = {int(old): new for new, old in enumerate(keep)}
+        part = ranking.rank(qvec, matrix[keep], [(new_row[i], s) for i, s in kw if i in new_row],
+                            [kinds[i] for i in keep], params=params, ids=[str(i) for i in keep])
+        assert [(int(keep[r.index]), r.score) for r in part.results] == [(r.index, r.score) for r in whole.results]
+        assert [r.reasons for r in part.results] == [r.reasons for r in whole.results]
+        assert part.gate == whole.gate
+
+
+# -- the watcher -----------------------------------------------------------------------------------
+def test_a_folder_changing_is_not_taken_as_an_unknown_change(tmp_path: Path) -> None:
+    (tmp_path / "facts").mkdir()
+    watcher = Watcher(lambda roots: None)
+    try:
+        assert watcher.watch(tmp_path)
+        n = watcher.counter(tmp_path)
+        assert n is not None
+        handler = _Handler(watcher, tmp_path)
+        handler.on_any_event(DirModifiedEvent(str(tmp_path / "facts")))
+        handler.on_any_event(FileCreatedEvent(str(tmp_path / "facts" / "a.md")))
+        assert watcher.changes_since(tmp_path, n) == {"facts/a.md"}
+    finally:
+        watcher.stop()
+
+
+# -- end to end: a long-lived workspace answers as a fresh one does --------------------------------
+QUERIES = ["alembic upgrade fails with DuplicateColumn in the test database",
+           "which database driver do we use, asyncpg or psycopg?",
+           "how should commit messages be written"]
+_builds: list[str] = []  # every full build of a scope view or row space (the test's wrappers record them)
+
+
+def _answers(ws: Workspace) -> list[dict[str, Any]]:
+    out = []
+    for query in QUERIES:
+        ans = retrieve.read(ws, {"query": query}, log_episode=False)
+        ans["stats"].pop("elapsed_ms")
+        out.append(ans)
+    return out
+
+
+def _check(live: Workspace, repo: Path, rebuilt: list[str]) -> None:
+    """The live workspace's views equal views built from scratch, and it answers as a fresh
+    workspace (a new process) does. ``rebuilt`` gets what the live workspace's reads rebuilt."""
+    before = len(_builds)
+    got = _answers(live)
+    rebuilt += _builds[before:]
+    view = live.read_cache["scope"]
+    fresh_view = scopeview.ScopeView(view.catalogs)
+    assert graph_data(view.graph) == graph_data(fresh_view.graph)
+    assert view.memories == fresh_view.memories
+    cache: retrieve.RowCache = live.read_cache["rows"]
+    kinds, since, tags, _ = cache.filters
+    assert cache.ok == {m for m, mem in view.memories.items() if retrieve.allowed(mem, view.graph, kinds, since, tags)}
+    fresh_rows = rowspace.build_rows(cache.vectors, cache.ok, view.memories, cache.rows.matrix.shape[1])
+    assert _rows_data(cache.rows) == _rows_data(fresh_rows)
+    for si in live.indexes.values():
+        assert si._plan(None) == ({}, {})
+    assert got == _answers(reopen(repo))
+
+
+@pytest.mark.model
+def test_long_lived_workspace_follows_every_kind_of_change(ws: Workspace, repo: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    def w(kind: str, text: str, **kw: Any) -> str:
+        return str(api.write(ws, write_req(kind, text, **kw))["id"])
+
+    def upd(**req: Any) -> None:
+        api.update(ws, {"op": "update", "evidence_refs": ["user:seen"], **req})
+
+    problem = w("problem", PROBLEM)
+    _answers(ws)
+    for module, name in ((scopeview, "ScopeView"), (retrieve, "build_rows")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name: _builds.append(_name) or _real(*a))
+    builds: list[str] = []
+
+    solution = w("solution", SOLUTION, links={"problem_id": problem})
+    _check(ws, repo, builds)
+    w("failed_tactic", TACTIC, links={"problem_id": problem})
+    old = w("fact", "The database driver is asyncpg; connection URLs use postgresql+asyncpg://.")
+    change = w("change", "The database driver moved from asyncpg to psycopg 3.", links={"change_targets": [old]})
+    new = w("fact", "The database driver is psycopg 3; URLs use postgresql+psycopg://.")
+    _check(ws, repo, builds)
+    upd(type="fact_update_link", old_fact_id=old, change_id=change, new_fact_id=new)
+    _check(ws, repo, builds)
+    w("fact", "The database driver is psycopg 3.2 with the binary extra.", links={"supersedes": [new]})
+    upd(type="utility_vote", memory_id=solution, problem_id=problem, vote=1)
+    upd(type="utility_vote", memory_id=solution, problem_id=problem, vote=-1, evidence_refs=[])
+    _check(ws, repo, builds)
+    upd(type="archive", memory_id=old, archived=True)
+    _check(ws, repo, builds)
+    upd(type="archive", memory_id=new, archived=True, mode="dry_run")  # previewed, never written
+    _check(ws, repo, builds)
+    upd(type="archive", memory_id=old, archived=False)
+    pref = w("preference", "Commit messages follow Conventional Commits with a scope.")
+    _check(ws, repo, builds)
+    # hand edits: a changed text (its vector moves to the end of the index) and a deleted file
+    cat = ws.catalog("repo")
+    path = repo / ".memory" / cat.memories[pref].path
+    path.write_text(path.read_text().replace("with a scope", "with a scope and an issue number"))
+    _check(ws, repo, builds)
+    (repo / ".memory" / cat.memories[solution].path).unlink()
+    _check(ws, repo, builds)
+    assert builds == [], "a delta should have been applied, not a rebuild"
+    # a second store joins the scope (built once), then both follow deltas
+    w("preference", "Always answer in British English.", scope="global")
+    _check(ws, repo, builds)
+    assert builds == ["ScopeView", "build_rows"]
+    builds.clear()
+    w("fact", "The staging database lives on port 5433.")
+    w("fact", "The shared cache server is redis 7.", scope="global")
+    _check(ws, repo, builds)
+    assert builds == []
