@@ -85,6 +85,7 @@ class Daemon:
         self._entries_lock = threading.Lock()
         self._stop = threading.Event()
         self._state = threading.Lock()
+        self._flushing = threading.Lock()  # one flush at a time
         self._lock_fd: int | None = None
         self._sock: socket.socket | None = None
         self._sock_ino: int | None = None
@@ -357,7 +358,11 @@ class Daemon:
                 if not self._socket_is_ours():
                     log.info("socket file replaced or removed: exiting")
                     return
-                if now - last_flush > FLUSH_SECONDS:
+                with self._state:
+                    quiet = self.active == 0 and now - self.last_activity > FLUSH_SECONDS
+                if quiet and now - last_flush > FLUSH_SECONDS and not self._flushing.locked():
+                    # Only in a pause: saving a large store's projections takes seconds under
+                    # the workspace lock, and a request arriving meanwhile would wait for it.
                     last_flush = now
                     threading.Thread(target=self.flush_all, daemon=True).start()
                 if now - last_resync > RESYNC_SECONDS:
@@ -377,14 +382,15 @@ class Daemon:
 
     def flush_all(self) -> None:
         """Save the projections held in memory, so a process without the daemon starts warm."""
-        with self._entries_lock:
-            entries = list(self.entries.values())
-        for entry in entries:
-            with entry.lock:
-                try:
-                    entry.ws.flush()
-                except Exception:  # a projection that fails to save is rebuilt by the next reader
-                    log.exception("flush failed")
+        with self._flushing:
+            with self._entries_lock:
+                entries = list(self.entries.values())
+            for entry in entries:
+                with entry.lock:
+                    try:
+                        entry.ws.flush()
+                    except Exception:  # a projection that fails to save is rebuilt by the next reader
+                        log.exception("flush failed")
 
     def _socket_is_ours(self) -> bool:
         try:
