@@ -104,8 +104,17 @@ class Catalog:
             self._entries = {}
 
     def _save_cache(self) -> None:
-        files: dict[str, Any] = {}
-        for rel, entry in self._entries.items():
+        # The cache is a projection: failing to save it only costs the next process a re-parse.
+        with contextlib.suppress(OSError):
+            atomic_write(self.store.index_dir / "catalog.json", self._cache_chunks())
+
+    def _cache_chunks(self) -> Iterator[str]:
+        """catalog.json, one file's record at a time: at 100k memories the whole document is
+        ~70 MB of text and several times that as Python objects, a peak not worth paying."""
+        dumps = json.JSONEncoder(separators=(",", ":")).encode
+        yield f'{{"version":{CATALOG_VERSION},"root":{dumps(str(self.store.root))},"files":{{'
+        sep = ""
+        for rel, entry in list(self._entries.items()):
             item: dict[str, Any] = {"m": entry.mtime_ns, "s": entry.size}
             if entry.error is not None:
                 item["e"] = entry.error
@@ -113,11 +122,9 @@ class Catalog:
                 item["mem"] = asdict(entry.memory)
             elif entry.event is not None:
                 item["ev"] = asdict(entry.event)
-            files[rel] = item
-        data = {"version": CATALOG_VERSION, "root": str(self.store.root), "files": files}
-        # The cache is a projection: failing to save it only costs the next process a re-parse.
-        with contextlib.suppress(OSError):
-            atomic_write(self.store.index_dir / "catalog.json", json.dumps(data, separators=(",", ":")))
+            yield f"{sep}{dumps(rel)}:{dumps(item)}"
+            sep = ","
+        yield "}}"
 
     # -- refresh -------------------------------------------------------------------------------
     def refresh(self, *, persist: bool = True) -> Delta:

@@ -9,7 +9,7 @@ import hashlib
 import io
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -98,17 +98,22 @@ def content_hash(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
-def atomic_write(path: Path, data: str | bytes, *, exclusive: bool = False) -> None:
+def atomic_write(path: Path, data: str | bytes | Iterable[str], *, exclusive: bool = False) -> None:
     """Write via a temp file in the same folder and rename, so readers never see a partial file.
 
-    With ``exclusive`` the final name must not exist yet (a hard link refuses to clobber).
+    ``data`` may be an iterable of text chunks: a large projection is then streamed, never
+    held in memory whole. With ``exclusive`` the final name must not exist yet (a hard link
+    refuses to clobber).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    raw = data.encode("utf-8") if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(raw)
+            if isinstance(data, str | bytes):
+                fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+            else:
+                for chunk in data:
+                    fh.write(chunk.encode("utf-8"))
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)
