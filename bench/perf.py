@@ -461,13 +461,16 @@ def daemon_runs(root: Path, reps: int, n: int) -> dict[str, Any]:
         for i in range(5):
             marker = f"zq{n}x{i}x{time.time_ns() % 10**9}"
             path = root / "facts" / f"hand-{marker}.md"
-            path.write_text(f"---\nkind: fact\n---\nHand written note {marker} about the {COMPONENTS[i]}\n")
+            note = f"Hand written note {marker} about the {COMPONENTS[i]}"
+            path.write_text(f"---\nkind: fact\n---\n{note}\n")
             t0 = time.perf_counter()
+            # the note's own words: the read must find it once indexed, whatever the gate thinks
+            # of a bare marker
             read_msg = {
                 **msg_base,
                 "verb": "read",
                 "version": client.code_version(),
-                "request": {"op": "read", "query": marker},
+                "request": {"op": "read", "query": note},
             }
             while time.perf_counter() - t0 < 10:
                 ans = client.call(read_msg, env=env)
@@ -475,6 +478,11 @@ def daemon_runs(root: Path, reps: int, n: int) -> dict[str, Any]:
                     break
                 time.sleep(0.01)
             vis.append(time.perf_counter() - t0)
+            if vis[-1] > 1.0:  # keep what the daemon saw, for a look later
+                keep = CACHE / f"slow-visible-{n}-{marker}.log"
+                shutil.copy(rdir / "daemon.log", keep)
+                print(f"# slow change->visible at {n}: {vis[-1]:.1f} s, gate {ans['answer']['stats'].get('gate')}, "
+                      f"log kept in {keep}", file=sys.stderr)
             path.unlink()
             time.sleep(0.3)
         out["visible"] = vis
