@@ -575,7 +575,7 @@ def main() -> int:
         ("rebuild_cold_s", "rebuild cold s"),
         ("daemon_peak_rss_mb", "daemon peak RSS MB"),
         ("stat_walk_ms", "stat walk ms"),
-        ("faiss_p50_ms", "floor faiss"),
+        ("faiss_p50_ms", "floor vector search"),
         ("whoosh_p50_ms", "floor whoosh"),
         ("encode_p50_ms", "floor encode"),
         ("ping_p50_ms", "floor socket ping"),
