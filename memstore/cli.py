@@ -1,7 +1,8 @@
 """The command line: parse, build a request, call the library, hand the answer to ``output``.
 
 This module is the single boundary where errors become exit codes. Heavy modules are imported
-inside the verbs so ``memstore --help`` and daemon-forwarded calls stay fast.
+inside the verbs so ``memstore --help`` stays fast. A call the daemon can answer never gets
+here: ``memstore.entry`` sends its argv to the daemon, which runs ``remote_call``.
 """
 
 from __future__ import annotations
@@ -303,14 +304,11 @@ def _forward_spec(a: argparse.Namespace, src: Inputs = LOCAL) -> tuple[dict[str,
     return None, {"kind": a.kind, "scope": a.scope, "all": a.all, "limit": a.limit}
 
 
-def _dispatch(a: argparse.Namespace, spec: tuple[dict[str, Any] | None, dict[str, Any] | None] | None = None,
-              ) -> tuple[dict[str, Any], str | None]:
+def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
     from . import api
     from .workspace import open_workspace
 
-    if spec is None and a.cmd in FORWARDED:
-        spec = _forward_spec(a)
-    req, args = spec or (None, None)
+    req, args = _forward_spec(a) if a.cmd in FORWARDED else (None, None)
     ws = open_workspace(store_dir=a.store)
     if a.cmd in FORWARDED:
         _autostart_config.append(ws.config)
@@ -443,7 +441,8 @@ def remote_call(argv: list[str], src: Inputs) -> RemoteCall:
     return RemoteCall(FORWARDED[a.cmd][0], request, args, a.store, bool(a.json_out), FORWARDED[a.cmd][1])
 
 
-def main(argv: list[str] | None = None, *, try_daemon: bool = True) -> int:
+def main(argv: list[str] | None = None) -> int:
+    """Run one command in this process (``memstore.entry`` has already offered it to the daemon)."""
     from .entry import verb_of
 
     args = sys.argv[1:] if argv is None else argv
@@ -467,21 +466,8 @@ def main(argv: list[str] | None = None, *, try_daemon: bool = True) -> int:
 
         return run_hook(a.name, a.hook_args)
     try:
-        spec = None
-        if a.cmd in FORWARDED and try_daemon:
-            from . import client
-
-            spec = _forward_spec(a)
-            forwarded = client.forward(FORWARDED[a.cmd][0], request=spec[0], args=spec[1], store=a.store)
-            if forwarded is not None:
-                answer, code = forwarded
-                if code:
-                    output.emit_error(answer, as_json=as_json)
-                    return code
-                output.emit(answer, as_json=as_json, render=FORWARDED[a.cmd][1])
-                return 0
         try:
-            answer, render = _dispatch(a, spec)
+            answer, render = _dispatch(a)
         finally:
             _maybe_autostart(a)
     except MemstoreError as exc:

@@ -212,4 +212,4 @@ def main() -> int:
         sys.stdin = io.StringIO(stdin)
     from .cli import main as cli_main
 
-    return cli_main(argv, try_daemon=False)
+    return cli_main(argv)
