@@ -152,6 +152,7 @@ class ArrayScorer:
     """
 
     POSTINGS_BUDGET = 64 * 1024 * 1024  # bytes of cached postings arrays per index
+    POSTINGS_ENTRIES = 100_000  # and entries: absent terms are cached too, at no byte cost
 
     def __init__(self, b: float, k1: float) -> None:
         self.b = b
@@ -255,8 +256,9 @@ class ArrayScorer:
         self._postings[key] = got
         if got is not None:
             self._postings_bytes += got[0].nbytes + got[1].nbytes
-            while self._postings_bytes > self.POSTINGS_BUDGET and len(self._postings) > 1:
-                self._drop(next(iter(self._postings)))
+        while len(self._postings) > 1 and (self._postings_bytes > self.POSTINGS_BUDGET
+                                           or len(self._postings) > self.POSTINGS_ENTRIES):
+            self._drop(next(iter(self._postings)))
         return got
 
 

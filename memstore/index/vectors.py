@@ -9,6 +9,7 @@ import faiss
 import numpy as np
 
 from ..files import atomic_write
+from ..ranking import top_k
 
 
 class VectorIndex:
@@ -68,11 +69,8 @@ class VectorIndex:
         # One matrix-vector product over faiss's own storage: faiss's search of a single query
         # on an id-mapped flat index costs ~25 ms at 100k rows, this ~3 ms.
         sims = self.matrix() @ np.asarray(q, dtype=np.float32).reshape(-1)
-        k = min(k, n)
-        top = np.argpartition(-sims, k - 1)[:k] if k < n else np.arange(n)
-        top = top[np.argsort(-sims[top], kind="stable")]
         rows = self.row_ids()
-        return [(rows[i], float(sims[i])) for i in top.tolist()]
+        return [(rows[i], s) for i, s in top_k(sims, k, floor=float("-inf"))]
 
     # -- persistence ---------------------------------------------------------------------------
     def save(self, path: Path) -> None:
