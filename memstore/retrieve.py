@@ -114,8 +114,7 @@ def open_scope(ws: Workspace, include_global: bool, params: ReadParams) -> Scope
         indexes.append(si)
     # A long-lived process reads far more often than the files change, and they change a few
     # at a time: the merged records and the link/utility graph follow the catalogs' deltas.
-    view = scope_view(ws.read_cache.get("scope"), [si.catalog for si in indexes])
-    ws.read_cache["scope"] = view
+    view = scope_view(ws.read_cache, [si.catalog for si in indexes])
     return Scope(view.memories, view.graph, indexes, warnings, view)
 
 

@@ -9,6 +9,7 @@ result a rebuild from the same records would give (the tests compare the two).
 from __future__ import annotations
 
 from collections.abc import Hashable
+from typing import Any
 
 from .catalog import LOG_LIMIT, Catalog
 from .graph import Graph, LinkIndex
@@ -84,8 +85,11 @@ class ScopeView:
         return out
 
 
-def scope_view(cached: ScopeView | None, catalogs: list[Catalog]) -> ScopeView:
-    """``cached`` brought up to date, or a new view when it is of other catalogs or cannot be."""
+def scope_view(cache: dict[str, Any], catalogs: list[Catalog]) -> ScopeView:
+    """The view of ``catalogs`` kept in ``cache`` (a workspace's ``read_cache``), brought up to
+    date; a new one when the cached view is of other catalogs or cannot catch up."""
+    cached = cache.get("scope")
     if cached is not None and cached.catalogs == catalogs and cached.catch_up():
         return cached
-    return ScopeView(catalogs)
+    view = cache["scope"] = ScopeView(catalogs)
+    return view
