@@ -18,9 +18,12 @@ import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .neighbours import Neighbours
 
 # English function words plus question words. Question words carry the *form* of a question
 # ("when did", "what is") and match every memory that happens to use them, so in the keyword
@@ -318,39 +321,32 @@ def association_chain(
     bars: Sequence[float],
     ids: Sequence[str] | None = None,
     exclude: Collection[int] | np.ndarray = (),
+    near: Neighbours | None = None,
 ) -> dict[int, tuple[float, str]]:
     """From each seed follow "most similar other memory" for len(bars) hops.
 
     A hop needs similarity >= its bar (bars get stricter outward); its relevance is the
     parent's times the hop similarity. Returns {row: (relevance, reason)}, best per row.
     ``exclude``: rows never stepped on, as row numbers or a boolean mask over the rows.
+    ``near``: the rows' kept nearest neighbours (synced to ``matrix``), which answer most hops
+    without reading the matrix; the answer is the same.
     """
     out: dict[int, tuple[float, str]] = {}
     if matrix.shape[0] < 2:
         return out
-    # (current row, its relevance, rows this chain may not revisit), one per live chain. All
-    # chains advance together: one matrix product per hop instead of one per chain and hop,
-    # which is what costs at 100k memories.
     mask = exclude if isinstance(exclude, np.ndarray) else None
+    # (current row, its relevance, rows this chain may not revisit), one per live chain.
     chains = [(seed, rel, {seed} if mask is not None else {seed, *exclude}) for seed, rel in seeds]
     for bar in bars:
         if not chains:
             break
-        # One matrix-vector product per chain: for a handful of rows BLAS's gemm reads the
-        # matrix at a third of gemv's speed (12 vs 3 ms per 100k x 384 pass, 3 rows).
-        block = np.empty((len(chains), matrix.shape[0]), dtype=matrix.dtype)
-        for j, chain in enumerate(chains):
-            np.matmul(matrix, matrix[chain[0]], out=block[j])
-        if mask is not None:
-            block[:, mask] = -np.inf
         moved = []
-        for j, (cur, cur_rel, visited) in enumerate(chains):
-            sims = block[j]
-            sims[list(visited)] = -np.inf
-            nxt = int(np.argmax(sims))
-            sim = float(sims[nxt])
-            if sim < bar:
+        for cur, cur_rel, visited in chains:
+            step = near.step if near is not None else _hop
+            hop = step(cur, matrix, bar, visited, mask)
+            if hop is None:
                 continue
+            nxt, sim = hop
             rel = cur_rel * sim
             parent = ids[cur] if ids is not None else str(cur)
             if nxt not in out or out[nxt][0] < rel:
@@ -359,6 +355,19 @@ def association_chain(
             moved.append((nxt, rel, visited))
         chains = moved
     return out
+
+
+def _hop(cur: int, matrix: np.ndarray, bar: float, visited: Collection[int],
+         mask: np.ndarray | None) -> tuple[int, float] | None:
+    # One matrix-vector product per chain: for a handful of rows BLAS's gemm reads the matrix
+    # at a third of gemv's speed (12 vs 3 ms per 100k x 384 pass, 3 rows).
+    sims = matrix @ matrix[cur]
+    sims[list(visited)] = -np.inf
+    if mask is not None:
+        sims[mask] = -np.inf
+    nxt = int(np.argmax(sims))
+    sim = float(sims[nxt])
+    return (nxt, sim) if sim >= bar else None
 
 
 def select(
@@ -405,6 +414,7 @@ def rank(
     ids: Sequence[str] | None = None,
     exclude: Collection[int] | np.ndarray = (),
     offsets: np.ndarray | None = None,
+    near: Neighbours | None = None,
 ) -> Ranking:
     """The whole scoring path for one scope: gate -> lanes -> association -> fuse -> select.
 
@@ -414,7 +424,7 @@ def rank(
     ``exclude``: rows out of scope (archived, filtered by kind, the memory being checked)
     without rebuilding the matrix, as row numbers or a boolean mask over the rows; the answer
     is the one the matrix without those rows would give. ``offsets``: ``kind_offsets(kinds,
-    params)``, precomputed.
+    params)``, precomputed. ``near``: see ``association_chain``.
     """
     p = params or RankingParams()
     ex = _mask(exclude, len(kinds))
@@ -448,7 +458,7 @@ def rank(
         seeds = sorted(scored.items(), key=lambda kv: -kv[1][0])[: p.hop_seeds]
         hops = association_chain(
             [(i, s) for i, (s, _) in seeds], matrix, p.hop_bars[: p.semantic_hops], ids,
-            exclude=ex if ex is not None else (),
+            exclude=ex if ex is not None else (), near=near,
         )
         for i, (rel, why) in hops.items():
             if i in scored:

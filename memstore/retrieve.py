@@ -27,6 +27,7 @@ from .index.embedder import EmbedderUnavailable, get_embedder
 from .index.store_index import StoreIndex
 from .index.vectors import VectorIndex
 from .model import KINDS, Memory
+from .neighbours import Neighbours
 from .rowspace import Rows, build_rows, keyword_rows, update_rows
 from .scopeview import ScopeView, scope_view
 from .validate import check_schema
@@ -170,6 +171,22 @@ def scoped_rows(ws: Workspace, sc: Scope, kinds: set[str], since: str | None, ta
     rows = build_rows(vectors, ok, sc.memories, dim) if semantic else keyword_rows(ok, sc.memories, dim)
     ws.read_cache["rows"] = RowCache(filters, sc.view, vectors, state, ok, rows)
     return ok, rows
+
+
+def kept_neighbours(ws: Workspace, sc: Scope, rows: Rows, rp: ranking.RankingParams) -> Neighbours | None:
+    """The rows' nearest neighbours the association chain keeps between reads (one set for
+    every filter: a filter masks rows, it does not change their neighbours)."""
+    bars = rp.hop_bars[: rp.semantic_hops]
+    if rows.tokens is None or not bars or rp.hop_seeds <= 0:
+        return None
+    owner = tuple(si.vectors for si in sc.indexes if si.vectors is not None)
+    near: Neighbours | None = ws.read_cache.get("near")
+    if (near is None or near.bar != min(bars) or len(near.owner) != len(owner)
+            or not all(map(operator.is_, near.owner, owner))):
+        near = Neighbours(min(bars), owner)
+        ws.read_cache["near"] = near
+    near.sync(rows.tokens, rows.matrix)
+    return near
 
 
 # -- lanes ------------------------------------------------------------------------------------------
@@ -371,7 +388,7 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     ranked = ranking.rank(
         qvec, rows.matrix, kw_hits, rows.kinds, salient=ranking.salient_terms(query), doc_freq=doc_freq_fn(sc),
         params=rp, mode=mode, limit=limit, ids=rows.ids, offsets=row_offsets(rows, rp),
-        exclude=rows.excluded if rows.excluded is not None else (),
+        exclude=rows.excluded if rows.excluded is not None else (), near=kept_neighbours(ws, sc, rows, rp),
     )
     hits = {rows.ids[r.index]: Hit(sc.memories[rows.ids[r.index]], r.score, list(r.reasons),
                                    group_key(sc.memories[rows.ids[r.index]])) for r in ranked.results}

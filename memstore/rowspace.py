@@ -37,6 +37,7 @@ class Rows:
     codes: np.ndarray | None = None  # KINDS index per row (len(KINDS): unknown), for the offsets
     sizes: tuple[int, ...] = ()  # rows per store
     buffer: np.ndarray | None = None  # owns ``matrix`` when several stores' rows are joined
+    tokens: np.ndarray | None = None  # per row: store position and faiss label (``row_tokens``)
 
     def is_excluded(self, row: int) -> bool:
         return self.excluded is not None and bool(self.excluded[row])
@@ -68,7 +69,7 @@ def build_rows(vectors: list[VectorIndex], ok: set[str], memories: Mapping[str, 
     matrix, buffer = _join(vectors, None, 0, len(ids), dim)
     return Rows(ids, kinds, matrix, {m: i for i, m in enumerate(ids)},
                 np.fromiter((m not in ok for m in ids), dtype=bool, count=len(ids)), _codes(kinds),
-                tuple(len(seg) for seg in segments), buffer)
+                tuple(len(seg) for seg in segments), buffer, row_tokens(vectors))
 
 
 def update_rows(old: Rows, vectors: list[VectorIndex], ok: set[str], memories: Mapping[str, Memory],
@@ -112,7 +113,15 @@ def update_rows(old: Rows, vectors: list[VectorIndex], ok: set[str], memories: M
             codes[i] = _KIND_CODE.get(kinds[i], _UNKNOWN_KIND)
             excluded[i] = mid not in ok
     matrix, buffer = _join(vectors, old.buffer, keep, len(ids), dim)
-    return Rows(ids, kinds, matrix, pos, excluded, codes, tuple(len(seg) for seg in segments), buffer)
+    return Rows(ids, kinds, matrix, pos, excluded, codes, tuple(len(seg) for seg in segments), buffer,
+                row_tokens(vectors))
+
+
+def row_tokens(vectors: list[VectorIndex]) -> np.ndarray:
+    """A name per row that stays with its vector: the store's position over the faiss label.
+    Increasing along the rows (faiss keeps insertion order; labels only grow)."""
+    parts = [(np.int64(at) << np.int64(40)) | v.row_labels() for at, v in enumerate(vectors) if len(v)]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 def _kind(memories: Mapping[str, Memory], mid: str) -> str:

@@ -3,6 +3,7 @@ equal the same views rebuilt from scratch."""
 
 from __future__ import annotations
 
+import copy
 import random
 from dataclasses import asdict
 from pathlib import Path
@@ -18,6 +19,7 @@ from memstore.catalog import Catalog
 from memstore.graph import Graph, LinkIndex
 from memstore.index.vectors import VectorIndex
 from memstore.model import Event, Memory
+from memstore.neighbours import Neighbours
 from memstore.watch import Watcher, _Handler
 from memstore.workspace import Workspace
 
@@ -345,3 +347,116 @@ def test_long_lived_workspace_follows_every_kind_of_change(ws: Workspace, repo: 
     w("fact", "The shared cache server is redis 7.", scope="global")
     _check(ws, repo, builds)
     assert builds == []
+
+
+# -- the association chain's kept neighbours -------------------------------------------------------
+def _clustered(rng: np.random.Generator, n: int, dim: int, centres: np.ndarray) -> np.ndarray:
+    """Rows near a few centres, so many pairs pass the hop bars (and lists overflow K)."""
+    rows = centres[rng.integers(0, len(centres), n)] + 0.12 * rng.standard_normal((n, dim))
+    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.mark.parametrize("stores", [1, 2])
+def test_kept_neighbours_answer_every_hop_as_the_matrix_does(stores: int) -> None:
+    rng = random.Random(stores)
+    np_rng = np.random.default_rng(stores)
+    dim = 12
+    centres = np_rng.standard_normal((4, dim))
+    indexes = [VectorIndex(dim) for _ in range(stores)]
+    memories: dict[str, Memory] = {}
+    serial = 0
+
+    def add(index: VectorIndex, n: int) -> None:
+        nonlocal serial
+        ids = [f"m{serial + i:04d}" for i in range(n)]
+        serial += n
+        for mid in ids:
+            memories[mid] = Memory(id=mid, kind="fact", text="x")
+        index.add(ids, _clustered(np_rng, n, dim, centres))
+
+    for index in indexes:
+        add(index, 60)
+    bars = (0.85, 0.90)
+    near = Neighbours(min(bars))
+    rows = rowspace.build_rows(indexes, set(memories), memories, dim)
+    answered_from_lists = 0
+    for _ in range(60):
+        assert rows.tokens is not None
+        near.sync(rows.tokens, rows.matrix)
+        n = len(rows.ids)
+        mask = np_rng.random(n) < rng.choice([0.0, 0.2, 0.9])
+        for _ in range(15):
+            row = rng.randrange(n)
+            visited = {row, *rng.sample(range(n), rng.randint(0, 4))}
+            for bar in bars:
+                want = ranking._hop(row, rows.matrix, bar, visited, mask)
+                known = near.count[row] >= 0
+                got = near.step(row, rows.matrix, bar, visited, mask)
+                assert (got is None) == (want is None)
+                if got is not None and want is not None:
+                    assert got[0] == want[0] and got[1] == pytest.approx(want[1], abs=1e-5)
+                if known and got is not None:
+                    # A list that knew the answer reads nothing: the same answer from a zeroed matrix.
+                    zero = np.zeros_like(rows.matrix)
+                    if copy.deepcopy(near).step(row, zero, bar, visited, mask) == got:
+                        answered_from_lists += 1
+        seeds = [(rng.randrange(n), 0.9) for _ in range(3)]
+        assert (ranking.association_chain(seeds, rows.matrix, bars, exclude=mask, near=near).keys()
+                == ranking.association_chain(seeds, rows.matrix, bars, exclude=mask).keys())
+        # Change the rows: new memories, removed ones, an edit (its vector moves to the end).
+        index = rng.choice(indexes)
+        changed: set[str] = set()
+        roll = rng.random()
+        if roll < 0.45 or not len(index):
+            before = set(index.row_ids())
+            add(index, rng.choice([1, 2, 40]))  # 40: more than ADD_LIMIT, a fresh start
+            changed = set(index.row_ids()) - before
+        elif roll < 0.8:
+            gone = rng.sample(index.row_ids(), min(len(index), rng.randint(1, 5)))
+            index.remove(gone)
+            changed = set(gone)
+            for mid in gone:
+                memories.pop(mid)
+        else:
+            mid = rng.choice(index.row_ids())
+            index.add([mid], _clustered(np_rng, 1, dim, centres))
+            changed = {mid}
+        updated = rowspace.update_rows(rows, indexes, set(memories), memories, changed, dim)
+        assert updated is not None
+        rows = updated
+    assert answered_from_lists > 100
+
+
+def test_kept_neighbours_start_over_for_rows_they_cannot_follow() -> None:
+    rng = np.random.default_rng(5)
+    matrix = _clustered(rng, 50, 8, rng.standard_normal((2, 8)))
+    near = Neighbours(0.85)
+    near.sync(np.arange(50, dtype=np.int64), matrix)
+    near.step(0, matrix, 0.85, {0}, None)
+    assert near.known() >= 1
+    near.sync(np.arange(50, dtype=np.int64)[::-1].copy(), matrix)  # not increasing: no rows to follow
+    assert near.known() == 0 and len(near) == 50
+
+
+def test_a_cut_list_that_loses_a_row_is_not_trusted_past_its_end() -> None:
+    # Row 0 has ten neighbours over the bar (cos 0.99 ... 0.90); its list keeps the best eight.
+    dim = 16
+    cosines = [0.99, 0.98, 0.97, 0.96, 0.95, 0.94, 0.93, 0.92, 0.91, 0.90]
+    base = np.zeros((11, dim), dtype=np.float32)
+    base[0, 0] = 1.0
+    for i, c in enumerate(cosines, 1):
+        base[i, 0], base[i, i] = c, np.sqrt(1 - c * c)
+    near = Neighbours(0.85)
+    near.sync(np.arange(11, dtype=np.int64), base)
+    assert near.step(0, base, 0.85, {0}, None) == (1, pytest.approx(0.99))
+    assert near.cut[0]
+    # One of the eight goes, then a row at cos 0.86 arrives: rows 9 and 10 (0.91, 0.90), never
+    # kept, still beat it.
+    matrix = np.delete(base, 3, axis=0)
+    tokens = np.delete(np.arange(11, dtype=np.int64), 3)
+    new = np.zeros((1, dim), dtype=np.float32)
+    new[0, 0], new[0, 15] = 0.86, np.sqrt(1 - 0.86 ** 2)
+    near.sync(np.append(tokens, 11), np.vstack([matrix, new]))
+    visited = {0, 1, 2, 3, 4, 5, 6, 7}  # the seven kept rows that are left (renumbered)
+    got = near.step(0, np.vstack([matrix, new]), 0.85, visited, None)
+    assert got == (8, pytest.approx(0.91))

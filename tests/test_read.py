@@ -221,3 +221,19 @@ def test_long_lived_workspace_sees_writes_after_reading_an_empty_store(ws: Works
     assert retrieve.read(ws, {"query": "redis session database"})["results"] == []
     mid = w(ws, "fact", "Session data lives in Redis db 3; flushing db 0 does not log users out.")
     assert mid in ids(retrieve.read(ws, {"query": "which redis database holds session data?"}))
+
+
+def test_a_query_encode_leaves_torchs_thread_count_as_it_was() -> None:
+    """A query is encoded on one thread (two thread pools spinning on two cores made reads
+    several times slower); a program that set torch's thread count keeps its setting, and a
+    query's vector is the one a batch would give."""
+    import numpy as np
+    import torch
+
+    emb = embedder_mod.get_embedder()
+    emb.load()
+    before = torch.get_num_threads()
+    one = emb.encode(["why does the migration fail on the tracking_code column?"])
+    assert torch.get_num_threads() == before
+    batch = emb.encode(["why does the migration fail on the tracking_code column?", "x", "y"])
+    assert np.allclose(one[0], batch[0], atol=1e-5)

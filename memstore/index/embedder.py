@@ -24,6 +24,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 MODEL_ID = "all-MiniLM-L6-v2"
 MODEL_DIM = 384
+# A query or two is encoded on one thread. torch's OpenMP workers spin for a while after each
+# call, and so do OpenBLAS's after numpy's matrix passes; on a 2-core machine the two pools
+# then fight over the cores: a read at 10k memories took 16 ms at the median and 90 ms at the
+# 95th percentile with both pools at 2 threads, 9 and 10 ms with the encode on one (bench/perf.py).
+SMALL_BATCH = 2
 
 
 class EmbedderUnavailable(Exception):
@@ -40,6 +45,7 @@ class Embedder:
         self._model_path = model_path
         self._device = device
         self._model: Any = None
+        self._threads = 0  # torch's thread count as configured when the model loaded
         # The daemon may serve concurrent requests; loading twice would double memory and time.
         self._lock = threading.Lock()
 
@@ -87,6 +93,9 @@ class Embedder:
             dim = get_dim()
             if dim is not None and dim != self.dim:
                 raise EmbedderUnavailable(f"model at {path} produces {dim}-d vectors, expected {self.dim}")
+            import torch
+
+            self._threads = torch.get_num_threads()
             self._model = model
 
     def encode(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
@@ -96,6 +105,11 @@ class Embedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         self.load()
+        small = len(texts) <= SMALL_BATCH and self._threads > 1
+        if small:
+            import torch
+
+            torch.set_num_threads(1)
         try:
             vecs = self._model.encode(
                 list(texts),
@@ -106,6 +120,11 @@ class Embedder:
             )
         except Exception as exc:
             raise EmbedderUnavailable(f"embedding failed ({type(exc).__name__}: {exc})") from exc
+        finally:
+            if small:
+                # Back to the configured count, not to what this thread saw: a concurrent small
+                # encode may have lowered it meanwhile.
+                torch.set_num_threads(self._threads)
         vecs = np.asarray(vecs, dtype=np.float32).reshape(len(texts), self.dim)
         # The model already normalises; re-normalising guards against a swapped model dir
         # without it, because every score downstream assumes cosine == inner product.

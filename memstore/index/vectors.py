@@ -61,6 +61,13 @@ class VectorIndex:
             self._rows = [self.id_of[int(lab)] for lab in labels]
         return self._rows
 
+    def row_labels(self) -> np.ndarray:
+        """The faiss label of each matrix row: a label names one vector for good (a memory
+        whose text changes gets a new one), so rows can be followed across changes."""
+        if not len(self):
+            return np.zeros(0, dtype=np.int64)
+        return faiss.vector_to_array(self.index.id_map)
+
     def search(self, q: np.ndarray, k: int) -> list[tuple[str, float]]:
         """The ``k`` rows of highest inner product with ``q``, best first."""
         n = len(self)

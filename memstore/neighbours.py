@@ -1,0 +1,168 @@
+"""Each row's nearest other rows, remembered, so the association chain need not read the whole
+matrix for every hop.
+
+A hop from row ``s`` moves to the most similar other row if that similarity reaches the hop's
+bar (0.85 and more). Finding it is a matrix-vector product over every row: ~3 ms at 100k
+memories, six of them per read (three chains, two hops) — a third of a read's time there.
+The answer depends only on the stored vectors, so it is kept per row: the rows at or above
+the lowest bar, best first, at most ``K``, and kept exact as rows come and go (a new row is
+compared with every row once and slotted into the lists it belongs to; a removed one is struck
+from them). A row not yet looked at, or whose kept list runs out, falls back to the product,
+whose answer is the same one, and the list is filled from it on the way.
+
+Rows are named by tokens (the store's position and the vector's faiss label, ``Rows.tokens``):
+a token never changes its vector, so comparing the tokens of the rows before and after a change
+tells which rows left and which came, however the row numbers shifted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+import numpy as np
+
+K = 8  # kept per row: a chain skips at most the rows it visited and the rows out of scope
+ADD_LIMIT = 32  # more new rows than this at once (an import, a rebuild): start over, lazily
+
+
+class Neighbours:
+    """The kept lists for one row space. Not thread-safe: callers hold the workspace lock."""
+
+    def __init__(self, bar: float, owner: tuple[object, ...] = ()) -> None:
+        self.bar = float(bar)
+        self.owner = owner  # what the rows came from; another owner means another row space
+        self.tokens = np.zeros(0, dtype=np.int64)
+        self.nbr = np.zeros((0, K), dtype=np.int32)
+        self.sim = np.zeros((0, K), dtype=np.float32)
+        self.count = np.zeros(0, dtype=np.int16)  # entries kept per row; -1: not looked at yet
+        self.cut = np.zeros(0, dtype=bool)  # True: more rows reach the bar than are kept
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def known(self) -> int:
+        return int((self.count >= 0).sum())
+
+    # -- following the rows as they change ---------------------------------------------------
+    def sync(self, tokens: np.ndarray, matrix: np.ndarray) -> None:
+        """Bring the lists in line with the rows ``tokens`` names (``matrix`` holds them)."""
+        old = self.tokens
+        if len(old) == len(tokens) and np.array_equal(old, tokens):
+            return
+        n0, n1 = len(old), len(tokens)
+        if n0 <= n1 and np.array_equal(old, tokens[:n0]):
+            kept_to = np.arange(n0, dtype=np.int64)  # rows were only appended
+            added = np.arange(n0, n1)
+        elif bool(np.all(tokens[1:] > tokens[:-1])) and bool(np.all(old[1:] > old[:-1])):
+            at = np.searchsorted(tokens, old)
+            clipped = np.minimum(at, max(n1 - 1, 0))
+            stays = (at < n1) & (tokens[clipped] == old) if n1 else np.zeros(n0, dtype=bool)
+            kept_to = np.where(stays, at, -1)
+            seen = np.zeros(n1, dtype=bool)
+            seen[kept_to[stays]] = True
+            added = np.flatnonzero(~seen)
+        else:  # tokens out of order: not rows this structure can follow
+            self._reset(tokens)
+            return
+        if len(added) > ADD_LIMIT:
+            self._reset(tokens)
+            return
+        self._move(kept_to, tokens)
+        for row in added.tolist():
+            self._add(int(row), matrix)
+
+    def _reset(self, tokens: np.ndarray) -> None:
+        n = len(tokens)
+        self.tokens = tokens.copy()
+        self.nbr = np.zeros((n, K), dtype=np.int32)
+        self.sim = np.zeros((n, K), dtype=np.float32)
+        self.count = np.full(n, -1, dtype=np.int16)
+        self.cut = np.zeros(n, dtype=bool)
+
+    def _move(self, kept_to: np.ndarray, tokens: np.ndarray) -> None:
+        """Old row ``i`` is new row ``kept_to[i]`` (-1: gone); rows not named are new."""
+        n1 = len(tokens)
+        nbr = np.zeros((n1, K), dtype=np.int32)
+        sim = np.zeros((n1, K), dtype=np.float32)
+        count = np.full(n1, -1, dtype=np.int16)
+        cut = np.zeros(n1, dtype=bool)
+        stays = kept_to >= 0
+        dest = kept_to[stays]
+        if len(self.nbr):
+            live = np.arange(K)[None, :] < self.count[:, None]
+            target = np.where(live, kept_to[np.clip(self.nbr, 0, None)], -1)
+            nbr[dest] = target[stays]
+            sim[dest] = self.sim[stays]
+            count[dest] = self.count[stays]
+            cut[dest] = self.cut[stays]
+            # Lists that named a row now gone: strike it. A list cut short may have had the
+            # next row beyond its end; it is looked at again when needed.
+            struck = np.flatnonzero(((target < 0) & live)[stays].any(axis=1))
+            for row in dest[struck].tolist():
+                if cut[row]:
+                    count[row] = -1
+                    continue
+                keep = nbr[row, : count[row]] >= 0
+                n = int(keep.sum())
+                nbr[row, :n] = nbr[row, : count[row]][keep]
+                sim[row, :n] = sim[row, : count[row]][keep]
+                count[row] = n
+        self.tokens, self.nbr, self.sim, self.count, self.cut = tokens.copy(), nbr, sim, count, cut
+
+    def _add(self, row: int, matrix: np.ndarray) -> None:
+        """A new row: its own list, and its place in every kept list it belongs to."""
+        sims = matrix @ matrix[row]
+        self._fill(row, sims)
+        for other in np.flatnonzero(sims >= self.bar).tolist():
+            if other != row and self.count[other] >= 0:
+                self._insert(other, row, float(sims[other]))
+
+    def _insert(self, row: int, new: int, s: float) -> None:
+        c = int(self.count[row])
+        entries = list(zip(self.nbr[row, :c].tolist(), self.sim[row, :c].tolist(), strict=True))
+        entries.append((new, s))
+        entries.sort(key=lambda e: (-e[1], e[0]))
+        if len(entries) > K:
+            entries = entries[:K]
+            self.cut[row] = True
+        for j, (r, v) in enumerate(entries):
+            self.nbr[row, j] = r
+            self.sim[row, j] = v
+        self.count[row] = len(entries)
+
+    def _fill(self, row: int, sims: np.ndarray) -> None:
+        """Row ``row``'s list from its similarities to every row (its own included)."""
+        cand = np.flatnonzero(sims >= self.bar)
+        cand = cand[cand != row]
+        self.cut[row] = len(cand) > K
+        if len(cand) > K:
+            cand = cand[np.argpartition(-sims[cand], K - 1)[:K]]
+        order = np.lexsort((cand, -sims[cand]))  # best first; equal ones in row order, as argmax
+        cand = cand[order]
+        self.nbr[row, : len(cand)] = cand
+        self.sim[row, : len(cand)] = sims[cand]
+        self.count[row] = len(cand)
+
+    # -- a hop -------------------------------------------------------------------------------
+    def step(self, row: int, matrix: np.ndarray, bar: float, visited: Collection[int],
+             mask: np.ndarray | None) -> tuple[int, float] | None:
+        """The hop from ``row``: the most similar row neither visited nor masked, with its
+        similarity, when that reaches ``bar``; None otherwise. The same answer as an argmax
+        over ``matrix @ matrix[row]``, which is what it costs when the list cannot tell."""
+        c = int(self.count[row]) if bar >= self.bar and row < len(self.count) else -2
+        if c >= 0:
+            for r, s in zip(self.nbr[row, :c].tolist(), self.sim[row, :c].tolist(), strict=True):
+                if r in visited or (mask is not None and mask[r]):
+                    continue
+                return (r, s) if s >= bar else None
+            if not self.cut[row]:
+                return None  # no other row reaches the lowest bar
+        sims = matrix @ matrix[row]
+        if c != -2:
+            self._fill(row, sims)
+        sims[list(visited)] = -np.inf
+        if mask is not None:
+            sims[mask] = -np.inf
+        nxt = int(np.argmax(sims))
+        s = float(sims[nxt])
+        return (nxt, s) if s >= bar else None
