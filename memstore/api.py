@@ -100,6 +100,7 @@ def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None) 
         answer: dict[str, Any] = {"ok": True, "id": mem.id, "kind": mem.kind, "scope": mem.scope}
         if commit:
             path = store.create_memory(mem)
+            ws.wrote(store, path)
             answer["path"] = store.display_path(store.relpath(path))
         else:
             answer["path"] = store.display_path(store.relpath(store.memory_path(mem)))
@@ -161,6 +162,7 @@ def update(ws: Workspace, request: dict[str, Any], *, author: str | None = None)
                                   "effect": _effect(scope_links(ws).links, ev)}
         if commit:
             path = store.create_event(ev)
+            ws.wrote(store, path)
             answer["path"] = store.display_path(store.relpath(path))
         else:
             answer["path"] = store.display_path(f"events/{ev.id}.yaml")

@@ -39,6 +39,10 @@ class Workspace:
     # stay the truth, so an unsaved projection only costs the next process some catching up.
     defer_saves: bool = False
     _walked_at: dict[str, int] = field(default_factory=dict)
+    # Files this workspace created since its last look at each store: re-read at the next look
+    # even when a watcher has not reported them yet (it does so a few milliseconds later).
+    _written: dict[str, set[str]] = field(default_factory=dict)
+    _watcher: Any = None
 
     def store(self, scope: str) -> Store:
         if scope == "global":
@@ -66,6 +70,7 @@ class Workspace:
         if self.defer_saves:
             cat.hold_saves()
         if refresh and store.exists():
+            own = self._written.pop(scope, set())
             counter = self.change_counter(store) if self.change_counter is not None else None
             last = self._walked_at.get(scope)
             if counter is None or last != counter:
@@ -73,12 +78,46 @@ class Workspace:
                 # only those are re-read, not every file of the store.
                 rels = self.change_paths(store, last) if self.change_paths and last is not None else None
                 if rels is not None:
-                    cat.refresh_paths(rels)
+                    cat.refresh_paths(rels | own)
                 else:
                     cat.refresh()
                 if counter is not None:
                     self._walked_at[scope] = counter
+            elif own:
+                cat.refresh_paths(own)
         return cat
+
+    def wrote(self, store: Store, path: Path) -> None:
+        """``path`` was just created in ``store`` through this workspace."""
+        try:
+            rel = path.resolve().relative_to(store.root).as_posix()
+        except (OSError, ValueError):
+            return
+        self._written.setdefault(store.scope, set()).add(rel)
+
+    def watch(self) -> None:
+        """Watch this workspace's stores (inotify, via watchdog) for as long as it lives, so
+        its reads skip the stat walk of every file (~0.5-1 s at 100k memories) and re-read
+        only the files that changed. For a long-lived program that imports memstore; a change
+        by another process is then visible once the watcher reports it (milliseconds), not
+        at the very next call. ``close()`` stops it. The daemon has its own shared watcher."""
+        if self._watcher is not None:
+            return
+        from .watch import Watcher
+
+        watcher = Watcher(lambda roots: None)
+        self._watcher = watcher
+        # A store that does not exist yet is walked until it does, then watched.
+        self.change_counter = lambda store: watcher.counter(store.root) if watcher.watch(store.root) else None
+        self.change_paths = lambda store, n: watcher.changes_since(store.root, n)
+
+    def close(self) -> None:
+        """Stop the watcher ``watch()`` started; reads walk the stores again."""
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher = None
+            self.change_counter = self.change_paths = None
+            self._walked_at.clear()
 
     def flush(self) -> None:
         """Save every projection held back by ``defer_saves``."""
