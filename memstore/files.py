@@ -129,6 +129,29 @@ def atomic_write(path: Path, data: str | bytes | Iterable[str], *, exclusive: bo
 
 
 @contextlib.contextmanager
+def atomic_file(path: Path) -> Iterator[Path]:
+    """A temp path beside ``path`` for a writer that wants a file name (faiss streams its index
+    to one; serialising it in memory first cost two copies of the vectors, 300 MB at 100k):
+    synced and renamed over ``path`` when the block succeeds, removed when it fails."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
 def file_lock(path: Path, shared: bool = False) -> Iterator[None]:
     """An advisory flock, released when the process dies, so a crash never leaves it held."""
     path.parent.mkdir(parents=True, exist_ok=True)

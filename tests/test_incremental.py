@@ -220,6 +220,26 @@ def test_vector_index_row_ids_follow_adds_and_removes() -> None:
     assert kept == index.row_ids() == ["a", "d", "c", "e"]
 
 
+def test_vector_index_saved_and_loaded_keeps_its_rows_and_takes_more(tmp_path: Path) -> None:
+    rng = np.random.default_rng(4)
+    index = VectorIndex(8)
+    first = rng.standard_normal((50, 8)).astype(np.float32)
+    index.add([f"m{i}" for i in range(50)], first)
+    index.save(tmp_path / "vectors.faiss")
+    loaded = VectorIndex.load(tmp_path / "vectors.faiss", 8, dict(index.id_of))
+    assert loaded.row_ids() == index.row_ids()
+    assert np.array_equal(loaded.matrix(), first)
+    more = rng.standard_normal((3000, 8)).astype(np.float32)  # past the room a load makes
+    more /= np.linalg.norm(more, axis=1, keepdims=True)
+    for i in range(0, 3000, 7):
+        loaded.add([f"n{j}" for j in range(i, min(i + 7, 3000))], more[i:i + 7])
+    assert np.array_equal(loaded.matrix(), np.vstack([first, more]))
+    assert loaded.search(more[-1], 1)[0][0] == "n2999"
+    (tmp_path / "bad.faiss").write_bytes(b"not an index")
+    with pytest.raises(ValueError):
+        VectorIndex.load(tmp_path / "bad.faiss", 8, {})
+
+
 def test_ranking_with_excluded_rows_equals_ranking_without_them() -> None:
     rng = np.random.default_rng(7)
     matrix = rng.standard_normal((300, 16)).astype(np.float32)

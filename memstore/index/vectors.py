@@ -8,7 +8,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from ..files import atomic_write
+from ..files import atomic_file
 from ..ranking import top_k
 
 
@@ -20,6 +20,7 @@ class VectorIndex:
         self.id_of: dict[int, str] = {}
         self.next_label = 1
         self._rows: list[str] | None = None
+        self._capacity = 0  # bytes of storage faiss holds for rows (see _room_for)
 
     def __len__(self) -> int:
         return int(self.index.ntotal)
@@ -28,6 +29,7 @@ class VectorIndex:
         if not ids:
             return
         self.remove([i for i in ids if i in self.label_of])
+        self._room_for(len(ids))
         labels = np.arange(self.next_label, self.next_label + len(ids), dtype=np.int64)
         self.next_label += len(ids)
         self.index.add_with_ids(np.ascontiguousarray(vecs, dtype=np.float32), labels)
@@ -36,6 +38,20 @@ class VectorIndex:
             self.id_of[lab] = mid
         # faiss appends the rows in order; a new list, so a caller's copy still shows the old rows.
         self._rows = None if self._rows is None else [*self._rows, *ids]
+
+    def _room_for(self, n: int) -> None:
+        """Make room for ``n`` more rows, plus an eighth, in one step. faiss grows its storage
+        by doubling, copying every vector: the first write after a load of 100k memories
+        held 150 MB twice. Here the copy happens only every eighth of growth, and a load makes
+        its room at once (while the process is still small)."""
+        codes = faiss.downcast_index(self.index.index).codes
+        size = len(self) * self.dim * 4
+        if size + n * self.dim * 4 <= self._capacity:
+            return
+        rows = len(self) + n
+        self._capacity = (rows + rows // 8 + 1024) * self.dim * 4
+        codes.resize(self._capacity)  # std::vector keeps its capacity when it shrinks again
+        codes.resize(size)
 
     def remove(self, ids: list[str]) -> None:
         labels = [self.label_of.pop(i) for i in ids if i in self.label_of]
@@ -81,13 +97,15 @@ class VectorIndex:
 
     # -- persistence ---------------------------------------------------------------------------
     def save(self, path: Path) -> None:
-        data = faiss.serialize_index(self.index)
-        atomic_write(path, np.asarray(data).tobytes())
+        with atomic_file(path) as tmp:
+            faiss.write_index(self.index, str(tmp))
 
     @classmethod
     def load(cls, path: Path, dim: int, ids_by_label: dict[int, str]) -> VectorIndex:
-        raw = np.frombuffer(path.read_bytes(), dtype=np.uint8)
-        index = faiss.deserialize_index(raw)
+        try:
+            index = faiss.read_index(str(path))
+        except RuntimeError as exc:  # faiss reports a damaged file as a C++ exception
+            raise ValueError(f"cannot read vector index: {exc}") from exc
         if index.d != dim:
             raise ValueError(f"vector index has dim {index.d}, expected {dim}")
         out = cls(dim)
@@ -97,4 +115,5 @@ class VectorIndex:
         out.next_label = max(ids_by_label, default=0) + 1
         if len(out.row_ids()) != len(out.label_of):
             raise ValueError("vector index and its id map disagree")
+        out._room_for(len(out) // 8 + 1024)
         return out
