@@ -224,6 +224,7 @@ def test_vector_index_saved_and_loaded_keeps_its_rows_and_takes_more(tmp_path: P
     rng = np.random.default_rng(4)
     index = VectorIndex(8)
     first = rng.standard_normal((50, 8)).astype(np.float32)
+    first /= np.linalg.norm(first, axis=1, keepdims=True)
     index.add([f"m{i}" for i in range(50)], first)
     index.save(tmp_path / "vectors.faiss")
     loaded = VectorIndex.load(tmp_path / "vectors.faiss", 8, dict(index.id_of))
