@@ -31,39 +31,54 @@ class Neighbours:
     def __init__(self, bar: float, owner: tuple[object, ...] = ()) -> None:
         self.bar = float(bar)
         self.owner = owner  # what the rows came from; another owner means another row space
-        self.tokens = np.zeros(0, dtype=np.int64)
+        # Arrays with room to grow: a write appends a row in place. Reallocating them on every
+        # write (~20 MB of temporaries at 100k) grew the daemon's heap by ~15 MB per write.
+        self.n = 0
+        self._tokens = np.zeros(0, dtype=np.int64)
         self.nbr = np.zeros((0, K), dtype=np.int32)
         self.sim = np.zeros((0, K), dtype=np.float32)
         self.count = np.zeros(0, dtype=np.int16)  # entries kept per row; -1: not looked at yet
         self.cut = np.zeros(0, dtype=bool)  # True: more rows reach the bar than are kept
 
     def __len__(self) -> int:
-        return len(self.tokens)
+        return self.n
+
+    @property
+    def tokens(self) -> np.ndarray:
+        return self._tokens[: self.n]
 
     def known(self) -> int:
-        return int((self.count >= 0).sum())
+        return int((self.count[: self.n] >= 0).sum())
 
     # -- following the rows as they change ---------------------------------------------------
     def sync(self, tokens: np.ndarray, matrix: np.ndarray) -> None:
         """Bring the lists in line with the rows ``tokens`` names (``matrix`` holds them)."""
         old = self.tokens
-        if len(old) == len(tokens) and np.array_equal(old, tokens):
-            return
         n0, n1 = len(old), len(tokens)
-        if n0 <= n1 and np.array_equal(old, tokens[:n0]):
-            kept_to = np.arange(n0, dtype=np.int64)  # rows were only appended
-            added = np.arange(n0, n1)
-        elif bool(np.all(tokens[1:] > tokens[:-1])) and bool(np.all(old[1:] > old[:-1])):
-            at = np.searchsorted(tokens, old)
-            clipped = np.minimum(at, max(n1 - 1, 0))
-            stays = (at < n1) & (tokens[clipped] == old) if n1 else np.zeros(n0, dtype=bool)
-            kept_to = np.where(stays, at, -1)
-            seen = np.zeros(n1, dtype=bool)
-            seen[kept_to[stays]] = True
-            added = np.flatnonzero(~seen)
-        else:  # tokens out of order: not rows this structure can follow
-            self._reset(tokens)
+        if n0 == n1 and np.array_equal(old, tokens):
             return
+        if n0 < n1 and np.array_equal(old, tokens[:n0]):  # rows were only appended: in place
+            if n1 - n0 > ADD_LIMIT:
+                self._reset(tokens)
+                return
+            self._room(n1)
+            self._tokens[n0:n1] = tokens[n0:]
+            self.count[n0:n1] = -1
+            self.cut[n0:n1] = False
+            self.n = n1
+            for row in range(n0, n1):
+                self._add(row, matrix)
+            return
+        if not (bool(np.all(tokens[1:] > tokens[:-1])) and bool(np.all(old[1:] > old[:-1]))):
+            self._reset(tokens)  # tokens out of order: not rows this structure can follow
+            return
+        at = np.searchsorted(tokens, old)
+        clipped = np.minimum(at, max(n1 - 1, 0))
+        stays = (at < n1) & (tokens[clipped] == old) if n1 else np.zeros(n0, dtype=bool)
+        kept_to = np.where(stays, at, -1)
+        seen = np.zeros(n1, dtype=bool)
+        seen[kept_to[stays]] = True
+        added = np.flatnonzero(~seen)
         if len(added) > ADD_LIMIT:
             self._reset(tokens)
             return
@@ -71,30 +86,45 @@ class Neighbours:
         for row in added.tolist():
             self._add(int(row), matrix)
 
+    def _alloc(self, n: int) -> None:
+        cap = n + n // 8 + 64
+        self._tokens = np.zeros(cap, dtype=np.int64)
+        self.nbr = np.zeros((cap, K), dtype=np.int32)
+        self.sim = np.zeros((cap, K), dtype=np.float32)
+        self.count = np.full(cap, -1, dtype=np.int16)
+        self.cut = np.zeros(cap, dtype=bool)
+
+    def _room(self, n: int) -> None:
+        if n <= len(self.count):
+            return
+        live = self.n
+        arrays = self._tokens, self.nbr, self.sim, self.count, self.cut
+        self._alloc(n)
+        for new, old in zip((self._tokens, self.nbr, self.sim, self.count, self.cut), arrays, strict=True):
+            new[:live] = old[:live]
+
     def _reset(self, tokens: np.ndarray) -> None:
-        n = len(tokens)
-        self.tokens = tokens.copy()
-        self.nbr = np.zeros((n, K), dtype=np.int32)
-        self.sim = np.zeros((n, K), dtype=np.float32)
-        self.count = np.full(n, -1, dtype=np.int16)
-        self.cut = np.zeros(n, dtype=bool)
+        self._alloc(len(tokens))
+        self.n = len(tokens)
+        self._tokens[: self.n] = tokens
 
     def _move(self, kept_to: np.ndarray, tokens: np.ndarray) -> None:
         """Old row ``i`` is new row ``kept_to[i]`` (-1: gone); rows not named are new."""
-        n1 = len(tokens)
-        nbr = np.zeros((n1, K), dtype=np.int32)
-        sim = np.zeros((n1, K), dtype=np.float32)
-        count = np.full(n1, -1, dtype=np.int16)
-        cut = np.zeros(n1, dtype=bool)
+        n0, n1 = self.n, len(tokens)
+        old_nbr, old_sim, old_count, old_cut = self.nbr[:n0], self.sim[:n0], self.count[:n0], self.cut[:n0]
+        self._alloc(n1)
+        self.n = n1
+        self._tokens[:n1] = tokens
+        nbr, sim, count, cut = self.nbr, self.sim, self.count, self.cut
         stays = kept_to >= 0
         dest = kept_to[stays]
-        if len(self.nbr):
-            live = np.arange(K)[None, :] < self.count[:, None]
-            target = np.where(live, kept_to[np.clip(self.nbr, 0, None)], -1)
+        if n0:
+            live = np.arange(K)[None, :] < old_count[:, None]
+            target = np.where(live, kept_to[np.clip(old_nbr, 0, None)], -1)
             nbr[dest] = target[stays]
-            sim[dest] = self.sim[stays]
-            count[dest] = self.count[stays]
-            cut[dest] = self.cut[stays]
+            sim[dest] = old_sim[stays]
+            count[dest] = old_count[stays]
+            cut[dest] = old_cut[stays]
             # Lists that named a row now gone: strike it. A list cut short may have had the
             # next row beyond its end; it is looked at again when needed.
             struck = np.flatnonzero(((target < 0) & live)[stays].any(axis=1))
@@ -107,7 +137,6 @@ class Neighbours:
                 nbr[row, :n] = nbr[row, : count[row]][keep]
                 sim[row, :n] = sim[row, : count[row]][keep]
                 count[row] = n
-        self.tokens, self.nbr, self.sim, self.count, self.cut = tokens.copy(), nbr, sim, count, cut
 
     def _add(self, row: int, matrix: np.ndarray) -> None:
         """A new row: its own list, and its place in every kept list it belongs to."""
@@ -149,7 +178,7 @@ class Neighbours:
         """The hop from ``row``: the most similar row neither visited nor masked, with its
         similarity, when that reaches ``bar``; None otherwise. The same answer as an argmax
         over ``matrix @ matrix[row]``, which is what it costs when the list cannot tell."""
-        c = int(self.count[row]) if bar >= self.bar and row < len(self.count) else -2
+        c = int(self.count[row]) if bar >= self.bar and row < self.n else -2
         if c >= 0:
             for r, s in zip(self.nbr[row, :c].tolist(), self.sim[row, :c].tolist(), strict=True):
                 if r in visited or (mask is not None and mask[r]):

@@ -76,3 +76,39 @@ def test_new_documents_are_found_after_the_cache_has_seen_the_terms(tmp_path: Pa
     assert [s for _, s in got] == pytest.approx(sorted(_reference(ki, "kafka offset").values(), reverse=True))
     ki.apply([], ["a1"])
     assert [mid for mid, _ in ki.search("kafka offset", 10)] == ["a2"]
+
+
+def test_a_searcher_kept_across_small_changes_answers_as_a_fresh_one(tmp_path: Path) -> None:
+    """After a commit the index keeps the readers of unchanged segments; a segment whose
+    documents were deleted or replaced is read again, so nothing stale comes back."""
+    rnd = random.Random(5)
+    folder = tmp_path / "keyword"
+    ki = KeywordIndex(folder, ranking.RankingParams())
+    ki.apply([_doc(rnd, i) for i in range(2500)], [])
+    live = {f"m{i:05d}" for i in range(2500)}
+    for step in range(25):
+        roll = rnd.random()
+        if roll < 0.5:  # a new memory
+            doc = _doc(rnd, 3000 + step)
+            ki.apply([doc], [])
+            live.add(doc[0])
+        elif roll < 0.75:  # an edited one: its old version must never be found again
+            mid = rnd.choice(sorted(live))
+            ki.apply([(mid, "fact", [], f"edited{step} sqlite migration")], [])
+        else:
+            mid = rnd.choice(sorted(live))
+            ki.apply([], [mid])
+            live.discard(mid)
+        fresh = KeywordIndex(folder, ranking.RankingParams())
+        for query in ["sqlite migration column", "kafka consumer offset", f"edited{step}", "redis"]:
+            got = ki.search(query, 2600)
+            assert got == fresh.search(query, 2600), (step, query)
+            assert {mid for mid, _ in got} <= live
+        assert ki.doc_count() == fresh.doc_count() == len(live)
+        fresh.close()
+    # a new memory: the largest segment is unchanged, its reader is kept (and still right)
+    big = max((r for r, _ in ki.searcher.reader().leaf_readers()), key=lambda r: r.doc_count_all())
+    ki.apply([_doc(rnd, 9999)], [])
+    assert any(r is big for r, _ in ki.searcher.reader().leaf_readers()), "an unchanged segment was reopened"
+    assert ki.search("kafka consumer offset", 2600) == KeywordIndex(folder, ranking.RankingParams()).search(
+        "kafka consumer offset", 2600)
