@@ -45,7 +45,7 @@ class Embedder:
         self._model_path = model_path
         self._device = device
         self._model: Any = None
-        self._threads = 0  # torch's thread count as configured when the model loaded
+        self._small = threading.Lock()  # small encodes run on one thread, one at a time
         # The daemon may serve concurrent requests; loading twice would double memory and time.
         self._lock = threading.Lock()
 
@@ -93,9 +93,6 @@ class Embedder:
             dim = get_dim()
             if dim is not None and dim != self.dim:
                 raise EmbedderUnavailable(f"model at {path} produces {dim}-d vectors, expected {self.dim}")
-            import torch
-
-            self._threads = torch.get_num_threads()
             self._model = model
 
     def encode(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
@@ -105,11 +102,23 @@ class Embedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         self.load()
-        small = len(texts) <= SMALL_BATCH and self._threads > 1
-        if small:
-            import torch
+        if len(texts) > SMALL_BATCH:
+            return self._encode(texts, batch_size)
+        import torch
 
+        # Serialised: the thread count is process state, and two queries at once would fight
+        # over the cores anyway. Restored to what it was, so a program's own setting stands.
+        with self._small:
+            before = torch.get_num_threads()
             torch.set_num_threads(1)
+            try:
+                return self._encode(texts, batch_size)
+            finally:
+                torch.set_num_threads(before)
+
+    def _encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+        import numpy as np
+
         try:
             vecs = self._model.encode(
                 list(texts),
@@ -120,11 +129,6 @@ class Embedder:
             )
         except Exception as exc:
             raise EmbedderUnavailable(f"embedding failed ({type(exc).__name__}: {exc})") from exc
-        finally:
-            if small:
-                # Back to the configured count, not to what this thread saw: a concurrent small
-                # encode may have lowered it meanwhile.
-                torch.set_num_threads(self._threads)
         vecs = np.asarray(vecs, dtype=np.float32).reshape(len(texts), self.dim)
         # The model already normalises; re-normalising guards against a swapped model dir
         # without it, because every score downstream assumes cosine == inner product.
