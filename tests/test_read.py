@@ -241,3 +241,46 @@ def test_a_query_encode_leaves_torchs_thread_count_as_it_was() -> None:
         torch.set_num_threads(before)
     batch = emb.encode(["why does the migration fail on the tracking_code column?", "x", "y"])
     assert np.allclose(one[0], batch[0], atol=1e-5)
+
+
+def test_a_watched_workspace_reads_without_walking_and_sees_every_change(
+        repo: Path, ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from memstore.store import Store
+
+    def read_until(query: str, pred: Any) -> dict[str, Any]:
+        deadline = time.monotonic() + 5
+        while True:
+            ans = retrieve.read(ws, {"query": query}, log_episode=False)
+            if pred(ans) or time.monotonic() > deadline:
+                return ans
+            time.sleep(0.02)
+
+    ws.watch()
+    try:
+        old = w(ws, "fact", FACT_OLD)
+        # its own write: visible at once, before the watcher reports it
+        assert old in ids(retrieve.read(ws, {"query": "which database driver do we use?"}, log_episode=False))
+        by_hand = api.write(reopen(repo), {"memory": {"kind": "fact", "scope": "repo", "text": FACT_NEW,
+                                                      "evidence_refs": ["user:seen it"]}, "mode": "dry_run"})
+        walks: list[int] = []
+        real = Store.memory_files
+        monkeypatch.setattr(Store, "memory_files", lambda self: walks.append(1) or real(self))
+
+        (repo / by_hand["path"]).write_text(by_hand["content"])  # another program writes a file
+        ans = read_until("which database driver do we use?", lambda a: by_hand["id"] in ids(a))
+        assert by_hand["id"] in ids(ans)
+        path = repo / by_hand["path"]
+        path.write_text(path.read_text().replace("psycopg 3", "psycopg 3.2"))  # edited in place
+        ans = read_until("which database driver do we use?",
+                         lambda a: any("psycopg 3.2" in r["text"] for r in a["results"]))
+        assert any("psycopg 3.2" in r["text"] for r in ans["results"])
+        path.unlink()
+        ans = read_until("which database driver do we use?", lambda a: by_hand["id"] not in ids(a))
+        assert by_hand["id"] not in ids(ans) and old in ids(ans)
+        assert walks == [], "a watched workspace re-reads the changed files, it does not walk"
+    finally:
+        ws.close()
+    retrieve.read(ws, {"query": "which database driver do we use?"}, log_episode=False)
+    assert walks, "closed: every read checks the files again"
