@@ -57,6 +57,9 @@ class Neighbours:
         n0, n1 = len(old), len(tokens)
         if n0 == n1 and np.array_equal(old, tokens):
             return
+        if not n0:  # a first look: every list waits until a hop or a pause needs it
+            self._reset(tokens)
+            return
         if n0 < n1 and np.array_equal(old, tokens[:n0]):  # rows were only appended: in place
             if n1 - n0 > ADD_LIMIT:
                 self._reset(tokens)
@@ -93,6 +96,7 @@ class Neighbours:
         self.sim = np.zeros((cap, K), dtype=np.float32)
         self.count = np.full(cap, -1, dtype=np.int16)
         self.cut = np.zeros(cap, dtype=bool)
+        self._cursor = 0  # where ``fill`` looks for rows not looked at yet
 
     def _room(self, n: int) -> None:
         if n <= len(self.count):
@@ -171,6 +175,22 @@ class Neighbours:
         self.nbr[row, : len(cand)] = cand
         self.sim[row, : len(cand)] = sims[cand]
         self.count[row] = len(cand)
+
+    def fill(self, matrix: np.ndarray, budget: int) -> int:
+        """Fill up to ``budget`` lists of rows not looked at yet, with one matrix product: work
+        done ahead in a pause (the daemon when idle), so later hops find their answers kept.
+        Returns how many rows it filled; 0 when every row is known."""
+        todo = np.flatnonzero(self.count[self._cursor: self.n] < 0)[:budget] + self._cursor
+        if not len(todo) and self._cursor:
+            self._cursor = 0  # rows before the cursor may have been struck since
+            todo = np.flatnonzero(self.count[: self.n] < 0)[:budget]
+        if not len(todo):
+            return 0
+        block = matrix[todo] @ matrix.T
+        for j, row in enumerate(todo.tolist()):
+            self._fill(row, block[j])
+        self._cursor = int(todo[-1]) + 1
+        return len(todo)
 
     # -- a hop -------------------------------------------------------------------------------
     def step(self, row: int, matrix: np.ndarray, bar: float, visited: Collection[int],

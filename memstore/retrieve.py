@@ -28,7 +28,7 @@ from .index.store_index import StoreIndex
 from .index.vectors import VectorIndex
 from .model import KINDS, Memory
 from .neighbours import Neighbours
-from .rowspace import Rows, build_rows, keyword_rows, update_rows
+from .rowspace import Rows, build_rows, current_matrix, keyword_rows, update_rows
 from .scopeview import ScopeView, scope_view
 from .validate import check_schema
 from .workspace import Workspace
@@ -187,6 +187,22 @@ def kept_neighbours(ws: Workspace, sc: Scope, rows: Rows, rp: ranking.RankingPar
         ws.read_cache["near"] = near
     near.sync(rows.tokens, rows.matrix)
     return near
+
+
+def fill_neighbours(ws: Workspace, budget: int) -> int:
+    """Work ahead for the association chain in a pause (the daemon calls this when idle): fill
+    up to ``budget`` rows' kept neighbour lists for the row space of the last read. Returns how
+    many; 0 when all are filled, or when the rows changed since that read."""
+    cache: RowCache | None = ws.read_cache.get("rows")
+    near: Neighbours | None = ws.read_cache.get("near")
+    if cache is None or near is None or cache.rows.tokens is None:
+        return 0
+    if len(near.owner) != len(cache.vectors) or not all(map(operator.is_, near.owner, cache.vectors)):
+        return 0
+    matrix = current_matrix(cache.rows, cache.vectors)
+    if matrix is None or not np.array_equal(near.tokens, cache.rows.tokens):
+        return 0
+    return near.fill(matrix, budget)
 
 
 # -- lanes ------------------------------------------------------------------------------------------

@@ -117,6 +117,18 @@ def update_rows(old: Rows, vectors: list[VectorIndex], ok: set[str], memories: M
                 row_tokens(vectors))
 
 
+def current_matrix(rows: Rows, vectors: list[VectorIndex]) -> np.ndarray | None:
+    """``rows``' matrix, taken afresh, while the rows still are the vector indexes' (the same
+    vectors in the same order); None when the indexes moved on since (the next read updates the
+    rows). One store's matrix is a view of faiss's storage, which an add may have moved."""
+    if rows.tokens is None or not np.array_equal(row_tokens(vectors), rows.tokens):
+        return None
+    filled = [v for v in vectors if len(v)]
+    if len(filled) <= 1:
+        return filled[0].matrix() if filled else None
+    return rows.matrix  # joined into the rows' own buffer
+
+
 def row_tokens(vectors: list[VectorIndex]) -> np.ndarray:
     """A name per row that stays with its vector: the store's position over the faiss label.
     Increasing along the rows (faiss keeps insertion order; labels only grow)."""

@@ -421,3 +421,23 @@ def test_daemon_off_never_spawns(tmp_path: Path) -> None:
         assert not (life.rdir / client.SOCKET_NAME).exists()
     finally:
         life.cleanup()
+
+
+def test_an_idle_daemon_fills_the_neighbour_lists(world: Env) -> None:
+    """In a pause the daemon works ahead for the association chain: every row's kept neighbour
+    list gets filled (reads then never read the whole matrix for a hop)."""
+    repo = world.make_repo("repo_fill")
+    for i in range(40):
+        _hand_write(repo, f"part{i}.md", f"Warehouse bin {i} holds spare part P-{i * 37 % 101} for the conveyor motor")
+    assert world.forward("read", repo, request={"op": "read", "query": "spare part for the conveyor"})["answer"]["ok"]
+    key = str((repo / ".memory").resolve())
+
+    def lists() -> dict[str, int] | None:
+        return next((ws.get("neighbour_lists") for ws in world.status()["workspaces"] if ws["repo"] == key), None)
+
+    first = lists()
+    assert first is not None and first["rows"] >= 40 and first["filled"] < first["rows"]
+    # Each status call is a request, which interrupts the idle work: look every 6 s (idle after 5).
+    got = _poll(lambda: (n := lists()) is not None and n["filled"] == n["rows"] and n, timeout=40, every=6)
+    assert got and got["rows"] == first["rows"], world.log()
+    assert "neighbour lists in" in world.log()

@@ -481,3 +481,28 @@ def test_a_cut_list_that_loses_a_row_is_not_trusted_past_its_end() -> None:
     visited = {0, 1, 2, 3, 4, 5, 6, 7}  # the seven kept rows that are left (renumbered)
     got = near.step(0, np.vstack([matrix, new]), 0.85, visited, None)
     assert got == (8, pytest.approx(0.91))
+
+
+@pytest.mark.model
+def test_filling_neighbour_lists_ahead_changes_no_answer(ws: Workspace) -> None:
+    for i, part in enumerate(["conveyor motor", "hydraulic press", "label printer", "pallet jack"]):
+        api.write(ws, write_req("fact", f"Spare {part} parts are kept in warehouse bin {i + 10}, shelf B."))
+        api.write(ws, write_req("problem", f"The {part} stops after an hour: the thermal fuse trips."))
+    before = _answers(ws)
+    ws.read_cache.pop("near")
+    retrieve.read(ws, {"query": "which telescope mount suits deep-sky astrophotography?"}, log_episode=False)
+    near = ws.read_cache["near"]
+    assert near.known() < len(near)
+    while retrieve.fill_neighbours(ws, 3):
+        pass
+    assert near.known() == len(near)
+    assert _answers(ws) == before
+    # Rows behind the vector index (it took a memory since the last read): nothing is touched.
+    ws.read_cache.pop("near")
+    _answers(ws)
+    api.write(ws, write_req("fact", "The forklift charger is in bay 4."))
+    # the duplicate check of the next write brings the index up to date with the first
+    api.write(ws, write_req("fact", "Bin 12 also holds conveyor belts.", allow_duplicate=False))
+    near = ws.read_cache["near"]
+    known = near.known()
+    assert retrieve.fill_neighbours(ws, 100) == 0 and near.known() == known
