@@ -437,6 +437,7 @@ class Daemon:
             return False
 
     def shutdown(self) -> None:
+        self._stop.set()  # idle work (a neighbour fill) ends at its next slice
         if self._sock is not None:
             with contextlib.suppress(OSError):
                 self._sock.close()
