@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -103,18 +103,18 @@ class Catalog:
         except (KeyError, TypeError):
             self._entries = {}
 
-    def _save_cache(self) -> None:
+    def _save_cache(self, items: list[tuple[str, _Entry]] | None = None) -> None:
         # The cache is a projection: failing to save it only costs the next process a re-parse.
         with contextlib.suppress(OSError):
-            atomic_write(self.store.index_dir / "catalog.json", self._cache_chunks())
+            atomic_write(self.store.index_dir / "catalog.json", self._cache_chunks(items))
 
-    def _cache_chunks(self) -> Iterator[str]:
+    def _cache_chunks(self, items: list[tuple[str, _Entry]] | None = None) -> Iterator[str]:
         """catalog.json, one file's record at a time: at 100k memories the whole document is
         ~70 MB of text and several times that as Python objects, a peak not worth paying."""
         dumps = json.JSONEncoder(separators=(",", ":")).encode
         yield f'{{"version":{CATALOG_VERSION},"root":{dumps(str(self.store.root))},"files":{{'
         sep = ""
-        for rel, entry in list(self._entries.items()):
+        for rel, entry in items if items is not None else list(self._entries.items()):
             item: dict[str, Any] = {"m": entry.mtime_ns, "s": entry.size}
             if entry.error is not None:
                 item["e"] = entry.error
@@ -310,9 +310,19 @@ class Catalog:
             self._defer_save = False
 
     def flush(self) -> None:
-        if self._defer_save:
-            self._save_cache()
-            self._defer_save = False
+        save = self.flush_later()
+        if save is not None:
+            save()
+
+    def flush_later(self) -> Callable[[], None] | None:
+        """``flush`` in two steps, for a caller holding a lock others wait on: the records are
+        taken now (entries are replaced, never changed in place) and the returned function
+        writes them, without that lock (~2 s at 100k memories). None: nothing to save."""
+        if not self._defer_save:
+            return None
+        self._defer_save = False
+        items = list(self._entries.items())
+        return lambda: self._save_cache(items)
 
     # -- lookups ---------------------------------------------------------------------------------
     def match_prefix(self, prefix: str) -> list[str]:

@@ -388,10 +388,18 @@ class Daemon:
             with self._entries_lock:
                 entries = list(self.entries.values())
             for entry in entries:
+                # What to save is taken under the workspace lock; the writing (seconds at 100k
+                # memories) happens without it, so a request arriving meanwhile is not held up.
                 with entry.lock:
                     try:
-                        entry.ws.flush()
+                        saves = entry.ws.flush_later()
                     except Exception:  # a projection that fails to save is rebuilt by the next reader
+                        log.exception("flush failed")
+                        continue
+                for save in saves:
+                    try:
+                        save()
+                    except Exception:
                         log.exception("flush failed")
 
     def _idle_work(self) -> None:

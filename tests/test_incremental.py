@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import random
+import threading
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -506,3 +507,26 @@ def test_filling_neighbour_lists_ahead_changes_no_answer(ws: Workspace) -> None:
     near = ws.read_cache["near"]
     known = near.known()
     assert retrieve.fill_neighbours(ws, 100) == 0 and near.known() == known
+
+
+@pytest.mark.model
+def test_a_flush_written_out_after_more_changes_leaves_a_consistent_index(ws: Workspace, repo: Path) -> None:
+    """The daemon takes what to save under its workspace lock and writes it without the lock:
+    changes made meanwhile are neither lost nor half-saved."""
+    ws.defer_saves = True
+    for i in range(3):
+        api.write(ws, write_req("fact", f"Deploy window {i}: staging deploys run at {9 + i}:00 UTC."))
+    _answers(ws)
+    saves = ws.flush_later()
+    assert saves, "there was something to save"
+    # a request arrives while the snapshot is being written (the daemon writes it in another thread)
+    writer = threading.Thread(target=lambda: [save() for save in saves])
+    late = api.write(ws, write_req("fact", "Production deploys need two approvals in the release channel."))
+    writer.start()
+    live = _answers(ws)  # indexes the late memory: waits for the index's own save, not the rest
+    writer.join(timeout=60)
+    assert not writer.is_alive()
+    fresh = reopen(repo)
+    assert _answers(fresh) == live
+    assert late["id"] in fresh.catalog("repo").memories
+    assert ws.flush_later(), "the late change is saved by the next flush"
