@@ -8,7 +8,8 @@ The answer depends only on the stored vectors, so it is kept per row: the rows a
 the lowest bar, best first, at most ``K``, and kept exact as rows come and go (a new row is
 compared with every row once and slotted into the lists it belongs to; a removed one is struck
 from them). A row not yet looked at, or whose kept list runs out, falls back to the product,
-whose answer is the same one, and the list is filled from it on the way.
+whose answer is the same one, and the list is filled from it on the way; the daemon also fills
+lists ahead when idle (``fill``).
 
 Rows are named by tokens (the store's position and the vector's faiss label, ``Rows.tokens``):
 a token never changes its vector, so comparing the tokens of the rows before and after a change
