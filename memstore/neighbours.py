@@ -22,6 +22,8 @@ from collections.abc import Collection
 
 import numpy as np
 
+from .ranking import best_hop
+
 K = 8  # kept per row: a chain skips at most the rows it visited and the rows out of scope
 ADD_LIMIT = 32  # more new rows than this at once (an import, a rebuild): start over, lazily
 
@@ -210,9 +212,4 @@ class Neighbours:
         sims = matrix @ matrix[row]
         if c != -2:
             self._fill(row, sims)
-        sims[list(visited)] = -np.inf
-        if mask is not None:
-            sims[mask] = -np.inf
-        nxt = int(np.argmax(sims))
-        s = float(sims[nxt])
-        return (nxt, s) if s >= bar else None
+        return best_hop(sims, bar, visited, mask)

@@ -361,7 +361,13 @@ def _hop(cur: int, matrix: np.ndarray, bar: float, visited: Collection[int],
          mask: np.ndarray | None) -> tuple[int, float] | None:
     # One matrix-vector product per chain: for a handful of rows BLAS's gemm reads the matrix
     # at a third of gemv's speed (12 vs 3 ms per 100k x 384 pass, 3 rows).
-    sims = matrix @ matrix[cur]
+    return best_hop(matrix @ matrix[cur], bar, visited, mask)
+
+
+def best_hop(sims: np.ndarray, bar: float, visited: Collection[int],
+             mask: np.ndarray | None) -> tuple[int, float] | None:
+    """The hop given a row's similarities to every row (overwritten): the most similar row
+    neither visited nor masked, with its similarity, when that reaches ``bar``."""
     sims[list(visited)] = -np.inf
     if mask is not None:
         sims[mask] = -np.inf
