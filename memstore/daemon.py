@@ -363,8 +363,9 @@ class Daemon:
                 with self._state:
                     quiet = self.active == 0 and now - self.last_activity > FLUSH_SECONDS
                 if quiet and now - last_flush > FLUSH_SECONDS and not self._flushing.locked():
-                    # Only in a pause: saving a large store's projections takes seconds under
-                    # the workspace lock, and a request arriving meanwhile would wait for it.
+                    # Only in a pause: saving a large store's projections takes seconds (written
+                    # without the workspace lock, but competing for the CPU), and the idle work
+                    # after it (the neighbour lists) yields to the first request.
                     last_flush = now
                     threading.Thread(target=self._idle_work, daemon=True).start()
                 if now - last_resync > RESYNC_SECONDS:
@@ -410,7 +411,7 @@ class Daemon:
         """Idle work: fill the association chain's neighbour lists of every workspace a slice at
         a time, stopping as soon as a request comes (it waits at most one slice). Reads then
         find every hop kept: at 100k memories a read whose seeds were never met costs ~10 ms
-        more without it. Filling 100k rows takes ~45 s of CPU, once per daemon."""
+        more without it. Filling 100k rows takes ~40 s of CPU, once per daemon."""
         from .retrieve import fill_neighbours
 
         if not self._filling.acquire(blocking=False):
