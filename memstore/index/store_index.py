@@ -128,9 +128,6 @@ class StoreIndex:
         # A few bytes a writer checks under the lock instead of parsing the whole manifest.
         atomic_write(self.dir / "generation", str(meta["generation"]))
 
-    def _save_meta(self) -> None:
-        self._write_meta(self._meta())
-
     # -- syncing ---------------------------------------------------------------------------------
     def refresh(self, *, walk: bool = True) -> bool:
         """Bring the projections in line with the files. Returns True if anything changed.
@@ -176,11 +173,26 @@ class StoreIndex:
             return int(meta.get("generation", 0)) if meta is not None else None
 
     def _save(self) -> None:
+        self._save_later()()
+
+    def _save_later(self) -> Callable[[], None]:
+        """Save under the store's index lock (the caller holds it), in two steps: the vectors
+        now (faiss's storage may move once a caller's own lock is let go) and the metadata as a
+        snapshot; the returned function writes the snapshot (~0.6 s of JSON at 100k)."""
         assert self.vectors is not None
         self.vectors.save(self.dir / "vectors.faiss")
-        self._save_meta()
-        self._disk_generation = self.state.generation
+        meta = self._meta()
         self._dirty = False
+
+        def write() -> None:
+            try:
+                self._write_meta(meta)
+            except BaseException:
+                self._dirty = True  # saved next time
+                raise
+            self._disk_generation = meta["generation"]
+
+        return write
 
     def flush(self) -> None:
         """Save projections held back by ``defer_saves`` (the daemon calls this when idle)."""
@@ -190,9 +202,8 @@ class StoreIndex:
 
     def flush_later(self) -> Callable[[], None] | None:
         """``flush`` in two steps, for a caller holding a lock others wait on (the daemon's
-        workspace lock): the vectors are saved now (~40 ms at 100k; faiss's storage may move
-        once the lock is let go) and the rest taken as a snapshot; the returned function writes
-        the snapshot (~0.6 s of JSON at 100k) without that lock. The store's index lock is held
+        workspace lock): the vectors are saved now and the rest taken as a snapshot; the
+        returned function writes the snapshot without that lock. The store's index lock is held
         from now until it has run, so no process sees the vectors without their metadata."""
         if not self._dirty or not self._loaded:
             return None
@@ -205,21 +216,14 @@ class StoreIndex:
                 self._dirty = False
                 lock.__exit__(None, None, None)
                 return None
-            assert self.vectors is not None
-            self.vectors.save(self.dir / "vectors.faiss")
-            meta = self._meta()
-            self._dirty = False
+            write = self._save_later()
         except BaseException:
             lock.__exit__(None, None, None)
             raise
 
         def finish() -> None:
             try:
-                self._write_meta(meta)
-                self._disk_generation = meta["generation"]
-            except BaseException:
-                self._dirty = True  # saved next time
-                raise
+                write()
             finally:
                 lock.__exit__(None, None, None)
 
