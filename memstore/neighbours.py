@@ -18,7 +18,8 @@ tells which rows left and which came, however the row numbers shifted.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import operator
+from collections.abc import Collection, Sequence
 
 import numpy as np
 
@@ -45,6 +46,10 @@ class Neighbours:
 
     def __len__(self) -> int:
         return self.n
+
+    def serves(self, owner: Sequence[object]) -> bool:
+        """Are these lists for rows taken from ``owner`` (the very same vector indexes)?"""
+        return len(owner) == len(self.owner) and all(map(operator.is_, owner, self.owner))
 
     @property
     def tokens(self) -> np.ndarray:

@@ -181,8 +181,7 @@ def kept_neighbours(ws: Workspace, sc: Scope, rows: Rows, rp: ranking.RankingPar
         return None
     owner = tuple(si.vectors for si in sc.indexes if si.vectors is not None)
     near: Neighbours | None = ws.read_cache.get("near")
-    if (near is None or near.bar != min(bars) or len(near.owner) != len(owner)
-            or not all(map(operator.is_, near.owner, owner))):
+    if near is None or near.bar != min(bars) or not near.serves(owner):
         near = Neighbours(min(bars), owner)
         ws.read_cache["near"] = near
     near.sync(rows.tokens, rows.matrix)
@@ -197,7 +196,7 @@ def fill_neighbours(ws: Workspace, budget: int) -> int:
     near: Neighbours | None = ws.read_cache.get("near")
     if cache is None or near is None or cache.rows.tokens is None:
         return 0
-    if len(near.owner) != len(cache.vectors) or not all(map(operator.is_, near.owner, cache.vectors)):
+    if not near.serves(cache.vectors):
         return 0
     matrix = current_matrix(cache.rows, cache.vectors)
     if matrix is None or not np.array_equal(near.tokens, cache.rows.tokens):
