@@ -14,17 +14,22 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InvalidFile, StoreError
-from .files import safe_yaml
+from .files import MAX_FRONTMATTER_BYTES, read_untrusted, safe_yaml
 
 DEFAULTS: dict[str, Any] = {
     "write_mode": "review",  # review | autonomous
     "git": {"stage": True, "commit": False},
     "episodes": {"local_only": False, "max_event_chars": 8000},
-    "limits": {"max_text_chars": 4000, "max_rationale_chars": 2000, "max_evidence": 50},
+    "limits": {"max_text_chars": 4000, "max_rationale_chars": 2000, "max_evidence": 50,
+               "max_file_bytes": 256 * 1024, "max_files": 200_000, "max_listed_invalid": 50},
     "daemon": {"autostart": True, "idle_seconds": 1800},
     "duplicates": {"threshold": 0.95, "candidates": 5},
     "read": {},  # retrieval tuning; empty means the tuned defaults in ranking.RankingParams
 }
+
+# A store's config.yaml comes with every clone: it may lower the caps on what memstore parses
+# but never lift them past these ceilings.
+CAP_CEILINGS: dict[str, int] = {"max_file_bytes": 1024 * 1024, "max_files": 1_000_000, "max_listed_invalid": 10_000}
 
 # env var -> (section, key, type); only the settings people plausibly flip per shell
 ENV_KEYS: dict[str, tuple[str | None, str, type]] = {
@@ -56,11 +61,15 @@ def _as_bool(raw: str) -> bool:
     raise StoreError(f"cannot read {raw!r} as a yes/no setting (use 1/0, true/false)")
 
 
-def load_config_file(path: Path) -> dict[str, Any]:
-    if not path.is_file():
+def load_config_file(path: Path, *, untrusted: bool = False) -> dict[str, Any]:
+    """A store's settings. ``untrusted`` (the repo store's, which comes with a clone): never
+    read through a symlink or from a FIFO or device, and at most 64 KB."""
+    if not (path.is_file() or (untrusted and os.path.lexists(path))):
         return {}
     try:
-        data = safe_yaml(path.read_text(encoding="utf-8"), str(path.name))
+        text = (read_untrusted(path, MAX_FRONTMATTER_BYTES) if untrusted
+                else path.read_text(encoding="utf-8"))
+        data = safe_yaml(text, str(path.name))
     except InvalidFile as exc:
         raise StoreError(f"{path}: {exc.message}") from exc
     if data is None:
@@ -88,6 +97,13 @@ class Config:
     def max_text_chars(self) -> int:
         return int(self.get("limits", "max_text_chars", 4000))
 
+    def cap(self, key: str, default: int) -> int:
+        """A ``limits`` cap on untrusted input: a positive int, never above its ceiling."""
+        value = self.get("limits", key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            value = default
+        return min(value, CAP_CEILINGS.get(key, value))
+
     def with_overrides(self, over: Mapping[str, Any]) -> Config:
         return Config(_merge(self.data, over))
 
@@ -113,9 +129,9 @@ def load_config(
     repo_store: Path | None, global_store: Path | None, env: Mapping[str, str] | None = None
 ) -> Config:
     data = copy.deepcopy(DEFAULTS)
-    for store in (global_store, repo_store):
+    for store, untrusted in ((global_store, False), (repo_store, True)):
         if store is not None:
-            data = _merge(data, load_config_file(store / "config.yaml"))
+            data = _merge(data, load_config_file(store / "config.yaml", untrusted=untrusted))
     data = _merge(data, env_overrides(os.environ if env is None else env))
     if data.get("write_mode") not in ("review", "autonomous"):
         raise StoreError(f"write_mode must be 'review' or 'autonomous', not {data.get('write_mode')!r}")

@@ -7,7 +7,9 @@ import datetime as dt
 import fcntl
 import hashlib
 import io
+import math
 import os
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -26,10 +28,28 @@ except AttributeError:  # pragma: no cover - only on a pyyaml built without liby
     _Dumper = yaml.SafeDumper
 
 MAX_FRONTMATTER_BYTES = 64 * 1024
+# Nesting and numbers an untrusted file may hold (a memory needs depth 4, links.relations).
+# Deeper YAML costs the constructor seconds before it hits Python's recursion limit; a
+# 4,300-digit integer raises ValueError from int(); a huge one overflows float().
+MAX_YAML_DEPTH = 32
+MAX_INT = 2**63
+# The default read cap of a memory or event file (config: limits.max_file_bytes).
+MAX_FILE_BYTES = 256 * 1024
 
 
-def _normalise(value: Any) -> Any:
-    """YAML gives dates and datetimes; JSON and our comparisons want ISO strings."""
+def _normalise(value: Any, what: str = "YAML") -> Any:
+    """YAML gives dates and datetimes; JSON and our comparisons want ISO strings. Numbers
+    beyond 64 bits or not finite are refused: every consumer would break on them later."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if not -MAX_INT <= value < MAX_INT:
+            raise InvalidFile(f"{what} holds an integer beyond 64 bits", code="too_large")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidFile(f"{what} holds a number that is not finite ({value})", code="schema")
+        return value
     if isinstance(value, dt.datetime):
         if value.tzinfo is not None:
             value = value.astimezone(dt.UTC).replace(tzinfo=None)
@@ -37,26 +57,92 @@ def _normalise(value: Any) -> Any:
     if isinstance(value, dt.date):
         return value.isoformat()
     if isinstance(value, dict):
-        return {str(k): _normalise(v) for k, v in value.items()}
+        return {str(_normalise(k, what)): _normalise(v, what) for k, v in value.items()}
     if isinstance(value, list):
-        return [_normalise(v) for v in value]
+        return [_normalise(v, what) for v in value]
     return value
 
 
+def _nesting(text: str) -> int:
+    """How deeply the YAML document nests collections (from the parser's events, no objects built)."""
+    depth = deepest = 0
+    for event in yaml.parse(io.StringIO(text), Loader=_Loader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_YAML_DEPTH:
+                break
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+    return deepest
+
+
 def safe_yaml(text: str, what: str = "YAML") -> Any:
-    """Parse YAML with the safe loader, refusing anchors/aliases (alias bombs) and size abuse."""
+    """Parse YAML with the safe loader, refusing anchors/aliases (alias bombs), size abuse,
+    deep nesting and numbers no consumer can hold."""
     if len(text.encode("utf-8", "replace")) > MAX_FRONTMATTER_BYTES:
-        raise InvalidFile(f"{what} is larger than {MAX_FRONTMATTER_BYTES} bytes")
+        raise InvalidFile(f"{what} is larger than {MAX_FRONTMATTER_BYTES} bytes", code="too_large")
     try:
+        # Only a document with many openers can nest deeply; the others skip the event scan.
+        openers = text.count("[") + text.count("{") + text.count("- ") + text.count("\n ")
+        if openers > MAX_YAML_DEPTH and _nesting(text) > MAX_YAML_DEPTH:
+            raise InvalidFile(f"{what} nests deeper than {MAX_YAML_DEPTH} levels", code="too_deep")
         if "&" in text or "*" in text:
             # Only then pay for an event scan: a safe loader still expands aliases, which lets
             # a few lines of YAML grow into gigabytes once walked.
             for event in yaml.parse(io.StringIO(text), Loader=_Loader):
                 if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
                     raise InvalidFile(f"{what} uses YAML anchors/aliases, which memstore does not accept")
-        return _normalise(yaml.load(text, Loader=_Loader))  # noqa: S506 - a safe loader
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
         raise InvalidFile(f"{what} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+    except ValueError as exc:  # int() past Python's 4,300-digit limit
+        raise InvalidFile(f"{what} holds a number too long to read", code="too_large") from exc
+    except RecursionError:  # block nesting the opener count above did not catch
+        raise InvalidFile(f"{what} nests too deeply", code="too_deep") from None
+    return _normalise(data, what)
+
+
+def read_untrusted(path: Path, max_bytes: int = MAX_FILE_BYTES) -> str:
+    """The text of a file from the store, which may come from anyone's clone or pull request.
+
+    Never follows a symlink (O_NOFOLLOW: a link could reach any file of the user's, or loop),
+    never reads anything but a regular file (O_NONBLOCK then fstat: a FIFO would block, a
+    device never end), and never reads more than ``max_bytes`` + 1 bytes (a 50 MB file is
+    refused, not loaded). Raises InvalidFile with a code ``check`` reports."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise InvalidFile("is a symbolic link; memstore never follows links in a store",
+                              code="not_regular") from None
+        raise InvalidFile(f"cannot read: {exc.strerror}", code="unreadable") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidFile("is not a regular file (a FIFO, device or directory); memstore reads only "
+                              "regular files", code="not_regular")
+        if st.st_size > max_bytes:
+            raise InvalidFile(f"is {st.st_size} bytes, over the {max_bytes}-byte cap on a store file "
+                              "(limits.max_file_bytes); not read", code="too_large")
+        chunks: list[bytes] = []
+        left = max_bytes + 1  # the file may grow between fstat and read
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 16))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > max_bytes:
+        raise InvalidFile(f"is over the {max_bytes}-byte cap on a store file (limits.max_file_bytes); not read",
+                          code="too_large")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidFile(f"is not UTF-8 text ({exc.reason} at byte {exc.start})", code="unreadable") from None
 
 
 class _StrictYAMLHandler(frontmatter.YAMLHandler):

@@ -8,6 +8,7 @@ import fcntl
 import json
 import os
 import re
+import stat
 import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -17,7 +18,16 @@ from typing import Any
 from . import gitops, ids
 from .config import Config
 from .errors import Conflict, InvalidFile, NoStore
-from .files import atomic_write, dump_markdown, dump_yaml, file_lock, parse_markdown, safe_yaml
+from .files import (
+    MAX_FILE_BYTES,
+    atomic_write,
+    dump_markdown,
+    dump_yaml,
+    file_lock,
+    parse_markdown,
+    read_untrusted,
+    safe_yaml,
+)
 from .model import DIR_KINDS, EVENT_TYPES, KIND_DIRS, KINDS, SCOPES, Event, Memory
 
 STORE_DIRNAME = ".memory"
@@ -32,6 +42,12 @@ git:
   stage: true             # git-add new memory/event files (repo store)
   commit: false           # also commit each write (the global store always commits)
 """
+# Per-field caps on what a store file may hand to the indexes (a hand-written or hostile file
+# skips the write path's gates); generous beside what `write` accepts.
+MAX_FIELD_CHARS = 16_000
+MAX_LIST_ITEMS = 200
+# An episode line longer than this is skipped unread: evidence refs need only the seq numbers.
+MAX_EPISODE_LINE = 1 << 20
 
 
 def slugify(text: str, max_len: int = 40) -> str:
@@ -53,7 +69,20 @@ def _str_list(value: Any, what: str) -> list[str]:
         return [value]
     if not isinstance(value, list) or not all(isinstance(v, str | int | float) for v in value):
         raise InvalidFile(f"{what} must be a list of strings")
-    return [str(v) for v in value]
+    if len(value) > MAX_LIST_ITEMS:
+        raise InvalidFile(f"{what} has {len(value)} items, over the cap of {MAX_LIST_ITEMS}", code="too_large")
+    out = [str(v) for v in value]
+    if any(len(v) > MAX_FIELD_CHARS for v in out):
+        raise InvalidFile(f"an item of {what} is over {MAX_FIELD_CHARS} characters", code="too_large")
+    return out
+
+
+def _capped(value: Any, what: str) -> str:
+    text = str(value or "")
+    if len(text) > MAX_FIELD_CHARS:
+        raise InvalidFile(f"{what} is {len(text)} characters, over the cap of {MAX_FIELD_CHARS}; not indexed",
+                          code="too_large")
+    return text
 
 
 def memory_from_file(relpath: str, text: str, scope: str) -> Memory:
@@ -81,9 +110,13 @@ def memory_from_file(relpath: str, text: str, scope: str) -> Memory:
         raise InvalidFile(f"scope {file_scope!r} does not match the {scope} store it lies in")
     if not body.strip():
         raise InvalidFile("the memory has no text")
+    _capped(body, "the memory's text")
     links = meta.get("links") or {}
     if not isinstance(links, dict):
         raise InvalidFile("links must be a mapping")
+    for key, value in links.items():
+        if isinstance(value, list):
+            _str_list(value, f"links.{key}")
     confidence = meta.get("confidence")
     if confidence is not None and (isinstance(confidence, bool) or not isinstance(confidence, int | float)):
         raise InvalidFile("confidence must be a number in [0, 1]")
@@ -94,9 +127,9 @@ def memory_from_file(relpath: str, text: str, scope: str) -> Memory:
         text=body.strip(),
         scope=str(file_scope),
         created=str(created),
-        author=str(meta.get("author") or ""),
+        author=_capped(meta.get("author"), "author"),
         confidence=float(confidence) if confidence is not None else None,
-        rationale=str(meta.get("rationale") or ""),
+        rationale=_capped(meta.get("rationale"), "rationale"),
         links=links,
         evidence=_str_list(meta.get("evidence"), "evidence"),
         tags=_str_list(meta.get("tags"), "tags"),
@@ -105,7 +138,7 @@ def memory_from_file(relpath: str, text: str, scope: str) -> Memory:
     )
 
 
-def event_from_file(relpath: str, text: str) -> Event:
+def event_from_file(relpath: str, text: str, scope: str = "") -> Event:
     data = safe_yaml(text, "event file")
     if not isinstance(data, dict):
         raise InvalidFile("an event file must be a YAML mapping")
@@ -129,7 +162,7 @@ def event_from_file(relpath: str, text: str) -> Event:
         id=ev_id,
         type=str(ev_type),
         created=str(data.get("created") or ""),
-        author=str(data.get("author") or ""),
+        author=_capped(data.get("author"), "author"),
         memory=_opt_str(data.get("memory")),
         problem=_opt_str(data.get("problem")),
         vote=float(vote) if vote is not None else None,
@@ -138,17 +171,31 @@ def event_from_file(relpath: str, text: str) -> Event:
         change=_opt_str(data.get("change")),
         new_fact=_opt_str(data.get("new_fact")),
         confidence=float(conf) if isinstance(conf, int | float) and not isinstance(conf, bool) else None,
-        rationale=str(data.get("rationale") or ""),
+        rationale=_capped(data.get("rationale"), "rationale"),
         evidence=_str_list(data.get("evidence"), "evidence"),
         episode=_opt_str(data.get("episode")),
         path=relpath,
+        scope=scope,
     )
 
 
 def episode_rows(path: Path) -> Iterator[dict[str, Any]]:
-    """The JSON objects of an episode file, in order; lines that do not parse are skipped."""
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
+    """The JSON objects of an episode file, in order; lines that do not parse (or are over
+    MAX_EPISODE_LINE) are skipped. A symlink or other non-regular file yields nothing: episodes
+    come with clones too, and evidence refs must not read through them."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return
+    with os.fdopen(fd, "rb") as fh:
+        while line := fh.readline(MAX_EPISODE_LINE + 1):
+            if len(line) > MAX_EPISODE_LINE and not line.endswith(b"\n"):
+                while (rest := fh.readline(MAX_EPISODE_LINE)) and not rest.endswith(b"\n"):
+                    pass
+                continue
             try:
                 row = json.loads(line)
             except ValueError:
@@ -280,40 +327,56 @@ class Store:
     # -- walking and parsing -------------------------------------------------------------------
     def memory_files(self) -> Iterator[tuple[str, os.stat_result]]:
         for folder in KIND_DIRS.values():
-            base = self.root / folder
-            try:
-                entries = os.scandir(base)
-            except FileNotFoundError:
-                continue
-            with entries:
-                for entry in entries:
-                    if entry.name.endswith(".md") and not entry.name.startswith(".") and entry.is_file():
-                        yield f"{folder}/{entry.name}", entry.stat()
+            yield from self._walk(folder, ".md")
 
     def event_files(self) -> Iterator[tuple[str, os.stat_result]]:
+        yield from self._walk("events", ".yaml")
+
+    def _walk(self, folder: str, suffix: str) -> Iterator[tuple[str, os.stat_result]]:
+        """The store's files in ``folder``, by lstat: a symlink, FIFO or device is yielded as
+        itself (loading it then reports it), never followed. A folder that is not a real
+        directory (a link elsewhere, a loop) is yielded as one entry and not entered."""
+        base = self.root / folder
         try:
-            entries = os.scandir(self.root / "events")
+            st = os.lstat(base)
         except FileNotFoundError:
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            yield folder, st
+            return
+        try:
+            entries = os.scandir(base)
+        except OSError:
             return
         with entries:
             for entry in entries:
-                if entry.name.endswith(".yaml") and not entry.name.startswith(".") and entry.is_file():
-                    yield f"events/{entry.name}", entry.stat()
+                if entry.name.endswith(suffix) and not entry.name.startswith("."):
+                    try:
+                        yield f"{folder}/{entry.name}", entry.stat(follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue
+
+    @property
+    def max_file_bytes(self) -> int:
+        return self.config.cap("max_file_bytes", MAX_FILE_BYTES)
+
+    def read_file(self, relpath: str) -> str:
+        """A store file's text, bounded and never through a link (``files.read_untrusted``)."""
+        return read_untrusted(self.root / relpath, self.max_file_bytes)
 
     def load_memory(self, relpath: str) -> Memory:
-        text = (self.root / relpath).read_text(encoding="utf-8")
-        return memory_from_file(relpath, text, self.scope)
+        return memory_from_file(relpath, self.read_file(relpath), self.scope)
 
     def load_event(self, relpath: str) -> Event:
-        return event_from_file(relpath, (self.root / relpath).read_text(encoding="utf-8"))
+        return event_from_file(relpath, self.read_file(relpath), self.scope)
 
     # -- episodes (read side; evidence refs point here) ---------------------------------------
     def episode_path(self, episode_id: str) -> Path | None:
-        base = self.root / "episodes"
-        matches = sorted(base.glob(f"*/{episode_id}*.jsonl")) if base.is_dir() else []
-        local = self.local_dir / "episodes"
-        if local.is_dir():
-            matches += sorted(local.glob(f"*/{episode_id}*.jsonl"))
+        matches: list[Path] = []
+        for base in (self.root / "episodes", self.local_dir / "episodes"):
+            if base.is_dir() and not base.is_symlink():
+                # A linked month folder would lead out of the store: not followed.
+                matches += sorted(p for p in base.glob(f"*/{episode_id}*.jsonl") if not p.parent.is_symlink())
         return matches[0] if len(matches) == 1 else None
 
     def episode_seqs(self, episode_id: str) -> set[int] | None:
