@@ -240,14 +240,22 @@ def list_memories(
             "text": mem.text, "tags": mem.tags, "archived": archived,
             "path": ws.store(mem.scope).display_path(mem.path),
         })
-    invalid = []
+    # A clone may bring any number of junk files: the first few are listed, the rest counted.
+    shown = ws.config.cap("max_listed_invalid", 50)
+    invalid: list[dict[str, str]] = []
+    invalid_count = 0
     for sc in scopes:
         cat = ws.catalog(sc, refresh=False)
-        invalid += [{"path": ws.store(sc).display_path(p), "error": e} for p, e in sorted(cat.invalid.items())]
+        invalid_count += len(cat.invalid) + cat.over_cap
+        for p in sorted(cat.invalid)[:max(0, shown - len(invalid))]:
+            invalid.append({"path": ws.store(sc).display_path(p), "error": cat.invalid[p]})
+        if cat.over_cap and len(invalid) < shown:
+            invalid.append({"path": ws.store(sc).display_path("."),
+                            "error": f"{cat.over_cap} files past the cap of {cat.max_files} per store were not read"})
     total = len(items)
     if limit is not None:
         items = items[:limit]
-    return {"ok": True, "count": total, "memories": items, "invalid": invalid}
+    return {"ok": True, "count": total, "memories": items, "invalid": invalid, "invalid_count": invalid_count}
 
 
 def init(ws: Workspace, *, global_store: bool = False) -> dict[str, Any]:

@@ -2,7 +2,9 @@
 
 A cheap stat walk finds what changed since the last call; only those files are parsed again.
 The result is cached in ``.index/catalog.json`` so a fresh process does not re-parse the store.
-Invalid files are kept aside with their reason and never stop the others from loading.
+Invalid files are kept aside with their reason and never stop the others from loading; so are
+files over the store's cap, and every file of an id that two files claim (SECURITY: a file that
+reuses a trusted memory's id must not replace it, and neither side wins silently).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from .files import atomic_write
 from .model import DIR_KINDS, Event, Memory
 from .store import Store
 
-CATALOG_VERSION = 2
+CATALOG_VERSION = 3  # 3: files read by lstat, never through links; error codes; id conflicts
 # Ids remembered in the change log across generations. A reader further behind than this (or
 # behind a full rebuild of the views) rebuilds its own views instead of applying the changes.
 LOG_LIMIT = 4096
@@ -44,6 +46,10 @@ class _Entry:
     memory: Memory | None = None
     event: Event | None = None
     error: str | None = None
+    code: str | None = None  # the InvalidFile code of ``error``, for `check`
+
+
+MAX_FILES = 200_000  # default of limits.max_files: memory and event files parsed per store
 
 
 class Catalog:
@@ -53,6 +59,9 @@ class Catalog:
         self.memories: dict[str, Memory] = {}
         self.events: dict[str, Event] = {}
         self.invalid: dict[str, str] = {}
+        self.codes: dict[str, str] = {}  # path -> the code of its entry in ``invalid``
+        self.conflicts: dict[str, list[str]] = {}  # id -> the paths claiming it (none is served)
+        self.over_cap = 0  # files of the store left unread past limits.max_files
         self.generation = 0
         # (generation, memory ids, event ids) of each change the views took in place, oldest
         # first: what a derived view built at an older generation needs to catch up.
@@ -94,7 +103,7 @@ class Catalog:
             return
         try:
             for rel, item in raw["files"].items():
-                entry = _Entry(item["m"], item["s"], error=item.get("e"))
+                entry = _Entry(item["m"], item["s"], error=item.get("e"), code=item.get("c"))
                 if "mem" in item:
                     entry.memory = Memory(**item["mem"])
                 elif "ev" in item:
@@ -118,6 +127,8 @@ class Catalog:
             item: dict[str, Any] = {"m": entry.mtime_ns, "s": entry.size}
             if entry.error is not None:
                 item["e"] = entry.error
+                if entry.code is not None:
+                    item["c"] = entry.code
             if entry.memory is not None:
                 item["mem"] = asdict(entry.memory)
             elif entry.event is not None:
@@ -138,6 +149,13 @@ class Catalog:
         touched: dict[str, _Entry | None] = {}
         walks = [(rel, st, True) for rel, st in self.store.memory_files()]
         walks += [(rel, st, False) for rel, st in self.store.event_files()]
+        cap = self.max_files
+        self.over_cap = max(0, len(walks) - cap)
+        if self.over_cap:
+            # A store that big is hostile or broken: parse a fixed part of it (the same in every
+            # clone), not every file, and say so (`check`, `list`).
+            walks.sort(key=lambda w: w[0])
+            del walks[cap:]
         for rel, st, is_memory in walks:
             seen.add(rel)
             old = self._entries.get(rel)
@@ -164,16 +182,23 @@ class Catalog:
                 continue
             old = self._entries.get(rel)
             try:
-                st = os.stat(self.store.root / rel)
+                st = os.lstat(self.store.root / rel)  # a link is reported, never followed
             except FileNotFoundError:
                 if old is not None:
                     touched[rel] = self._entries.pop(rel)
+                continue
+            if old is None and len(self._entries) >= self.max_files:
+                self.over_cap += 1
                 continue
             if old is not None and old.mtime_ns == st.st_mtime_ns and old.size == st.st_size:
                 continue
             touched[rel] = old
             self._entries[rel] = self._parse(rel, st, is_memory)
         return self._settle(touched, False, persist)
+
+    @property
+    def max_files(self) -> int:
+        return self.store.config.cap("max_files", MAX_FILES)
 
     def _parse(self, rel: str, st: os.stat_result, is_memory: bool) -> _Entry:
         entry = _Entry(st.st_mtime_ns, st.st_size)
@@ -183,9 +208,9 @@ class Catalog:
             else:
                 entry.event = self.store.load_event(rel)
         except InvalidFile as exc:
-            entry.error = exc.message
-        except (OSError, UnicodeDecodeError) as exc:
-            entry.error = f"cannot read: {exc}"
+            entry.error, entry.code = exc.message, exc.code
+        except OSError as exc:
+            entry.error, entry.code = f"cannot read: {exc}", "unreadable"
         return entry
 
     def _settle(self, touched: dict[str, _Entry | None], first: bool, persist: bool) -> Delta:
@@ -246,6 +271,7 @@ class Catalog:
         for rel, old in touched.items():
             new = self._entries.get(rel)
             self.invalid.pop(rel, None)
+            self.codes.pop(rel, None)
             if old is not None and old.memory is not None and self.memories.get(old.memory.id) is old.memory:
                 del self.memories[old.memory.id]
                 delta.removed.add(old.memory.id)
@@ -257,6 +283,7 @@ class Catalog:
                 continue
             if new.error is not None:
                 self.invalid[rel] = new.error
+                self.codes[rel] = new.code or "invalid_file"
             elif new.memory is not None:
                 mid = new.memory.id
                 self.memories[mid] = new.memory
@@ -277,18 +304,30 @@ class Catalog:
         memories: dict[str, Memory] = {}
         events: dict[str, Event] = {}
         invalid: dict[str, str] = {}
+        codes: dict[str, str] = {}
+        claims: dict[str, list[str]] = {}
+        conflicts: dict[str, list[str]] = {}
         for rel in sorted(self._entries):
             entry = self._entries[rel]
             if entry.error is not None:
                 invalid[rel] = entry.error
+                codes[rel] = entry.code or "invalid_file"
             elif entry.memory is not None:
-                mem = entry.memory
-                if mem.id in memories:
-                    invalid[rel] = f"duplicate id {mem.id} (also in {memories[mem.id].path})"
-                    continue
-                memories[mem.id] = mem
+                claims.setdefault(entry.memory.id, []).append(rel)
             elif entry.event is not None:
                 events[entry.event.id] = entry.event
+        for mid, rels in claims.items():
+            if len(rels) == 1:
+                memories[mid] = self._entries[rels[0]].memory  # type: ignore[assignment]
+                continue
+            # Which file is genuine is not for memstore to guess (path order, mtime and commit
+            # dates are all the newcomer's to choose): neither is served until one is removed.
+            conflicts[mid] = rels
+            for rel in rels:
+                others = ", ".join(self.store.display_path(r) for r in rels if r != rel)
+                invalid[rel] = (f"duplicate id {mid}: also claimed by {others}; neither file is served "
+                                "until one of them is removed or given a new id")
+                codes[rel] = "id_conflict"
         delta = Delta()
         for mid, mem in memories.items():
             old = before.get(mid)
@@ -300,7 +339,8 @@ class Catalog:
         delta.events_changed = set(events) != events_before or any(
             self.events.get(k) is not v for k, v in events.items()
         )
-        self.memories, self.events, self.invalid = memories, events, invalid
+        self.memories, self.events, self.invalid, self.codes = memories, events, invalid, codes
+        self.conflicts = conflicts
         return delta
 
     def hold_saves(self) -> None:

@@ -208,7 +208,7 @@ def _check_event(ws: Workspace, store: Store, ev: Event, known: dict[str, Memory
 def fix_file(store: Store, mem: Memory) -> str:
     """Write the provisional (path-derived) id and a created time into a hand-written file."""
     path = store.root / mem.path
-    meta, body = parse_markdown(path.read_text(encoding="utf-8"))
+    meta, body = parse_markdown(store.read_file(mem.path))  # never through a link
     ordered: dict[str, Any] = {"id": mem.id, "kind": mem.kind, "scope": mem.scope,
                                "created": meta.get("created") or utc_now()}
     for key, value in meta.items():
@@ -244,7 +244,18 @@ def run_check(ws: Workspace, *, staged: bool = False, base: str | None = None, f
         for rel, err in sorted(cat.invalid.items()):
             if scope_to is None or rel in scope_to:
                 report.checked += 1
-                report.add("error", store.display_path(rel), "invalid_file", err)
+                report.add("error", store.display_path(rel), cat.codes.get(rel, "invalid_file"), err)
+        if cat.over_cap:
+            report.add("error", store.display_path("."), "too_many_files",
+                       f"{cat.over_cap} files past the cap of {cat.max_files} per store (limits.max_files) "
+                       "were not read")
+        if store.scope == "repo" and ws.global_.exists() and ws.global_.root != store.root:
+            global_ids = ws.catalog("global").memories
+            for mem in sorted(cat.memories.values(), key=lambda m: m.path):
+                if mem.id in global_ids and (scope_to is None or mem.path in scope_to):
+                    report.add("error", store.display_path(mem.path), "id_conflict",
+                               f"id {mem.id} is global memory {ws.global_.display_path(global_ids[mem.id].path)}; "
+                               "a repo memory may not reuse a global memory's id; give this file a new id")
         fixed_paths: list[Path] = []
         for mem in sorted(cat.memories.values(), key=lambda m: m.path):
             if scope_to is not None and mem.path not in scope_to:

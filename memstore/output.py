@@ -88,6 +88,9 @@ def pretty(answer: dict[str, Any], render: Render) -> str:
         out.append(f"{answer['count']} memor{'y' if answer['count'] == 1 else 'ies'}")
         for bad in answer.get("invalid", []):
             out.append(f"invalid: {bad['path']}: {bad['error']}")
+        more = answer.get("invalid_count", 0) - len(answer.get("invalid", []))
+        if more > 0:
+            out.append(f"... and {more} more invalid files (`memstore check` lists every one)")
     elif render == "show":
         m = answer["memory"]
         d = m.get("derived", {})

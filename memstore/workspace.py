@@ -14,7 +14,7 @@ from typing import Any
 from . import gitops, ids
 from .catalog import Catalog
 from .config import Config, load_config
-from .errors import AmbiguousId, InvalidRequest, NoStore, NotFound
+from .errors import AmbiguousId, Conflict, InvalidRequest, NoStore, NotFound
 from .model import Memory
 from .store import STORE_DIRNAME, Store
 
@@ -147,12 +147,20 @@ class Workspace:
             )
         norm = ids.normalize_prefix(prefix)
         hits: list[Memory] = []
+        claimed: list[str] = []
         for scope in scopes or self.scopes():
             try:
                 cat = self.catalog(scope)
             except NoStore:
                 continue
             hits += [cat.memories[m] for m in cat.match_prefix(norm)]
+            claimed += [self.store(scope).display_path(p)
+                        for mid, paths in cat.conflicts.items() if mid.startswith(norm) for p in paths]
+        if not hits and claimed:
+            # Two files claim the id: serving either could serve an impostor.
+            raise Conflict(f"id {prefix!r} is claimed by {len(claimed)} files ({', '.join(claimed)}); none is "
+                           "served until only one holds it", field=field_name, code="id_conflict",
+                           hint="run `memstore check` and remove or re-id the file that is not genuine")
         if not hits:
             raise NotFound(f"no memory with id {prefix!r}", field=field_name)
         if len(hits) > 1:
