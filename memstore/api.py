@@ -137,22 +137,23 @@ def update(ws: Workspace, request: dict[str, Any], *, author: str | None = None)
         if kind == "utility_vote":
             ev.vote = float(req["vote"])
             if req.get("problem_id"):
-                problem = resolve_link(ws, req["problem_id"], "repo", "problem_id", ("problem",))
+                # A vote on a global memory lives in the global store, which never names a repo memory.
+                problem = resolve_link(ws, req["problem_id"], target.scope, "problem_id", ("problem",))
                 ev.problem = problem.id
                 involved.append(problem)
         else:
             ev.archived = bool(req["archived"])
     else:
         old = resolve_link(ws, req["old_fact_id"], "repo", "old_fact_id", ("fact",))
-        change = resolve_link(ws, req["change_id"], "repo", "change_id", ("change",))
-        new = resolve_link(ws, req["new_fact_id"], "repo", "new_fact_id", ("fact",))
+        change = resolve_link(ws, req["change_id"], old.scope, "change_id", ("change",))
+        new = resolve_link(ws, req["new_fact_id"], old.scope, "new_fact_id", ("fact",))
         if old.id == new.id:
             raise LinkError("old_fact_id and new_fact_id are the same fact", field="new_fact_id", code="bad_link")
         ev.old_fact, ev.change, ev.new_fact = old.id, change.id, new.id
         involved += [old, change, new]
-    # An event that touches a repo memory lives in the repo store: the global store never
-    # points into a repo.
-    scope = "repo" if any(m.scope == "repo" for m in involved) else "global"
+    # An event lives in the store of the memory it acts on, and acts only there (graph.acts_on):
+    # a repo's events never change a global memory, even for reads in that repo.
+    scope = ev.scope = involved[0].scope
     commit = mode == "commit"
     ev.evidence = check_evidence_exists(ws, refs, scope, "evidence_refs")
     store = _target_store(ws, scope, commit=commit)

@@ -200,6 +200,10 @@ def _check_event(ws: Workspace, store: Store, ev: Event, known: dict[str, Memory
             report.add("error", shown, "dangling_link", f"{key} points at {target}, which does not exist")
         elif kinds and other.kind not in kinds:
             report.add("error", shown, "wrong_kind", f"{key} points at a {other.kind}")
+        elif key in ("memory", "old_fact") and other.scope != store.scope:
+            report.add("error", shown, "scope_crossing",
+                       f"{key} is {other.scope} memory {target}, but this event lies in the {store.scope} store: "
+                       "events act only within their own store, so it is ignored")
         elif store.scope == "global" and other.scope == "repo":
             report.add("error", shown, "global_to_repo", f"{key}: the global store may not point at repo memory")
     _check_evidence(ws, store, shown, ev.evidence, known, report)

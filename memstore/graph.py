@@ -100,6 +100,20 @@ def _event_target(ev: Event) -> str | None:
     return None
 
 
+def acts_on(ev: Event, mid: str, memories: Mapping[str, Memory]) -> bool:
+    """Does ``ev`` act on memory ``mid``? An event acts only within its own store: a repo's
+    events/ (which any clone or pull request brings) never archive, vote on or supersede a
+    global memory, and a global event never reaches into a repo."""
+    if not ev.scope:
+        return True
+    mem = memories.get(mid)
+    if mem is not None and mem.scope != ev.scope:
+        return False
+    if ev.scope == "global" and ev.type == "fact_update_link":
+        return all((m := memories.get(name or "")) is None or m.scope == "global" for name in (ev.new_fact, ev.change))
+    return True
+
+
 def _place(mem: Memory) -> tuple[bool, str, str]:
     """Where a memory sits in a freshly loaded scope (repo store first, files by path): linked
     memories are listed in this order however the records were loaded or changed since."""
@@ -174,6 +188,8 @@ class LinkIndex:
                 continue
             if self._incremental:
                 self._add_event(key, ev, target)
+            if not acts_on(ev, target, memories):
+                continue
             if ev.type == "archive":
                 latest_archive[target] = ev
             elif ev.type == "utility_vote":
@@ -270,6 +286,8 @@ class LinkIndex:
         events = self._events
         for key in sorted(self._deciding.get(mid, ()), key=lambda k: _order(events[k], k)):
             ev = events[key]
+            if not acts_on(ev, mid, memories):
+                continue
             if ev.type == "archive":
                 archive = ev
             elif ev.type == "utility_vote":

@@ -161,6 +161,8 @@ class Event:
     evidence: list[str] = field(default_factory=list)
     episode: str | None = None
     path: str = ""
+    # The store the event lies in ("" when not known): it acts only on that store's memories.
+    scope: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"id": self.id, "type": self.type, "created": self.created, "author": self.author}

@@ -28,8 +28,8 @@ class ScopeView:
         for i, cat in enumerate(catalogs):
             self.memories.update(cat.memories)
             events.update(((i, eid), ev) for eid, ev in cat.events.items())
-        # Events in the repo store may vote on global memories, so links and utility are
-        # computed over everything in scope together.
+        # An event acts only on its own store's memories (graph.acts_on), but a repo event's
+        # context (a vote's problem, a fact link's new fact) may be global: one graph for all.
         self.links = LinkIndex(self.memories, events)
         self.generation = 0
         self._log: list[tuple[int, frozenset[str]]] = []  # (generation, memories it may have changed)
