@@ -207,8 +207,8 @@ def describe(args: list[str], rc: int, data: Any, nbytes: int) -> str:
                 f"({nbytes / 1024:.0f} KB of output)")
     if verb == "read":
         texts = " ".join(r["text"] for r in data.get("results", []))
-        leaked = "SERVED the outside file" if "zebracorn" in texts else "nothing from outside served"
-        return f"{len(data.get('results', []))} results; {leaked}"
+        served = "SERVED the hostile file" if "zebracorn" in texts or "lorem" in texts else "no hostile text served"
+        return f"{len(data.get('results', []))} results; {served}"
     if verb == "show":
         derived = data["memory"].get("derived", {})
         return f"served {data['memory']['text'][:40]!r} archived={derived.get('archived')}"
