@@ -96,8 +96,10 @@ def safe_yaml(text: str, what: str = "YAML") -> Any:
         data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
         raise InvalidFile(f"{what} is not valid YAML: {str(exc).splitlines()[0]}") from exc
-    except ValueError as exc:  # int() past Python's 4,300-digit limit
-        raise InvalidFile(f"{what} holds a number too long to read", code="too_large") from exc
+    except ValueError as exc:  # int() past Python's 4,300-digit limit, a date like 2026-13-45
+        if "digits" in str(exc):
+            raise InvalidFile(f"{what} holds a number too long to read", code="too_large") from None
+        raise InvalidFile(f"{what} holds a value that cannot be read: {str(exc)[:200]}") from None
     except RecursionError:  # block nesting the opener count above did not catch
         raise InvalidFile(f"{what} nests too deeply", code="too_deep") from None
     return _normalise(data, what)

@@ -196,6 +196,7 @@ def test_deep_yaml_and_huge_numbers_are_invalid_for_that_file_only(
         "facts/dashes.md": memory_file("fact", "Block nesting.", extra="tags:\n  " + "- " * 20000 + "x\n"),
         "facts/digits.md": memory_file("fact", "A long integer.", extra=f"confidence: {'9' * 5000}\n"),
         "facts/overflow.md": memory_file("fact", "A float overflow.", extra=f"confidence: {'9' * 4000}\n"),
+        "facts/date.md": memory_file("fact", "A date that is no date.", extra="updated: 2026-13-45\n"),
         f"events/{vote_id}.yaml": (f"id: {vote_id}\ntype: utility_vote\nmemory: {hostile.genuine}\n"
                                    f"vote: {'9' * 4000}\n"),
     })
@@ -208,6 +209,7 @@ def test_deep_yaml_and_huge_numbers_are_invalid_for_that_file_only(
     assert set(_findings(out, "too_deep")) == {".memory/facts/flow.md", ".memory/facts/dashes.md"}
     assert set(_findings(out, "too_large")) == {".memory/facts/digits.md", ".memory/facts/overflow.md",
                                                 f".memory/events/{vote_id}.yaml"}
+    assert "month must be in 1..12" in _findings(out, "invalid_file")[".memory/facts/date.md"]
 
 
 @pytest.mark.model
