@@ -403,15 +403,33 @@ class Store:
     def render_event(self, ev: Event) -> str:
         return dump_yaml(ev.to_dict())
 
+    def _writable(self, path: Path) -> Path:
+        """``path`` if no folder between the store root and it is a symlink (or anything but a
+        directory): a clone may bring ``facts -> /elsewhere``, and a write must not land there."""
+        if not path.is_relative_to(self.root):
+            return path
+        cur = self.root
+        for part in path.parent.relative_to(self.root).parts:
+            cur = cur / part
+            try:
+                st = os.lstat(cur)
+            except FileNotFoundError:
+                break  # created below, as a real directory
+            if not stat.S_ISDIR(st.st_mode):
+                raise InvalidFile(f"{self.display_path(self.relpath(cur))} is not a real directory (a symlink?); "
+                                  "memstore never writes through links in a store", code="not_regular",
+                                  hint="run `memstore check`")
+        return path
+
     def create_memory(self, mem: Memory) -> Path:
-        path = self.memory_path(mem)
+        path = self._writable(self.memory_path(mem))
         atomic_write(path, self.render_memory(mem), exclusive=True)
         mem.path = self.relpath(path)
         self._record_in_git([path], f"memstore: add {mem.kind} {mem.id[:10]}")
         return path
 
     def create_event(self, ev: Event) -> Path:
-        path = self.root / "events" / f"{ev.id}.yaml"
+        path = self._writable(self.root / "events" / f"{ev.id}.yaml")
         atomic_write(path, self.render_event(ev), exclusive=True)
         ev.path = self.relpath(path)
         self._record_in_git([path], f"memstore: {ev.type} {(ev.memory or ev.new_fact or ev.id)[:10]}")
@@ -424,7 +442,8 @@ class Store:
 
     def create_episode(self, header: dict[str, Any], *, local: bool) -> Path:
         """Write a new episode file holding only its header line (``episodes/<YYYY-MM>/<id>.jsonl``)."""
-        path = self.episodes_dir(local=local) / str(header["started"])[:7] / f"{header['episode']}.jsonl"
+        path = self._writable(self.episodes_dir(local=local) / str(header["started"])[:7]
+                              / f"{header['episode']}.jsonl")
         # Not staged yet: while the session runs the agent's own commits must not sweep up a
         # half-written log (and git hooks keep appending to it); `record_episode` at the end does.
         atomic_write(path, json.dumps(header, ensure_ascii=False) + "\n", exclusive=True)
@@ -436,7 +455,7 @@ class Store:
         Concurrent loggers (an agent, a git hook) take an exclusive flock on the file itself, so
         the seq is read and assigned under the lock; the row goes out in one O_APPEND write, so a
         reader never sees two rows interleaved. A closed episode refuses further rows."""
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        fd = os.open(self._writable(path), os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             last_seq, ended = episode_tail(path)

@@ -288,3 +288,19 @@ def test_repo_events_never_touch_a_global_memory_and_global_events_no_repo_memor
                      cwd=hostile.clone)
     assert rc == 2 and out["error"]["code"] == "global_to_repo"
     assert (store_files(hostile.clone), store_files(Path(os.environ["MEMSTORE_HOME"]).parent)) == before
+
+
+def test_no_write_goes_through_a_linked_folder(hostile: Hostile, cli: Callable[..., CliResult],
+                                               tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    hostile.commit({"facts": Path("../../outside"), "events": Path("../../outside")}, remove=("facts", "events"))
+    hostile.pull()
+    before = store_files(hostile.clone)
+    rc, out, _ = cli("write", "--json", "-", cwd=hostile.clone,
+                     input=json.dumps(write_req("fact", "Deploys go out from the release branch.")))
+    assert rc == 2 and out["error"]["code"] == "not_regular" and ".memory/facts" in out["error"]["message"]
+    rc, out, _ = cli("update", "--type", "utility_vote", "--memory", hostile.genuine, "--vote", "1",
+                     cwd=hostile.clone)
+    assert rc == 2 and out["error"]["code"] == "not_regular" and ".memory/events" in out["error"]["message"]
+    assert list(outside.iterdir()) == [] and store_files(hostile.clone) == before
