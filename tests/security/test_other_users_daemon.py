@@ -232,3 +232,44 @@ def test_serve_refuses_a_runtime_dir_of_another_user(tmp_path: Path, planted: Pl
     assert "Traceback" not in err
     assert time.monotonic() - t0 < 120
     assert os.listdir(planted.rdir) == []
+
+
+PEER = r"""
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.settimeout(20)
+s.connect(sys.argv[1])
+data = b""
+try:
+    s.sendall(json.dumps({"verb": "ping", "version": sys.argv[2]}).encode() + b"\n")
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+except (ConnectionResetError, BrokenPipeError):  # hung up on us before reading the request
+    pass
+print(repr(data))
+"""
+
+
+def test_the_daemon_answers_no_other_user(tmp_path: Path, planted: Planted) -> None:
+    """Even with its dir and socket opened up by mistake, the daemon hangs up on a peer of
+    another uid (SO_PEERCRED) and answers its own user."""
+    env = {**os.environ, "MEMSTORE_RUNTIME_DIR": str(planted.rdir), "MEMSTORE_DAEMON": "1"}
+    daemon = subprocess.Popen([sys.executable, "-m", "memstore", "serve", "--idle", "60"], cwd=tmp_path, env=env,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert client.wait_until_up(timeout=120, env=env)
+        os.chmod(planted.rdir, 0o711)
+        os.chmod(planted.sock, 0o666)
+        python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+        other = subprocess.run([python, "-c", PEER, str(planted.sock), client.code_version()], capture_output=True,
+                               text=True, user=OTHER, cwd="/", timeout=60, check=False)
+        assert other.returncode == 0, other.stderr
+        assert other.stdout.strip() == "b''"
+        os.chmod(planted.rdir, 0o700)  # our own client refuses a dir others can enter
+        assert client.call({"verb": "ping", "version": client.code_version()}, timeout=20, env=env)["ok"]
+    finally:
+        client.stop(env=env)
+        daemon.wait(timeout=60)
