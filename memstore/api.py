@@ -13,6 +13,7 @@ from .graph import Graph, LinkIndex, build_graph
 from .model import Event, Memory, utc_now
 from .scopeview import ScopeView, scope_view
 from .store import Store
+from .trust import CONTENT_TRUST
 from .validate import (
     check_evidence_exists,
     check_schema,
@@ -218,7 +219,7 @@ def describe(ws: Workspace, mem: Memory, graph: Graph, memories: dict[str, Memor
 def show(ws: Workspace, memory_id: str) -> dict[str, Any]:
     mem = ws.find(memory_id, field_name="id")
     memories, graph = combined_graph(ws)
-    return {"ok": True, "memory": describe(ws, mem, graph, memories)}
+    return {"ok": True, "content_trust": CONTENT_TRUST, "memory": describe(ws, mem, graph, memories)}
 
 
 def list_memories(
@@ -256,7 +257,8 @@ def list_memories(
     total = len(items)
     if limit is not None:
         items = items[:limit]
-    return {"ok": True, "count": total, "memories": items, "invalid": invalid, "invalid_count": invalid_count}
+    return {"ok": True, "content_trust": CONTENT_TRUST, "count": total, "memories": items, "invalid": invalid,
+            "invalid_count": invalid_count}
 
 
 def init(ws: Workspace, *, global_store: bool = False) -> dict[str, Any]:

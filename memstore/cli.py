@@ -379,7 +379,11 @@ def _daemon_command(a: argparse.Namespace, as_json: bool) -> int:
     if a.cmd == "serve":
         from .daemon import serve
 
-        return serve(a.idle)
+        try:
+            return serve(a.idle)
+        except MemstoreError as exc:  # a refused runtime dir: one clear line, not a traceback
+            output.emit_error(exc.to_json(), as_json=as_json)
+            return exc.exit_code
     if a.action == "status":
         answer = client.status()
     elif a.action == "stop":

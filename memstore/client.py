@@ -16,6 +16,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import stat
 import sys
 import time
 from pathlib import Path
@@ -68,6 +69,9 @@ def forward(verb: str, *, request: dict[str, Any] | None = None, args: dict[str,
         WRITE_TIMEOUT if verb in ("write", "update") else READ_TIMEOUT)
     try:
         answer = call(message, timeout=timeout)
+    except entry.Untrusted as exc:
+        entry.warn_untrusted(exc)
+        return None
     except DaemonUnavailable:
         _clear_stale_socket()
         return None
@@ -85,16 +89,40 @@ def forward(verb: str, *, request: dict[str, Any] | None = None, args: dict[str,
 
 
 # -- starting and stopping ------------------------------------------------------------------------
+class RuntimeDirRefused(PermissionError):
+    """The runtime directory cannot be made safe without adopting or deleting another user's files."""
+
+
 def ensure_runtime_dir(env: Any = None) -> Path:
-    """The runtime directory, created 0700; refuses one owned by someone else or open to others."""
+    """The runtime directory, created 0700. One that is a symlink, belongs to someone else, or
+    holds another user's files is refused, never adopted or cleaned: the CLI then answers
+    in-process. One of ours that others could enter is closed (0700) first."""
     path = runtime_dir(env)
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = path.stat()
-    if st.st_uid != os.getuid():
-        raise PermissionError(f"{path} belongs to another user")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    st = os.lstat(path)
+    uid = os.getuid()
+    if not stat.S_ISDIR(st.st_mode):
+        raise RuntimeDirRefused(f"the runtime directory {path} is not a directory (a symlink or a file)")
+    if st.st_uid != uid:
+        raise RuntimeDirRefused(f"the runtime directory {path} belongs to uid {st.st_uid}, not to this user")
     if st.st_mode & 0o077:
+        # Closed first, then searched: nothing can slip in between the look and the close.
         os.chmod(path, 0o700)
+    # The daemon replaces its socket file and writes its log here: a file someone else left
+    # (while the dir was open, or as root) is neither used nor deleted.
+    foreign = sorted(e.name for e in os.scandir(path) if e.stat(follow_symlinks=False).st_uid != uid)
+    if foreign:
+        raise RuntimeDirRefused(f"the runtime directory {path} holds files of another user: {', '.join(foreign)}")
     return path
+
+
+def _unlink_own(path: Path) -> None:
+    """Remove ``path`` only if it is this user's: a socket file of someone else is left alone."""
+    with contextlib.suppress(OSError):
+        if os.lstat(path).st_uid == os.getuid():
+            path.unlink()
 
 
 def daemon_running(env: Any = None) -> bool:
@@ -121,7 +149,7 @@ def _clear_stale_socket(env: Any = None) -> None:
     """A socket file nobody listens on (a killed daemon) is removed so the next daemon can bind."""
     with contextlib.suppress(OSError):
         if socket_path(env).exists() and not daemon_running(env):
-            socket_path(env).unlink()
+            _unlink_own(socket_path(env))
 
 
 def spawn(idle_seconds: int | None = None, env: Any = None) -> bool:
@@ -188,6 +216,5 @@ def stop(timeout: float = 10.0, env: Any = None) -> dict[str, Any]:
         time.sleep(0.05)
     stopped = not daemon_running(env)
     if stopped:
-        with contextlib.suppress(OSError):
-            socket_path(env).unlink()
+        _unlink_own(socket_path(env))
     return {"ok": stopped, "was_running": was_running, "stopped": stopped}

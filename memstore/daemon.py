@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from . import client
-from .errors import MemstoreError
+from .errors import MemstoreError, StoreError
 from .store import STORE_DIRNAME
 
 log = logging.getLogger("memstore.daemon")
@@ -519,7 +519,11 @@ def default_idle_seconds(env: dict[str, str] | None = None) -> int:
 
 def serve(idle_seconds: float | None = None) -> int:
     """Run the daemon in the foreground until idle, stopped or replaced."""
-    rdir = client.ensure_runtime_dir()
+    try:
+        rdir = client.ensure_runtime_dir()
+    except client.RuntimeDirRefused as exc:
+        raise StoreError(str(exc), code="runtime_dir_refused",
+                         hint="remove it, or set MEMSTORE_RUNTIME_DIR to a directory of yours") from exc
     handler = logging.FileHandler(rdir / client.LOG_NAME)
     handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(message)s"))
     root = logging.getLogger("memstore")

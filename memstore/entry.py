@@ -16,12 +16,18 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 
 # The C socket type: `import socket` (the wrapper module) costs ~4 ms here, a tenth of a call
 # through the daemon, and this module needs only connect/sendall/recv.
-from _socket import AF_UNIX, SOCK_STREAM
+from _socket import AF_UNIX, SOCK_STREAM, SOL_SOCKET
 from _socket import socket as _Socket
+
+try:
+    from _socket import SO_PEERCRED
+except ImportError:  # pragma: no cover - not Linux: the owner checks on the dir and socket remain
+    SO_PEERCRED = None
 
 SOCKET_NAME = "sock"
 # CLI verbs the daemon runs from argv, and which of them change the store.
@@ -99,11 +105,74 @@ class Unavailable(Exception):
     """No daemon answered: the caller answers in-process."""
 
 
+class Untrusted(Unavailable):
+    """The runtime dir, its socket or the process listening on it is not provably this user's:
+    another local user could have planted it to read our requests and answer with its own
+    "memories". Nothing was sent; the caller answers in-process."""
+
+
+_warned: list[str] = []
+
+
+def warn_untrusted(exc: Untrusted) -> None:
+    """One stderr line per process, so a planted runtime dir is noticed, not silently slow."""
+    if _warned:
+        return
+    _warned.append(str(exc))
+    _write(sys.stderr, f"memstore: not using the daemon: {exc}; answering in-process "
+                       "(remove it, or set MEMSTORE_RUNTIME_DIR to a directory of yours)\n")
+
+
+def check_runtime_dir(path: str) -> None:
+    """Raise Untrusted unless ``path`` is a real directory (not a symlink) of this user that no
+    other user can enter; Unavailable when it does not exist (no daemon ever ran)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError as exc:
+        raise Unavailable(f"no runtime directory {path}") from exc
+    uid = os.getuid()
+    if not stat.S_ISDIR(st.st_mode):
+        raise Untrusted(f"the runtime directory {path} is not a directory (a symlink or a file)")
+    if st.st_uid != uid:
+        raise Untrusted(f"the runtime directory {path} belongs to uid {st.st_uid}, not to this user (uid {uid})")
+    if st.st_mode & 0o077:
+        raise Untrusted(f"the runtime directory {path} is open to other users (mode {st.st_mode & 0o777:o})")
+
+
+def check_socket(path: str) -> None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError as exc:
+        raise Unavailable(f"no daemon socket {path}") from exc
+    if not stat.S_ISSOCK(st.st_mode):
+        raise Untrusted(f"{path} is not a socket")
+    if st.st_uid != os.getuid():
+        raise Untrusted(f"the daemon socket {path} belongs to uid {st.st_uid}, not to this user")
+
+
+def check_peer(sock: _Socket, path: str) -> None:
+    """The listening process must run as this user (the daemon checks its clients the same way)."""
+    if SO_PEERCRED is None:
+        return
+    creds = sock.getsockopt(SOL_SOCKET, SO_PEERCRED, 12)  # struct ucred: pid, uid, gid (3 x int32)
+    uid = int.from_bytes(creds[4:8], sys.byteorder)
+    if uid != os.getuid():
+        raise Untrusted(f"the process listening on {path} runs as uid {uid}, not as this user")
+
+
 def connect(path: str, timeout: float) -> _Socket:
+    """A connection to the daemon socket at ``path``, once the runtime dir, the socket file and
+    the listening peer are all this user's; nothing is sent to anything else."""
+    check_runtime_dir(os.path.dirname(path))
+    check_socket(path)
     sock = _Socket(AF_UNIX, SOCK_STREAM)
     sock.settimeout(timeout)
     try:
         sock.connect(path)
+        check_peer(sock, path)
+    except Untrusted:
+        sock.close()
+        raise
     except OSError as exc:
         sock.close()
         raise Unavailable(str(exc)) from exc
@@ -179,6 +248,9 @@ def remote(argv: list[str], stdin: str | None) -> int | None:
     }
     try:
         answer = exchange(message, timeout=timeout)
+    except Untrusted as exc:
+        warn_untrusted(exc)
+        return None
     except Unavailable:
         return None
     except TimeoutError:

@@ -10,7 +10,6 @@ import io
 import math
 import os
 import stat
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -186,15 +185,39 @@ def content_hash(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
+def _temp_beside(path: Path) -> tuple[int, str]:
+    """A new temp file next to ``path``, created 0666 less the umask (mkstemp makes 0600, and a
+    chmod to a fixed mode afterwards would override a private umask such as 077)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(100):
+        tmp = str(path.parent / f".{path.name}.{os.urandom(6).hex()}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temp name beside {path}")
+
+
+def private_dir(path: Path) -> None:
+    """``path`` as a directory only its owner can enter: created 0700, or one of ours that is
+    open to others closed to 0700 (a symlink or someone else's directory is left alone)."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        st = os.lstat(path)
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and st.st_mode & 0o077:
+            os.chmod(path, 0o700)
+
+
 def atomic_write(path: Path, data: str | bytes | Iterable[str], *, exclusive: bool = False) -> None:
     """Write via a temp file in the same folder and rename, so readers never see a partial file.
+    The file gets the mode any new file gets (0666 less the umask).
 
     ``data`` may be an iterable of text chunks: a large projection is then streamed, never
     held in memory whole. With ``exclusive`` the final name must not exist yet (a hard link
     refuses to clobber).
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _temp_beside(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             if isinstance(data, str | bytes):
@@ -204,7 +227,6 @@ def atomic_write(path: Path, data: str | bytes | Iterable[str], *, exclusive: bo
                     fh.write(chunk.encode("utf-8"))
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
         if exclusive:
             os.link(tmp, path)
             os.unlink(tmp)
@@ -221,8 +243,7 @@ def atomic_file(path: Path) -> Iterator[Path]:
     """A temp path beside ``path`` for a writer that wants a file name (faiss streams its index
     to one; serialising it in memory first cost two copies of the vectors, 300 MB at 100k):
     synced and renamed over ``path`` when the block succeeds, removed when it fails."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _temp_beside(path)
     os.close(fd)
     try:
         yield Path(tmp)
@@ -231,7 +252,6 @@ def atomic_file(path: Path) -> Iterator[Path]:
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

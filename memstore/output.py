@@ -10,6 +10,27 @@ import textwrap
 from collections.abc import Callable
 from typing import Any, TextIO
 
+# Text from memory files (and their authors, dates, tags, paths) is untrusted: raw, a control
+# character (ESC, CSI, OSC ...) could clear the screen, hide text, retitle the window or plant a
+# hyperlink, and a bidi control could make text read differently from what it is. On a terminal
+# they are shown as escapes; newline and tab stay.
+_CONTROLS = [*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0)]
+_BIDI = [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+_VISIBLE = {c: f"\\x{c:02x}" for c in _CONTROLS} | {c: f"<U+{c:04X}>" for c in _BIDI}
+# JSON escapes C0 itself but leaves DEL, C1 and bidi controls raw; a \u escape is the same data.
+_JSON_ESCAPES = {c: f"\\u{c:04x}" for c in [0x7F, *range(0x80, 0xA0), *_BIDI]}
+
+
+def visible(text: str) -> str:
+    """``text`` with control and bidi characters made visible, for a terminal."""
+    return text.translate(_VISIBLE)
+
+
+def json_text(answer: dict[str, Any], indent: int | None = None) -> str:
+    """One answer as JSON whose text carries no raw control or bidi character (the parsed data is
+    unchanged: those characters are \\u escapes)."""
+    return json.dumps(answer, ensure_ascii=False, indent=indent).translate(_JSON_ESCAPES)
+
 
 def want_json(force: bool, stream: TextIO | None = None) -> bool:
     stream = stream or sys.stdout
@@ -28,9 +49,9 @@ def emit(answer: dict[str, Any], *, as_json: bool, render: Render = None) -> Non
 def format_answer(answer: dict[str, Any], *, as_json: bool, render: Render, tty: bool) -> str:
     """What ``emit`` prints; ``tty`` is whether stdout is a terminal (JSON is indented there)."""
     if render == "markdown":
-        return str(answer["markdown"])
+        return visible(str(answer["markdown"])) if tty else str(answer["markdown"])
     if as_json:
-        return json.dumps(answer, ensure_ascii=False, indent=2 if tty else None) + "\n"
+        return json_text(answer, indent=2 if tty else None) + "\n"
     return pretty(answer, render)
 
 
@@ -57,12 +78,12 @@ def format_error(answer: dict[str, Any], *, as_json: bool) -> tuple[str, str]:
     err = answer["error"]
     where = f" [{err['field']}]" if err.get("field") else ""
     hint = f"\n  hint: {err['hint']}" if err.get("hint") else ""
-    line = f"memstore: {err['code']}: {err['message']}{where}{hint}\n"
-    return line, (json.dumps(answer, ensure_ascii=False) + "\n") if as_json else ""
+    line = visible(f"memstore: {err['code']}: {err['message']}{where}{hint}") + "\n"
+    return line, (json_text(answer) + "\n") if as_json else ""
 
 
 def info(message: str) -> None:
-    sys.stderr.write(message + "\n")
+    sys.stderr.write(visible(message) + "\n")
 
 
 def _wrap(text: str, indent: str = "    ", width: int = 100) -> str:
@@ -78,8 +99,9 @@ def _short(text: str, n: int = 90) -> str:
 
 
 def pretty(answer: dict[str, Any], render: Render) -> str:
+    """Readable text of an answer, every field with control and bidi characters made visible."""
     if callable(render):
-        return render(answer).rstrip("\n") + "\n"
+        return visible(render(answer).rstrip("\n")) + "\n"
     out: list[str] = []
     if render == "list":
         for m in answer["memories"]:
@@ -144,4 +166,4 @@ def pretty(answer: dict[str, Any], render: Render) -> str:
             out.append(f"  effect: {json.dumps(answer['effect'])}")
     else:
         out.append(json.dumps(answer, indent=2, ensure_ascii=False))
-    return "\n".join(out).rstrip("\n") + "\n"
+    return visible("\n".join(out).rstrip("\n")) + "\n"

@@ -30,6 +30,7 @@ from .model import KINDS, Memory
 from .neighbours import Neighbours
 from .rowspace import Rows, build_rows, current_matrix, keyword_rows, update_rows
 from .scopeview import ScopeView, scope_view
+from .trust import CONTENT_TRUST, UNTRUSTED_RULE
 from .validate import check_schema
 from .workspace import Workspace
 
@@ -37,7 +38,7 @@ GUIDANCE = (
     "Current code is ground truth. These memories are optional hypotheses from earlier sessions: "
     "verify them against the code before relying on them, prefer what you observe now when they "
     "disagree, and treat failed tactics as watch-outs (avoid or reconsider unless the context changed). "
-    "An empty result means nothing relevant is known."
+    "An empty result means nothing relevant is known. " + UNTRUSTED_RULE
 )
 WATCH_OUT = "watch-out: this was tried and failed here; avoid or reconsider unless the context changed"
 
@@ -378,7 +379,8 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
         rp = dataclasses.replace(rp, semantic_hops=int(expand["semantic_hops"]))
 
     if not ws.stores(include_global):
-        return {"ok": True, "guidance": GUIDANCE, "results": [], "warnings": ["no memory store here yet"],
+        return {"ok": True, "guidance": GUIDANCE, "content_trust": CONTENT_TRUST, "results": [],
+                "warnings": ["no memory store here yet"],
                 "stats": {"candidates": 0, "elapsed_ms": 0}}
     sc = open_scope(ws, include_global, p)
     kinds = set(request.get("kinds") or KINDS)
@@ -437,6 +439,7 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     answer: dict[str, Any] = {
         "ok": True,
         "guidance": GUIDANCE,
+        "content_trust": CONTENT_TRUST,
         "results": results,
         "stats": {
             "candidates": ranked.candidates,

@@ -25,6 +25,7 @@ from .files import (
     dump_yaml,
     file_lock,
     parse_markdown,
+    private_dir,
     read_untrusted,
     safe_yaml,
 )
@@ -263,7 +264,12 @@ class Store:
     @classmethod
     def at(cls, root: Path, scope: str, config: Config) -> Store:
         root = root.expanduser().resolve()
-        return cls(root=root, scope=scope, config=config, worktree=gitops.toplevel(root))
+        store = cls(root=root, scope=scope, config=config, worktree=gitops.toplevel(root))
+        if scope == "global" and root.is_dir():
+            # Before anything (a write lock, the catalog cache) creates .index/ with the umask's mode.
+            with contextlib.suppress(OSError):
+                private_dir(store.index_dir)
+        return store
 
     # -- layout -----------------------------------------------------------------------------
     @property
@@ -287,7 +293,10 @@ class Store:
         created: list[str] = []
         if not self.root.exists():
             created.append(".")
-        self.root.mkdir(parents=True, exist_ok=True)
+        # The global store holds what a user keeps across every repo: theirs alone by default.
+        self.root.mkdir(mode=0o700 if self.scope == "global" else 0o777, parents=True, exist_ok=True)
+        if self.scope == "global":
+            private_dir(self.index_dir)
         for sub in [*KIND_DIRS.values(), "events", "episodes"]:
             path = self.root / sub
             if not path.exists():

@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import ranking
 from ..catalog import Catalog
-from ..files import atomic_write, content_hash, file_lock
+from ..files import atomic_write, content_hash, file_lock, private_dir
 from ..model import Memory
 from .embcache import EmbeddingCache, text_key
 from .embedder import Embedder, EmbedderUnavailable
@@ -82,7 +82,14 @@ class StoreIndex:
         self._loaded = True
         self._disk_generation = 0
         self._dirty = False
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir.parent.mkdir(parents=True, exist_ok=True)
+        if self.store.scope == "global":
+            # The global store's text (catalog, keyword index, vectors) is for its owner only,
+            # whatever the umask: a 0700 directory keeps every file Whoosh or faiss creates in it
+            # out of other users' reach.
+            private_dir(self.dir)
+        else:
+            self.dir.mkdir(exist_ok=True)
         meta = self._read_meta()
         self.keyword = KeywordIndex(self.dir / "keyword", self.params)
         dim = self.embedder.dim if self.embedder else 384
