@@ -14,6 +14,7 @@ from .files import dump_markdown, parse_markdown
 from .model import KIND_DIRS, Event, Memory, parse_evidence, utc_now
 from .secrets import find_secrets
 from .staged import StagedStore, read_staged
+from .stale import owning_worktree
 from .store import Store
 from .workspace import Workspace
 
@@ -144,7 +145,7 @@ def _check_memory(ws: Workspace, store: Store, mem: Memory, known: dict[str, Mem
 
 def _check_evidence(ws: Workspace, store: Store, shown: str, refs: list[str], known: dict[str, Memory],
                     report: Report) -> None:
-    worktree = ws.repo.worktree if ws.repo is not None else None
+    worktree = owning_worktree(store)  # a store's files speak of its own repo's code, or of none here
     for raw in refs:
         try:
             ref = parse_evidence(raw)
@@ -161,7 +162,7 @@ def _check_evidence(ws: Workspace, store: Store, shown: str, refs: list[str], kn
                 report.add("error", shown, "dangling_evidence", f"{raw}: no such episode event")
         elif ref.kind == "memory" and not any(m.startswith(ref.value) for m in known):
             report.add("error", shown, "dangling_evidence", f"{raw}: no such memory")
-        elif ref.kind == "file" and worktree is not None and store.scope == "repo":
+        elif ref.kind == "file" and worktree is not None:
             if not (worktree / (ref.path or "")).is_file():
                 report.add("stale", shown, "stale_evidence", f"{raw}: the file is gone from the work tree")
         elif ref.kind == "commit" and worktree is not None and gitops.resolve_commit(ref.value, worktree) is None:

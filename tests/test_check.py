@@ -94,15 +94,16 @@ def test_fix_writes_the_listed_id_and_created(repo: Path, cli: Callable[..., Cli
     rc, out, _ = cli("check", "--staged", cwd=repo)
     assert rc == 2 and [p["code"] for p in _errors(out)] == ["missing_id"]
     rc, out, _ = cli("check", "--staged", "--fix", cwd=repo)
-    assert rc == 0, out
+    assert rc == 2, out  # the staged copy still has no id: the commit it guards must wait
     assert out["fixed"] == [{"path": ".memory/facts/hand-written.md",
-                             "message": f"wrote id {listed['id']} and created"}]
+                             "message": f"wrote id {listed['id']} and created into the work tree copy"}]
     meta, body = parse_markdown(path.read_text())
     assert meta["id"] == listed["id"]
     assert meta["created"].endswith("Z") and meta["author"] == "dana"
     assert body == "The staging DB is refreshed nightly."
-    # the fix is staged, so the commit carries the id
-    assert listed["id"] in git(repo, "show", ":.memory/facts/hand-written.md")
+    # the fix is not staged (the hook stages nothing); the person reviews and stages it
+    assert listed["id"] not in git(repo, "show", ":.memory/facts/hand-written.md")
+    git(repo, "add", ".memory/facts/hand-written.md")
     rc, out, _ = cli("check", "--staged", cwd=repo)
     assert rc == 0 and out["problems"] == []
     rc, out, _ = cli("show", listed["id"], cwd=repo)
@@ -137,5 +138,5 @@ def test_base_review_of_a_branch(repo: Path, cli: Callable[..., CliResult]) -> N
 
 def test_base_that_does_not_resolve(repo: Path, cli: Callable[..., CliResult]) -> None:
     rc, out, err = cli("check", "--base", "no-such-branch", cwd=repo)
-    assert rc == 1 and out["error"]["code"] == "store" and "no-such-branch" in out["error"]["message"]
+    assert rc == 3 and out["error"]["code"] == "unknown_rev" and "no-such-branch" in out["error"]["message"]
     assert "Traceback" not in err

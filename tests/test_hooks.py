@@ -156,7 +156,8 @@ def test_pre_commit_checks_the_staged_blob_not_the_work_tree(hooked: Path) -> No
     repo = hooked
     rel = ".memory/facts/01m7zzzzzzzzzzzzzzzzzzzzzz-deploy.md"
     path = repo / rel
-    head = "---\nid: 01m7zzzzzzzzzzzzzzzzzzzzzz\nkind: fact\ncreated: 2026-11-20T10:00:00Z\nevidence: ['user:ops']\n---\n"
+    head = ("---\nid: 01m7zzzzzzzzzzzzzzzzzzzzzz\nkind: fact\ncreated: 2026-11-20T10:00:00Z\n"
+            "evidence: ['user:ops']\n---\n")
     path.write_text(head + f"The deploy key is {AWS_KEY}.\n")
     git(repo, "add", rel)
     path.write_text(head + "The deploy key lives in the CI secrets.\n")  # cleaned, not staged
@@ -171,7 +172,8 @@ def test_pre_commit_accepts_a_clean_staged_blob_beside_a_dirty_work_tree(hooked:
     repo = hooked
     rel = ".memory/facts/01m7zzzzzzzzzzzzzzzzzzzzzy-deploy.md"
     path = repo / rel
-    head = "---\nid: 01m7zzzzzzzzzzzzzzzzzzzzzy\nkind: fact\ncreated: 2026-11-20T10:00:00Z\nevidence: ['user:ops']\n---\n"
+    head = ("---\nid: 01m7zzzzzzzzzzzzzzzzzzzzzy\nkind: fact\ncreated: 2026-11-20T10:00:00Z\n"
+            "evidence: ['user:ops']\n---\n")
     clean = head + "The deploy key lives in the CI secrets.\n"
     path.write_text(clean)
     git(repo, "add", rel)
