@@ -34,7 +34,7 @@ class Aborted(MemstoreError):
     """The person left the editor without writing a memory; nothing was kept."""
 
     code = "aborted"
-    exit_code = 1
+    exit_code = 2  # the request to save a memory came to nothing: nothing was written
 
 
 def template_text(kind: str) -> str:
