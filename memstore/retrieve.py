@@ -31,7 +31,7 @@ from .model import KINDS, Memory
 from .neighbours import Neighbours
 from .rowspace import Rows, build_rows, current_matrix, keyword_rows, update_rows
 from .scopeview import ScopeView, scope_view
-from .validate import check_schema
+from .validate import check_decodable, check_schema
 from .workspace import Workspace
 
 GUIDANCE = (
@@ -368,6 +368,7 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     ``log_episode=False`` opts out (benchmarks, internal reads)."""
     t0 = time.perf_counter()
     check_schema("read", request)
+    check_decodable("query", request["query"])
     p = params or params_from_config(ws.config)
     mode = request.get("mode", "targeted")
     query, condensed = condense(request["query"])
