@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -140,3 +143,16 @@ def test_base_that_does_not_resolve(repo: Path, cli: Callable[..., CliResult]) -
     rc, out, err = cli("check", "--base", "no-such-branch", cwd=repo)
     assert rc == 3 and out["error"]["code"] == "unknown_rev" and "no-such-branch" in out["error"]["message"]
     assert "Traceback" not in err
+
+
+def test_a_non_finite_confidence_in_a_file_is_invalid_and_output_stays_json(repo: Path,
+                                                                            cli: Callable[..., CliResult]) -> None:
+    """Issue #13: `confidence: .nan` in a hand-written file came out as NaN, which is not JSON."""
+    path = repo / ".memory" / "facts" / "nan.md"
+    path.write_text("---\nkind: fact\nconfidence: .nan\nevidence: ['user:x']\n---\nThe cache is warm.\n")
+    proc = subprocess.run([sys.executable, "-m", "memstore", "list"], cwd=repo, capture_output=True, text=True,
+                          check=False, stdin=subprocess.DEVNULL)
+    answer = json.loads(proc.stdout, parse_constant=lambda name: pytest.fail(f"{name} in the output"))
+    assert answer["count"] == 0 and answer["invalid"][0]["path"].endswith("nan.md")
+    rc, out, _ = cli("check", cwd=repo)
+    assert rc == 2 and [p["code"] for p in out["problems"]] == ["invalid_file"]
