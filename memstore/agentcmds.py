@@ -95,8 +95,10 @@ def _content(a: argparse.Namespace) -> str:
     if a.content is not None:
         return str(a.content)
     try:
+        # A log keeps what it can: bytes that are not UTF-8 (tool output) become U+FFFD, as from a file.
         if a.content_file == "-":
-            return sys.stdin.read()
+            buffer = getattr(sys.stdin, "buffer", None)
+            return buffer.read().decode("utf-8", errors="replace") if buffer is not None else sys.stdin.read()
         return Path(a.content_file).read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         raise InvalidRequest(f"cannot read {a.content_file}: {exc.strerror}", code="bad_input") from exc

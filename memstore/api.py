@@ -15,6 +15,7 @@ from .scopeview import ScopeView, scope_view
 from .store import Store
 from .trust import CONTENT_TRUST
 from .validate import (
+    check_chars,
     check_evidence_exists,
     check_schema,
     check_secrets,
@@ -74,6 +75,9 @@ def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None) 
     mode = req.get("mode", "commit")
     commit = mode == "commit"
     refs = check_write_semantics(mem_req, ws.config)
+    writer = mem_req.get("author") or author or DEFAULT_AUTHOR
+    check_chars({"author": writer})  # MEMSTORE_AUTHOR and the MCP client's name are stored too
+    check_secrets({"author": writer})
     # Integrity gates run before the target store is created on first use, so a refused write
     # leaves no trace (not even an empty global store). They read immutable files: no lock needed.
     links = resolve_write_links(ws, mem_req)
@@ -87,7 +91,7 @@ def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None) 
             text=mem_req["text"].strip(),
             scope=mem_req["scope"],
             created=utc_now(),
-            author=mem_req.get("author") or author or DEFAULT_AUTHOR,
+            author=writer,
             confidence=mem_req.get("confidence"),
             rationale=(mem_req.get("rationale") or "").strip(),
             links=links,
@@ -125,10 +129,13 @@ def update(ws: Workspace, request: dict[str, Any], *, author: str | None = None)
     refs_raw = req.get("evidence_refs") or []
     if kind in ("archive", "fact_update_link") and not refs_raw:
         raise SemanticError(f"{kind} needs at least one evidence ref", field="evidence_refs", code="missing_evidence")
+    writer = req.get("author") or author or DEFAULT_AUTHOR
+    stored = {"rationale": req.get("rationale") or "", "author": writer,
+              **{f"evidence_refs[{i}]": r for i, r in enumerate(refs_raw)}}
+    check_chars(stored)
     refs = parse_refs(refs_raw, "evidence_refs")
-    check_secrets({"rationale": req.get("rationale") or "",
-                   **{f"evidence_refs[{i}]": r for i, r in enumerate(refs_raw)}})
-    ev = Event(id=ids.new_id(), type=kind, created=utc_now(), author=req.get("author") or author or DEFAULT_AUTHOR,
+    check_secrets(stored)
+    ev = Event(id=ids.new_id(), type=kind, created=utc_now(), author=writer,
                confidence=req.get("confidence"), rationale=(req.get("rationale") or "").strip())
     involved: list[Memory] = []
     if kind in ("utility_vote", "archive"):

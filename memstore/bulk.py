@@ -21,9 +21,9 @@ PROGRESS_MIN_LINES = 50
 
 
 def _read_lines(file: str) -> list[str]:
-    if file == "-":
-        return sys.stdin.read().splitlines()
     try:
+        if file == "-":
+            return sys.stdin.read().splitlines()
         return Path(file).read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
         raise InvalidRequest(f"cannot read {file}: no such file", code="bad_input", field="file") from None

@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from . import gitops
-from .errors import InvalidFile, StoreError
+from .errors import InvalidFile, NoStore, NotFound
 from .files import dump_markdown, parse_markdown
 from .model import KIND_DIRS, Event, Memory, parse_evidence, utc_now
 from .secrets import find_secrets
+from .staged import StagedStore, read_staged
+from .stale import owning_worktree
 from .store import Store
 from .workspace import Workspace
 
@@ -61,7 +63,7 @@ def _changed_paths(store: Store, staged: bool, base: str | None) -> tuple[dict[s
     if base is not None:
         sha = gitops.resolve_commit(base, store.worktree)
         if sha is None:
-            raise StoreError(f"--base {base!r} does not resolve to a commit")
+            raise NotFound(f"--base {base!r} does not resolve to a commit", field="base", code="unknown_rev")
         old = gitops.merge_base(sha, "HEAD", store.worktree) or sha
         args = ["diff", "--name-status", "--no-renames", old, "HEAD", "--", prefix]
     elif staged:
@@ -79,7 +81,8 @@ def _changed_paths(store: Store, staged: bool, base: str | None) -> tuple[dict[s
     return out, old
 
 
-def _immutability(store: Store, report: Report, changed: dict[str, str], old: str | None) -> None:
+def _immutability(store: Store, report: Report, changed: dict[str, str], old: str | None,
+                  staged: StagedStore | None = None) -> None:
     assert store.worktree is not None
     prefix = _store_prefix(store)
     for rel, status in sorted(changed.items()):
@@ -94,7 +97,10 @@ def _immutability(store: Store, report: Report, changed: dict[str, str], old: st
                        "supersedes it (or archive it with `memstore update`) instead")
         elif top == "episodes" and status == "M" and old is not None:
             before = gitops.show_file(old, f"{prefix}/{rel}", store.worktree) or b""
-            after = (store.root / rel).read_bytes() if (store.root / rel).exists() else b""
+            if staged is not None:
+                after = staged.blobs.get(rel, b"")
+            else:
+                after = (store.root / rel).read_bytes() if (store.root / rel).exists() else b""
             if not after.startswith(before):
                 report.add("error", shown, "immutable", "episodes are append-only but committed lines were changed")
         elif top == "episodes" and status == "D":
@@ -117,7 +123,7 @@ def _check_memory(ws: Workspace, store: Store, mem: Memory, known: dict[str, Mem
         report.add("error", shown, "schema", "confidence must be in [0, 1]")
     if len(mem.text) > ws.config.max_text_chars:
         report.add("error", shown, "too_large", f"text is over {ws.config.max_text_chars} characters")
-    for finding in find_secrets("\n".join([mem.text, mem.rationale, *mem.evidence])):
+    for finding in find_secrets("\n".join([mem.text, mem.rationale, mem.author, *mem.evidence, *mem.tags])):
         report.add("error", shown, "secret", f"looks like a secret ({finding.kind}: {finding.excerpt})")
         break
     for key in ("problem", "related", "change_targets", "supersedes", "via_change"):
@@ -139,7 +145,7 @@ def _check_memory(ws: Workspace, store: Store, mem: Memory, known: dict[str, Mem
 
 def _check_evidence(ws: Workspace, store: Store, shown: str, refs: list[str], known: dict[str, Memory],
                     report: Report) -> None:
-    worktree = ws.repo.worktree if ws.repo is not None else None
+    worktree = owning_worktree(store)  # a store's files speak of its own repo's code, or of none here
     for raw in refs:
         try:
             ref = parse_evidence(raw)
@@ -156,7 +162,7 @@ def _check_evidence(ws: Workspace, store: Store, shown: str, refs: list[str], kn
                 report.add("error", shown, "dangling_evidence", f"{raw}: no such episode event")
         elif ref.kind == "memory" and not any(m.startswith(ref.value) for m in known):
             report.add("error", shown, "dangling_evidence", f"{raw}: no such memory")
-        elif ref.kind == "file" and worktree is not None and store.scope == "repo":
+        elif ref.kind == "file" and worktree is not None:
             if not (worktree / (ref.path or "")).is_file():
                 report.add("stale", shown, "stale_evidence", f"{raw}: the file is gone from the work tree")
         elif ref.kind == "commit" and worktree is not None and gitops.resolve_commit(ref.value, worktree) is None:
@@ -209,20 +215,59 @@ def _check_event(ws: Workspace, store: Store, ev: Event, known: dict[str, Memory
     _check_evidence(ws, store, shown, ev.evidence, known, report)
 
 
-def fix_file(store: Store, mem: Memory) -> str:
-    """Write the provisional (path-derived) id and a created time into a hand-written file."""
-    path = store.root / mem.path
-    meta, body = parse_markdown(store.read_file(mem.path))  # never through a link
+def fixed_text(text: str, mem: Memory) -> str:
+    """A hand-written file's text with its provisional (path-derived) id and a created time."""
+    meta, body = parse_markdown(text)
     ordered: dict[str, Any] = {"id": mem.id, "kind": mem.kind, "scope": mem.scope,
                                "created": meta.get("created") or utc_now()}
     for key, value in meta.items():
         if key not in ordered:
             ordered[key] = value
+    body = re.sub(r"<!--.*?-->", "", body, flags=re.S).strip()
+    return dump_markdown(ordered, body)
+
+
+def fix_file(store: Store, mem: Memory) -> str:
+    """Write the provisional (path-derived) id and a created time into a hand-written file."""
     from .files import atomic_write
 
-    body = re.sub(r"<!--.*?-->", "", body, flags=re.S).strip()
-    atomic_write(path, dump_markdown(ordered, body))
+    atomic_write(store.root / mem.path, fixed_text(store.read_file(mem.path), mem))  # never through a link
     return mem.id
+
+
+def _fix_staged(store: Store, mem: Memory, staged: StagedStore, report: Report) -> None:
+    """``--fix`` on a staged file: the index is never written (SPEC §10: the hook stages nothing,
+    a commit holds what was staged). Where the work tree holds exactly the staged copy, its id
+    is written there for the person to review and stage; either way this commit is refused."""
+    shown = store.display_path(mem.path)
+    path = store.root / mem.path
+    try:
+        same = path.read_bytes() == staged.blobs.get(mem.path)
+    except OSError:
+        same = False
+    if not same:
+        report.add("error", shown, "missing_id", "the staged copy has no id/created yet and the work tree copy "
+                   "differs from it: run `memstore check --fix`, review, `git add` it and commit again")
+        return
+    try:
+        fix_file(store, mem)
+    except (InvalidFile, OSError) as exc:
+        report.add("error", shown, "fix_failed", str(exc))
+        return
+    report.fixed.append({"path": shown, "message": f"wrote id {mem.id} and created into the work tree copy"})
+    report.add("error", shown, "missing_id", f"the staged copy has no id/created yet; they are now in the file: "
+               f"`git add {shown}` and commit again")
+
+
+def _staged_episodes(store: Store, staged: StagedStore, changed: dict[str, str], report: Report) -> None:
+    """Episode logs redact secrets when written; a hand-edited or older one is checked as staged."""
+    for rel, status in sorted(changed.items()):
+        if rel.split("/", 1)[0] != "episodes" or status not in ("A", "M") or rel not in staged.blobs:
+            continue
+        found = find_secrets(staged.blobs[rel].decode("utf-8", errors="replace"))
+        if found:
+            report.add("error", store.display_path(rel), "secret", f"looks like a secret ({found[0].kind}: "
+                       f"{found[0].excerpt} on line {found[0].line}); remove that line from the episode")
 
 
 def run_check(ws: Workspace, *, staged: bool = False, base: str | None = None, fix: bool = False,
@@ -232,20 +277,31 @@ def run_check(ws: Workspace, *, staged: bool = False, base: str | None = None, f
     if include_global and ws.global_.exists():
         stores.append(ws.global_)
     if not stores:
-        raise StoreError("no store to check", hint="run inside a repo with a .memory/ folder, or pass --store")
+        raise NoStore("no store to check", hint="run inside a repo with a .memory/ folder, or pass --store")
+    # --staged checks what the commit would hold: the staged blobs of the repo store, not its work tree.
+    views: dict[str, StagedStore] = {}
+    if staged:
+        for store in stores:
+            if store.worktree is not None and store.scope == "repo":
+                views[store.scope] = read_staged(store, _store_prefix(store))
     known: dict[str, Memory] = {}
     for scope in ws.scopes():
-        known.update(ws.catalog(scope).memories)
+        known.update(views[scope].memories if scope in views else ws.catalog(scope).memories)
     for store in stores:
-        cat = ws.catalog(store.scope)
+        view = views.get(store.scope)
+        cat = ws.catalog(store.scope) if view is None else None
+        records = view if view is not None else cat
+        assert records is not None
         changed, old = _changed_paths(store, staged, base) if store.worktree is not None else ({}, None)
         if store.worktree is not None:
-            _immutability(store, report, changed, old)
+            _immutability(store, report, changed, old, view)
+        if view is not None:
+            _staged_episodes(store, view, changed, report)
         scope_to = None
         if base is not None:
             # In PR review only what the branch adds is validated; the rest was reviewed before.
             scope_to = {rel for rel, st in changed.items() if st == "A"}
-        for rel, err in sorted(cat.invalid.items()):
+        for rel, err in sorted(records.invalid.items()):
             if scope_to is None or rel in scope_to:
                 report.checked += 1
                 report.add("error", store.display_path(rel), cat.codes.get(rel, "invalid_file"), err)
@@ -261,11 +317,18 @@ def run_check(ws: Workspace, *, staged: bool = False, base: str | None = None, f
                                f"id {mem.id} is global memory {ws.global_.display_path(global_ids[mem.id].path)}; "
                                "a repo memory may not reuse a global memory's id; give this file a new id")
         fixed_paths: list[Path] = []
-        for mem in sorted(cat.memories.values(), key=lambda m: m.path):
+        for mem in sorted(records.memories.values(), key=lambda m: m.path):
             if scope_to is not None and mem.path not in scope_to:
                 continue
             report.checked += 1
-            if fix and mem.id_derived:
+            if view is not None and mem.id_derived:
+                if fix:
+                    _fix_staged(store, mem, view, report)
+                else:
+                    report.add("error", store.display_path(mem.path), "missing_id",
+                               "no id/created yet; `memstore check --fix` writes them, then `git add` the file")
+                mem.id_derived = False  # reported once, above
+            elif fix and mem.id_derived:
                 try:
                     fix_file(store, mem)
                 except (InvalidFile, OSError) as exc:
@@ -276,13 +339,11 @@ def run_check(ws: Workspace, *, staged: bool = False, base: str | None = None, f
                     fixed_paths.append(store.root / mem.path)
                     mem.id_derived = False
             _check_memory(ws, store, mem, known, report, strict_ids=staged or base is not None)
-        for ev in sorted(cat.events.values(), key=lambda e: e.path):
+        for ev in sorted(records.events.values(), key=lambda e: e.path):
             if scope_to is not None and ev.path not in scope_to:
                 continue
             report.checked += 1
             _check_event(ws, store, ev, known, report)
-        if fixed_paths and staged and store.worktree is not None:
-            gitops.stage(fixed_paths, store.worktree)
-        if fixed_paths:
+        if fixed_paths and cat is not None:
             cat.refresh()
     return report

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from . import __version__
-from .errors import InvalidRequest, MemstoreError
+from .errors import InvalidRequest, MemstoreError, UsageError
 from .kinds import EVENT_TYPES, KINDS, SCOPES
 
 
@@ -30,7 +30,13 @@ class Inputs:
     stdin: str | None = None
 
     def read_stdin(self) -> str:
-        return sys.stdin.read() if self.stdin is None else self.stdin
+        if self.stdin is not None:
+            return self.stdin
+        try:
+            return sys.stdin.read()
+        except UnicodeDecodeError as exc:
+            raise InvalidRequest(f"stdin is not UTF-8 text ({exc.reason} at byte {exc.start})",
+                                 code="bad_input") from exc
 
     def read_file(self, arg: str) -> str:
         if arg == "-":
@@ -38,7 +44,11 @@ class Inputs:
         path = Path(arg).expanduser()
         if self.cwd is not None and not path.is_absolute():
             path = self.cwd / path
-        return path.read_text(encoding="utf-8")
+        try:
+            return path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidRequest(f"{arg} is not UTF-8 text ({exc.reason} at byte {exc.start})",
+                                 code="bad_input") from exc
 
 
 LOCAL = Inputs()
@@ -57,16 +67,44 @@ class _RaisingParser(argparse.ArgumentParser):
         raise ArgvError(message or "")
 
 
+class _UsageParser(argparse.ArgumentParser):
+    """argparse prints its usage and exits 2; an agent was promised one JSON object on stdout,
+    so a bad flag becomes a UsageError answered at the one error boundary like any other."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}", hint=f"`{self.prog} --help` lists the options")
+
+
+def finite_float(text: str) -> float:
+    """argparse's float accepts nan and inf, which no field means and JSON cannot carry."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    # Python's json accepts NaN and Infinity; JSON does not, and no memstore field means them.
+    raise ValueError(f"{name} is not valid JSON (numbers must be finite)")
+
+
 def _read_json(arg: str, src: Inputs) -> dict[str, Any]:
     try:
         raw = src.read_file(arg)
     except OSError as exc:
         raise InvalidRequest(f"cannot read {arg}: {exc.strerror}", code="bad_input") from exc
     try:
-        data = json.loads(raw)
+        data = json.loads(raw, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise InvalidRequest(f"request is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
                              code="invalid_json") from exc
+    except ValueError as exc:
+        raise InvalidRequest(f"request is not valid JSON: {exc}", code="invalid_json") from exc
+    except RecursionError as exc:
+        raise InvalidRequest("request is not valid JSON: nested too deeply", code="invalid_json") from exc
     if not isinstance(data, dict):
         raise InvalidRequest("the request must be a JSON object", code="schema")
     return data
@@ -197,7 +235,7 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
         s.add_argument("--kind", choices=KINDS)
         s.add_argument("--text", help="the memory's text (- reads stdin)")
         s.add_argument("--scope", choices=SCOPES, default="repo")
-        s.add_argument("--confidence", type=float)
+        s.add_argument("--confidence", type=finite_float)
         s.add_argument("--rationale")
         s.add_argument("--author")
         s.add_argument("--problem", metavar="ID", help="links.problem_id (solutions and failed tactics)")
@@ -216,12 +254,12 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
     s.add_argument("--type", choices=EVENT_TYPES)
     s.add_argument("--memory", metavar="ID")
     s.add_argument("--problem", metavar="ID", help="the problem in whose context a vote is cast")
-    s.add_argument("--vote", type=float, help="-1 (misled) .. +1 (helped)")
+    s.add_argument("--vote", type=finite_float, help="-1 (misled) .. +1 (helped)")
     s.add_argument("--unarchive", action="store_true", help="with --type archive: restore instead")
     s.add_argument("--old-fact", metavar="ID")
     s.add_argument("--change", metavar="ID")
     s.add_argument("--new-fact", metavar="ID")
-    s.add_argument("--confidence", type=float)
+    s.add_argument("--confidence", type=finite_float)
     s.add_argument("--rationale")
     s.add_argument("--author")
     s.add_argument("--evidence", metavar="REF", action="append")
@@ -306,9 +344,11 @@ def _forward_spec(a: argparse.Namespace, src: Inputs = LOCAL) -> tuple[dict[str,
 
 def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
     from . import api
-    from .workspace import open_workspace
+    from .workspace import open_workspace, require_store_dir
 
     req, args = _forward_spec(a) if a.cmd in FORWARDED else (None, None)
+    if a.cmd != "init":  # init creates the store; anything else in a missing one is a typo
+        require_store_dir(a.store)
     ws = open_workspace(store_dir=a.store)
     if a.cmd in FORWARDED:
         _autostart_config.append(ws.config)
@@ -451,15 +491,20 @@ def main(argv: list[str] | None = None) -> int:
 
     args = sys.argv[1:] if argv is None else argv
     verb = verb_of(args)
-    parser = build_parser(only=verb)
+    parser = build_parser(only=verb, parser_class=_UsageParser)
     if verb is not None and not parser._subparsers._group_actions[0].choices:  # type: ignore[union-attr]
-        parser = build_parser()  # not a verb: the full parser says so and lists the real ones
-    a = parser.parse_args(args)
+        # not a verb: the full parser says so and lists the real ones
+        parser = build_parser(parser_class=_UsageParser)
+    from . import output
+
+    try:
+        a = parser.parse_args(args)
+    except UsageError as exc:
+        output.emit_error(exc.to_json(), as_json=output.want_json("--json-out" in args))
+        return exc.exit_code
     if a.cmd is None:
         parser.print_help()
         return 0
-    from . import output
-
     as_json = output.want_json(a.json_out)
     if a.cmd in ("serve", "daemon"):
         return _daemon_command(a, as_json)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidFile, StoreError
+from .errors import ConfigError, InvalidFile
 from .files import MAX_FRONTMATTER_BYTES, read_untrusted, safe_yaml
 
 DEFAULTS: dict[str, Any] = {
@@ -58,7 +58,7 @@ def _as_bool(raw: str) -> bool:
         return True
     if value in ("0", "false", "no", "off", ""):
         return False
-    raise StoreError(f"cannot read {raw!r} as a yes/no setting (use 1/0, true/false)")
+    raise ConfigError(f"cannot read {raw!r} as a yes/no setting (use 1/0, true/false)")
 
 
 def load_config_file(path: Path, *, untrusted: bool = False) -> dict[str, Any]:
@@ -71,11 +71,11 @@ def load_config_file(path: Path, *, untrusted: bool = False) -> dict[str, Any]:
                 else path.read_text(encoding="utf-8"))
         data = safe_yaml(text, str(path.name))
     except InvalidFile as exc:
-        raise StoreError(f"{path}: {exc.message}") from exc
+        raise ConfigError(f"{path}: {exc.message}") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise StoreError(f"{path}: config must be a YAML mapping")
+        raise ConfigError(f"{path}: config must be a YAML mapping")
     return data
 
 
@@ -117,7 +117,7 @@ def env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
         try:
             value: Any = _as_bool(raw) if kind is bool else kind(raw)
         except ValueError as exc:
-            raise StoreError(f"{name}={raw!r} is not a valid {kind.__name__}") from exc
+            raise ConfigError(f"{name}={raw!r} is not a valid {kind.__name__}") from exc
         if section is None:
             over[key] = value
         else:
@@ -134,5 +134,5 @@ def load_config(
             data = _merge(data, load_config_file(store / "config.yaml", untrusted=untrusted))
     data = _merge(data, env_overrides(os.environ if env is None else env))
     if data.get("write_mode") not in ("review", "autonomous"):
-        raise StoreError(f"write_mode must be 'review' or 'autonomous', not {data.get('write_mode')!r}")
+        raise ConfigError(f"write_mode must be 'review' or 'autonomous', not {data.get('write_mode')!r}")
     return Config(data)

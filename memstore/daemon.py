@@ -179,6 +179,7 @@ class Daemon:
         """Run a client's argv (``memstore.entry``) and answer with the exact output the CLI
         would print in-process."""
         from . import cli, output
+        from .workspace import require_store_dir
 
         argv, stdin = msg.get("argv"), msg.get("stdin")
         if not isinstance(argv, list) or not all(isinstance(x, str) for x in argv):
@@ -188,6 +189,7 @@ class Daemon:
         try:
             call = cli.remote_call(argv, src)
             as_json = call.json_out or not msg.get("tty")
+            require_store_dir(call.store, src.cwd, msg.get("env") or {})
             answer, code = self._run(call.verb, {**msg, "request": call.request, "args": call.args,
                                                  "store": call.store})
         except cli.ArgvError:

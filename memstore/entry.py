@@ -258,6 +258,8 @@ def remote(argv: list[str], stdin: str | None) -> int | None:
             return None
         err = timeout_error(timeout)
         _write(sys.stderr, f"memstore: daemon_timeout: {err['error']['message']}\n")  # type: ignore[index]
+        if "--json-out" in argv or not sys.stdout.isatty():  # the one JSON object every error promises
+            _write(sys.stdout, json.dumps(err) + "\n")
         return 1
     except (OSError, ValueError):
         return None
@@ -271,17 +273,23 @@ def remote(argv: list[str], stdin: str | None) -> int | None:
 def main() -> int:
     argv = sys.argv[1:]
     stdin = None
+    raw: bytes | None = None
     if verb_of(argv) in REMOTE_VERBS and "-" in argv and sys.stdin is not None:
         # A request on stdin (`--json -`, `--text -`) is read once, here: the daemon gets its
-        # text, and an in-process fallback reads it again from the same buffer.
-        stdin = sys.stdin.read()
-    code = remote(argv, stdin)
+        # text, and an in-process fallback reads it again from the same buffer. Bytes that are
+        # not UTF-8 stay here: the in-process CLI refuses them with its typed error.
+        raw = sys.stdin.buffer.read()
+        try:
+            stdin = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            stdin = None
+    code = remote(argv, stdin) if raw is None or stdin is not None else None
     if code is not None:
         return code
-    if stdin is not None:
+    if raw is not None:
         import io
 
-        sys.stdin = io.StringIO(stdin)
+        sys.stdin = io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8")
     from .cli import main as cli_main
 
     return cli_main(argv)

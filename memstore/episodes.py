@@ -18,6 +18,7 @@ from . import ids
 from .errors import InvalidRequest, NoStore, NotFound
 from .files import atomic_write
 from .model import utc_now
+from .secrets import Finding, redact
 from .store import Store, episode_rows
 from .workspace import Workspace
 
@@ -88,6 +89,24 @@ def _resolve(ws: Workspace, episode_id: str | None) -> tuple[Store, Path]:
 
 
 # -- rows -----------------------------------------------------------------------------------------
+def scrub(value: Any, found: list[Finding]) -> Any:
+    """``value`` with every likely secret in its strings redacted (SPEC §10: episodes are a path
+    into git). Redact, never refuse: a log line lost would fail the session it records."""
+    if isinstance(value, str):
+        text, hits = redact(value)
+        found.extend(hits)
+        return text
+    if isinstance(value, dict):
+        return {k: scrub(v, found) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub(v, found) for v in value]
+    return value
+
+
+def _redacted_note(found: list[Finding]) -> list[dict[str, Any]]:
+    return [{"kind": f.kind, "excerpt": f.excerpt} for f in found]
+
+
 def cap_content(content: str, max_chars: int) -> dict[str, Any]:
     """The ``content`` fields of a row: over the cap it is cut, and the full text's sha256 kept
     so the original can still be recognised."""
@@ -127,8 +146,9 @@ def start(ws: Workspace, *, agent: str | None = None, task: str | None = None, l
     episode_id = ids.new_id()
     if repo_name is None:
         repo_name = store.worktree.name if store.worktree is not None and store.scope == "repo" else None
-    header = {"episode": episode_id, "repo": repo_name, "agent": agent or "unknown", "task": task or "",
-              "started": utc_now()}
+    found: list[Finding] = []
+    header = {"episode": episode_id, "repo": repo_name, "agent": scrub(agent or "unknown", found),
+              "task": scrub(task or "", found), "started": utc_now()}
     previous = current_id(store)
     path = store.create_episode(header, local=local)
     _set_current(store, episode_id)
@@ -136,6 +156,8 @@ def start(ws: Workspace, *, agent: str | None = None, task: str | None = None, l
                               "local_only": local, "cite_as": f"event:{episode_id}:<seq>"}
     if previous and previous != episode_id:
         answer["previous"] = previous
+    if found:
+        answer["redacted"] = _redacted_note(found)
     return answer
 
 
@@ -147,7 +169,10 @@ def log(ws: Workspace, source: str, content: str, *, episode_id: str | None = No
     if not isinstance(content, str) or not content.strip():
         raise InvalidRequest("content is empty", field="content", code="empty_text")
     store, path = _resolve(ws, episode_id)
-    capped = cap_content(content, _max_chars(ws))
+    found: list[Finding] = []
+    # Redacted before the cap, so neither the kept text nor the sha256 of the whole derives from a secret.
+    capped = cap_content(scrub(content, found), _max_chars(ws))
+    extra = scrub(extra, found) if extra else None
 
     def make_row(seq: int) -> dict[str, Any]:
         row: dict[str, Any] = {"seq": seq, "ts": utc_now(), "source": source, **capped}
@@ -161,20 +186,26 @@ def log(ws: Workspace, source: str, content: str, *, episode_id: str | None = No
     if capped.get("truncated"):
         answer["truncated"] = True
         answer["sha256"] = capped["sha256"]
+    if found:
+        answer["redacted"] = _redacted_note(found)
     return answer
 
 
 def end(ws: Workspace, *, outcome: str | None = None, episode_id: str | None = None) -> dict[str, Any]:
     """Close an episode with its outcome; it is no longer the current one."""
     store, path = _resolve(ws, episode_id)
-    closing = {"ended": utc_now(), "outcome": outcome or ""}
+    found: list[Finding] = []
+    closing = {"ended": utc_now(), "outcome": scrub(outcome or "", found)}
     store.append_episode(path, lambda _seq: closing)
     if current_id(store) == path.stem:
         _set_current(store, None)
     store.record_episode(path, f"memstore: episode {path.stem[:10]} ended")
     _, events, _ = read_rows(path)
-    return {"ok": True, "episode": path.stem, "events": len(events), "outcome": closing["outcome"],
-            "path": store.display_path(store.relpath(path))}
+    answer = {"ok": True, "episode": path.stem, "events": len(events), "outcome": closing["outcome"],
+              "path": store.display_path(store.relpath(path))}
+    if found:
+        answer["redacted"] = _redacted_note(found)
+    return answer
 
 
 def show(ws: Workspace, episode_id: str | None = None) -> dict[str, Any]:

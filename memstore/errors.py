@@ -49,6 +49,12 @@ class InvalidRequest(MemstoreError):
     exit_code = 2
 
 
+class UsageError(InvalidRequest):
+    """The command line itself is wrong: an unknown flag, a missing argument, a bad value."""
+
+    code = "usage"
+
+
 class SchemaError(InvalidRequest):
     code = "schema"
 
@@ -88,6 +94,14 @@ class StoreError(MemstoreError):
 
     code = "store"
     exit_code = 1
+
+
+class ConfigError(StoreError):
+    """config.yaml or a MEMSTORE_* variable holds something memstore cannot use: the person's
+    input, so an invalid request (2), not an unexpected failure."""
+
+    code = "bad_config"
+    exit_code = 2
 
 
 class NoStore(StoreError):

@@ -112,6 +112,40 @@ def staged_index(prefix: str, cwd: Path) -> dict[str, str]:
     return out
 
 
+def staged_entries(prefix: str, cwd: Path) -> list[tuple[str, str, str]]:
+    """(mode, blob sha, repo-relative path) of every file under ``prefix`` in the index."""
+    proc = run(["ls-files", "-s", "-z", "--", prefix], cwd, check=False)
+    out: list[tuple[str, str, str]] = []
+    for item in proc.stdout.split("\0"):
+        meta, _, path = item.partition("\t")
+        parts = meta.split()
+        if len(parts) == 3 and path:
+            out.append((parts[0], parts[1], path))
+    return out
+
+
+def read_blobs(shas: list[str], cwd: Path) -> dict[str, bytes]:
+    """The content of each blob, in one ``git cat-file --batch`` (a process per file costs ~5 ms)."""
+    wanted = list(dict.fromkeys(shas))
+    if not wanted:
+        return {}
+    proc = subprocess.run(["git", "cat-file", "--batch"], cwd=cwd, input="".join(f"{s}\n" for s in wanted).encode(),
+                          capture_output=True, check=False)
+    if proc.returncode != 0:
+        raise GitError(f"git cat-file failed: {proc.stderr.decode(errors='replace').strip()}")
+    data, pos, out = proc.stdout, 0, {}
+    for sha in wanted:
+        end = data.index(b"\n", pos)
+        header = data[pos:end].split()
+        pos = end + 1
+        if len(header) != 3:  # "<sha> missing"
+            continue
+        size = int(header[2])
+        out[sha] = data[pos:pos + size]
+        pos += size + 1
+    return out
+
+
 def merge_base(a: str, b: str, cwd: Path) -> str | None:
     proc = run(["merge-base", a, b], cwd, check=False)
     return proc.stdout.strip() if proc.returncode == 0 else None

@@ -258,7 +258,10 @@ def _evidence(source: Any, file_label: str) -> str:
 def jsonl_requests(file: str, *, scope: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(one item per memory line, lines refused before any write: not JSON, no text)."""
     if file == "-":
-        lines, label = sys.stdin.read().splitlines(), "stdin"
+        try:
+            lines, label = sys.stdin.read().splitlines(), "stdin"
+        except UnicodeDecodeError as exc:
+            raise InvalidRequest(f"cannot read stdin: {exc}", code="bad_input", field="file") from exc
     else:
         try:
             lines = Path(file).expanduser().read_text(encoding="utf-8-sig").splitlines()

@@ -2,7 +2,7 @@
 
 The file lands in the store's kind folder without id/created (SPEC §2: hand-written files may
 omit them; it is indexed at once under a path-derived id, and ``check --fix`` in the pre-commit
-hook writes that same id before the first commit).
+hook writes that same id into the file before the first commit, for the person to stage).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class Aborted(MemstoreError):
     """The person left the editor without writing a memory; nothing was kept."""
 
     code = "aborted"
-    exit_code = 1
+    exit_code = 2  # the request to save a memory came to nothing: nothing was written
 
 
 def template_text(kind: str) -> str:
@@ -152,5 +152,6 @@ def new_memory_file(ws: Workspace, kind: str, scope: str, *, env: Mapping[str, s
     answer["valid"] = not any(p["severity"] == "error" for p in problems)
     if answer["id"]:
         answer["next"] = ("fix the problems above, then commit; " if not answer["valid"] else "commit it; ") + \
-            "the pre-commit hook (or `memstore check --fix`) writes its id and created time"
+            "the pre-commit hook (or `memstore check --fix`) writes its id and created time into the file and " \
+            "asks you to `git add` it again"
     return answer

@@ -77,9 +77,17 @@ def format_error(answer: dict[str, Any], *, as_json: bool) -> tuple[str, str]:
     """(stderr, stdout) of an error answer: one human line, and the JSON too when wanted."""
     err = answer["error"]
     where = f" [{err['field']}]" if err.get("field") else ""
-    hint = f"\n  hint: {err['hint']}" if err.get("hint") else ""
-    line = visible(f"memstore: {err['code']}: {err['message']}{where}{hint}") + "\n"
-    return line, (json_text(answer) + "\n") if as_json else ""
+    hint = f" (hint: {err['hint']})" if err.get("hint") else ""
+    # One line, as promised: a message may quote the offending input, newlines and all.
+    line = visible(" ".join(f"memstore: {err['code']}: {err['message']}{where}{hint}".splitlines())) + "\n"
+    if not as_json:
+        return line, ""
+    out = json_text(answer)
+    try:
+        out.encode("utf-8")
+    except UnicodeEncodeError:  # a message quoting undecodable input: escaped, still one JSON object
+        out = json.dumps(answer)
+    return line, out + "\n"
 
 
 def info(message: str) -> None:

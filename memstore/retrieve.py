@@ -26,12 +26,13 @@ from .index.embcache import text_key
 from .index.embedder import EmbedderUnavailable, get_embedder
 from .index.store_index import StoreIndex
 from .index.vectors import VectorIndex
+from .longquery import condense
 from .model import KINDS, Memory
 from .neighbours import Neighbours
 from .rowspace import Rows, build_rows, current_matrix, keyword_rows, update_rows
 from .scopeview import ScopeView, scope_view
 from .trust import CONTENT_TRUST, UNTRUSTED_RULE
-from .validate import check_schema
+from .validate import check_decodable, check_schema
 from .workspace import Workspace
 
 GUIDANCE = (
@@ -368,9 +369,10 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     ``log_episode=False`` opts out (benchmarks, internal reads)."""
     t0 = time.perf_counter()
     check_schema("read", request)
+    check_decodable("query", request["query"])
     p = params or params_from_config(ws.config)
     mode = request.get("mode", "targeted")
-    query = request["query"]
+    query, condensed = condense(request["query"])
     include_global = request.get("include_global", True)
     expand = request.get("expand") or {}
     filters = request.get("filters") or {}
@@ -386,7 +388,7 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     kinds = set(request.get("kinds") or KINDS)
     tags = {t.lower() for t in filters.get("tags") or []}
 
-    warnings = list(sc.warnings)
+    warnings = list(sc.warnings) + ([condensed] if condensed else [])
     qvec: np.ndarray | None = None
     semantic = all(si.semantic_ready for si in sc.indexes)
     if semantic:

@@ -14,7 +14,7 @@ from typing import Any
 
 from . import gitops
 from .check import _store_prefix
-from .errors import InvalidFile, StoreError
+from .errors import InvalidFile, NotFound, StoreError
 from .model import DIR_KINDS
 from .store import Store
 from .workspace import Workspace
@@ -54,7 +54,8 @@ def branch_diff(ws: Workspace, rev: str | None = None) -> dict[str, Any]:
     base = rev or default_base(store)
     sha = gitops.resolve_commit(base, wt)
     if sha is None:
-        raise StoreError(f"{base!r} does not resolve to a commit", hint="fetch it first (CI: fetch-depth: 0)")
+        raise NotFound(f"{base!r} does not resolve to a commit", field="rev", code="unknown_rev",
+                       hint="fetch it first (CI: fetch-depth: 0)")
     mb = gitops.merge_base(sha, "HEAD", wt) or sha
     prefix = _store_prefix(store)
     committed = _name_status(["diff", "--name-status", "--no-renames", mb, "HEAD", "--", prefix], store)

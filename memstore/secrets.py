@@ -29,7 +29,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-__all__ = ["Finding", "assert_no_secrets", "find_secrets", "shannon_entropy"]
+__all__ = ["Finding", "assert_no_secrets", "find_secrets", "redact", "shannon_entropy"]
 
 
 @dataclass(frozen=True)
@@ -122,16 +122,48 @@ _HEX_RE = re.compile(r"[0-9a-f]+|[0-9A-F]+")
 
 def find_secrets(text: str) -> list[Finding]:
     """Likely secrets in ``text``, in order of appearance. An empty list means none were found."""
+    return [finding for _, _, finding in _scan(text)]
+
+
+REDACTED = "[REDACTED:{kind}]"
+_PEM_END_RE = re.compile(r"-----END [A-Z0-9 ]*-----|\Z")
+
+
+def redact(text: str) -> tuple[str, list[Finding]]:
+    """``text`` with every likely secret replaced by ``[REDACTED:<kind>]``, and what was found.
+
+    For logs that must not fail (an episode event): refusing would lose the rest of the line,
+    keeping it would carry the secret into git. A private key loses everything up to its END
+    line, not only the header the detector recognises."""
+    spans = _scan(text)
+    if not spans:
+        return text, []
+    out: list[str] = []
+    pos = 0
+    for start, end, finding in spans:
+        if start < pos:
+            continue  # inside a private key block already cut
+        if finding.kind == "private_key":
+            end = _PEM_END_RE.search(text, end).end()  # type: ignore[union-attr]  # \Z always matches
+        out.append(text[pos:start])
+        out.append(REDACTED.format(kind=finding.kind))
+        pos = end
+    out.append(text[pos:])
+    return "".join(out), [finding for _, _, finding in spans]
+
+
+def _scan(text: str) -> list[tuple[int, int, Finding]]:
+    """(start, end, finding) of each likely secret, in order of appearance."""
     if not text:
         return []
     taken: list[tuple[int, int]] = []
-    found: list[tuple[int, Finding]] = []
+    found: list[tuple[int, int, Finding]] = []
 
     def add(kind: str, start: int, end: int, excerpt: str) -> None:
         if any(start < t_end and t_start < end for t_start, t_end in taken):
             return  # a more specific pattern already reported this span
         taken.append((start, end))
-        found.append((start, Finding(kind, text.count("\n", 0, start) + 1, excerpt)))
+        found.append((start, end, Finding(kind, text.count("\n", 0, start) + 1, excerpt)))
 
     for kind, pattern in _TOKEN_PATTERNS:
         for m in pattern.finditer(text):
@@ -172,7 +204,7 @@ def find_secrets(text: str) -> list[Finding]:
         if not _METADATA_SUFFIX_RE.search(name) and _secret_value(value):
             add("secret_assignment", start, end, f"{name}={_redact(value)}")
     found.sort(key=lambda item: item[0])
-    return [finding for _, finding in found]
+    return found
 
 
 def assert_no_secrets(text: str, *, field: str = "memory.text") -> None:

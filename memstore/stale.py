@@ -22,7 +22,7 @@ from typing import Any
 from . import gitops
 from .files import atomic_write
 from .model import Memory, parse_evidence
-from .store import Store
+from .store import STORE_DIRNAME, Store
 from .workspace import Workspace
 
 CACHE_NAME = "stale.json"
@@ -145,10 +145,20 @@ class StaleChecker:
         return {"files": changed, "commits_since": len(commits), "since": (since or added)[:12]}
 
 
+def owning_worktree(store: Store) -> Path | None:
+    """The work tree whose code a store's ``file:`` evidence speaks of: the one the store is the
+    ``.memory/`` folder of. A store merely lying in a checkout (memstore's own bundled example,
+    a store copied into a fixtures folder, ``--store`` pointing elsewhere) describes some other
+    code base, so its staleness is not computed at all rather than against the wrong history."""
+    if store.worktree is None or store.scope != "repo":
+        return None
+    return store.worktree if store.root == store.worktree.resolve() / STORE_DIRNAME else None
+
+
 def checker(ws: Workspace) -> StaleChecker | None:
     """A checker for the repo store's work tree (global memories have no work tree to compare)."""
     store = ws.repo
-    if store is None or store.worktree is None or not store.exists():
+    if store is None or owning_worktree(store) is None or not store.exists():
         return None
     return StaleChecker(store)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import re
 import stat
@@ -119,7 +120,8 @@ def memory_from_file(relpath: str, text: str, scope: str) -> Memory:
         if isinstance(value, list):
             _str_list(value, f"links.{key}")
     confidence = meta.get("confidence")
-    if confidence is not None and (isinstance(confidence, bool) or not isinstance(confidence, int | float)):
+    if confidence is not None and (isinstance(confidence, bool) or not isinstance(confidence, int | float)
+                                   or not math.isfinite(confidence)):
         raise InvalidFile("confidence must be a number in [0, 1]")
     created = meta.get("created") or ""
     return Memory(
@@ -153,7 +155,7 @@ def event_from_file(relpath: str, text: str, scope: str = "") -> Event:
     if stem != ev_id:
         raise InvalidFile(f"event id {ev_id} does not match its file name {stem}")
     vote = data.get("vote")
-    if vote is not None and (isinstance(vote, bool) or not isinstance(vote, int | float)):
+    if vote is not None and (isinstance(vote, bool) or not isinstance(vote, int | float) or not math.isfinite(vote)):
         raise InvalidFile("vote must be a number in [-1, 1]")
     archived = data.get("archived")
     if archived is not None and not isinstance(archived, bool):
@@ -171,7 +173,8 @@ def event_from_file(relpath: str, text: str, scope: str = "") -> Event:
         old_fact=_opt_str(data.get("old_fact")),
         change=_opt_str(data.get("change")),
         new_fact=_opt_str(data.get("new_fact")),
-        confidence=float(conf) if isinstance(conf, int | float) and not isinstance(conf, bool) else None,
+        confidence=float(conf) if isinstance(conf, int | float) and not isinstance(conf, bool)
+        and math.isfinite(conf) else None,
         rationale=_capped(data.get("rationale"), "rationale"),
         evidence=_str_list(data.get("evidence"), "evidence"),
         episode=_opt_str(data.get("episode")),

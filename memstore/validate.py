@@ -6,6 +6,7 @@ gate passes. The duplicate gate lives with the index (it needs embeddings).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,33 @@ def check_secrets(values: dict[str, str]) -> None:
             )
 
 
+# C0 controls but tab, newline and carriage return; DEL; C1 controls; lone surrogates (bytes
+# that were not UTF-8). A memory is a Markdown file people read in diffs and terminals: an
+# escape sequence or a NUL in it hides text or breaks tools, and nothing a memory says needs one.
+_BAD_CHARS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def check_chars(values: dict[str, str]) -> None:
+    """Refuse control characters and undecodable bytes in fields that are stored."""
+    for field, text in values.items():
+        m = _BAD_CHARS.search(text or "")
+        if m:
+            char = m.group(0)
+            what = "an undecodable byte (the input is not UTF-8)" if "\ud800" <= char <= "\udfff" else \
+                f"control character U+{ord(char):04X}"
+            raise SemanticError(f"{field} holds {what} at position {m.start()}", field=field, code="bad_chars",
+                                hint="remove it (terminal colour codes, NULs and the like do not belong in a memory)")
+
+
+def check_decodable(field: str, text: str) -> None:
+    """Refuse lone surrogates (argv or stdin bytes that were not UTF-8): nothing downstream can
+    encode them, and a search for them finds nothing anyway."""
+    m = re.search("[\ud800-\udfff]", text)
+    if m:
+        raise SemanticError(f"{field} holds an undecodable byte (the input is not UTF-8) at position {m.start()}",
+                            field=field, code="bad_chars")
+
+
 def check_text(text: str, config: Config, field: str) -> None:
     if not text.strip():
         raise SemanticError("text is empty", field=field, code="empty_text")
@@ -98,9 +126,13 @@ def check_write_semantics(memory: dict[str, Any], config: Config) -> list[Eviden
         raise SemanticError("only facts supersede other facts", field="memory.links.supersedes", code="bad_link")
     if links.get("via_change") and not links.get("supersedes"):
         raise SemanticError("via_change goes with supersedes", field="memory.links.via_change", code="bad_link")
+    stored = {"memory.text": memory["text"], "memory.rationale": rationale,
+              "memory.author": memory.get("author") or "",
+              **{f"memory.evidence_refs[{i}]": r for i, r in enumerate(refs)},
+              **{f"memory.tags[{i}]": t for i, t in enumerate(memory.get("tags") or [])}}
+    check_chars(stored)
     parsed = parse_refs(refs, "memory.evidence_refs")
-    check_secrets({"memory.text": memory["text"], "memory.rationale": rationale,
-                   **{f"memory.evidence_refs[{i}]": r for i, r in enumerate(refs)}})
+    check_secrets(stored)
     return parsed
 
 
@@ -169,6 +201,8 @@ def check_evidence_exists(ws: Workspace, refs: list[EvidenceRef], scope: str, fi
                     raise LinkError(f"{ref.raw}: no such file at {ref.rev}", field=where, code="evidence_not_found")
             elif not target.is_file():
                 raise LinkError(f"{ref.raw}: no such file in the repository", field=where, code="evidence_not_found")
+            if ref.lines:
+                _check_line_range(ref, worktree, target, where)
         elif ref.kind == "commit":
             cwd = worktree or (ws.global_.root if ws.global_.exists() else Path.cwd())
             if gitops.resolve_commit(ref.value, cwd) is None:
@@ -181,6 +215,24 @@ def check_evidence_exists(ws: Workspace, refs: list[EvidenceRef], scope: str, fi
             continue
         out.append(ref.raw)
     return out
+
+
+def _check_line_range(ref: EvidenceRef, worktree: Path, target: Path, where: str) -> None:
+    """``#La-Lb`` must lie inside the file (at ``@rev`` when one is given): a range past its end
+    cites nothing, and later reads would point people at lines that never existed."""
+    assert ref.lines is not None
+    data: bytes | None = None
+    if ref.rev:
+        data = gitops.show_file(ref.rev, ref.path or "", worktree)
+    if data is None:
+        try:
+            data = target.read_bytes()
+        except OSError:
+            return
+    n = data.count(b"\n") + (0 if not data or data.endswith(b"\n") else 1)
+    if ref.lines[1] > n:
+        raise SemanticError(f"{ref.raw}: line {ref.lines[1]} is past the end of {ref.path} ({n} lines)", field=where,
+                            code="bad_evidence")
 
 
 def _check_event_ref(ws: Workspace, ref: EvidenceRef, scope: str, where: str) -> None:

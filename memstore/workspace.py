@@ -175,6 +175,22 @@ def global_store_path(env: Mapping[str, str]) -> Path:
     return Path(home).expanduser() if home else Path("~").expanduser() / STORE_DIRNAME
 
 
+def require_store_dir(store_dir: Path | str | None, cwd: Path | None = None,
+                      env: Mapping[str, str] | None = None) -> None:
+    """Refuse a ``--store`` (or MEMSTORE_STORE) folder that does not exist: read as an empty
+    store, a typo in the path would look like a memory with nothing in it."""
+    env = os.environ if env is None else env
+    given = store_dir or env.get("MEMSTORE_STORE") or None
+    if not given:
+        return
+    path = Path(given).expanduser()
+    path = path if path.is_absolute() else (cwd or Path.cwd()) / path
+    if not path.is_dir():
+        source = "--store" if store_dir else "MEMSTORE_STORE"
+        raise NoStore(f"no store at {given} ({source}): the folder does not exist", field="store",
+                      hint="check the path, or create the store with `memstore --store DIR init`")
+
+
 def open_workspace(
     cwd: Path | None = None,
     store_dir: Path | str | None = None,

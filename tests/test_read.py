@@ -284,3 +284,17 @@ def test_a_watched_workspace_reads_without_walking_and_sees_every_change(
         ws.close()
     retrieve.read(ws, {"query": "which database driver do we use?"}, log_episode=False)
     assert walks, "closed: every read checks the files again"
+
+
+def test_a_pasted_traceback_over_the_cap_is_read_by_its_head_and_error_lines(
+        ws: Workspace, populated: dict[str, str]) -> None:
+    """Issue #12.7: long queries were refused; agents paste tracebacks."""
+    frames = "".join(f'  File "/venv/lib/python3.11/site-packages/pkg/mod{i}.py", line {i}, in f{i}\n    x = y\n'
+                     for i in range(80))
+    query = ("pytest fails while running alembic upgrade head on the test database\nTraceback (most recent call "
+             "last):\n" + frames + "psycopg.errors.DuplicateColumn: column tracking_code of relation shipments "
+             "already exists\n")
+    assert len(query) > 5000
+    ans = retrieve.read(ws, {"query": query})
+    assert any("without its stack frames" in w for w in ans["warnings"]), ans.get("warnings")
+    assert populated["problem"] in ids(ans)

@@ -4,9 +4,10 @@ pipeline's use of it is covered in test_agent_loop)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
-from conftest import git, reopen, write_req
+from conftest import CliResult, git, reopen, write_req
 
 from memstore import api
 from memstore.model import Memory
@@ -110,3 +111,41 @@ def test_file_refs_parse_only_file_evidence() -> None:
     mem = Memory(id="x", kind="fact", text="t", evidence=["file:a.py@abc123#L1-L2", "file:a.py@abc123", "commit:abc",
                                                           "file:b.py", "file:/abs"])
     assert file_refs(mem) == [("a.py", "abc123"), ("b.py", None)]
+
+
+def test_a_store_that_is_not_its_repos_memory_folder_is_never_stale(tmp_path: Path,
+                                                                    cli: Callable[..., CliResult]) -> None:
+    """Issue #12.8: memstore's own checkout marked its bundled example store stale against
+    memstore's history. A store is stale only against the repo it is the .memory/ of."""
+    from conftest import make_git_repo
+
+    from memstore.workspace import open_workspace
+
+    repo = make_git_repo(tmp_path / "checkout")
+    (repo / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    example = repo / ".memory-example"
+    (example / "facts").mkdir(parents=True)
+    (example / "facts" / "01m7qmk1513w2q09vvmz6swwa1-driver.md").write_text(
+        "---\nid: 01m7qmk1513w2q09vvmz6swwa1\nkind: fact\nscope: repo\ncreated: 2026-11-18T15:32:15Z\n"
+        "evidence: ['file:pyproject.toml', 'file:app/db/session.py']\n---\nThe driver is psycopg 3.\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "example store")
+    for n in (1, 2):  # the checkout's own history moves on
+        (repo / "pyproject.toml").write_text(f"[project]\nname = 'x'\nversion = '0.{n}'\n")
+        git(repo, "commit", "-q", "-am", f"release {n}")
+
+    ws = open_workspace(cwd=repo, store_dir=example)
+    results = [{"id": "01m7qmk1513w2q09vvmz6swwa1", "scope": "repo", "stale": None}]
+    annotate(ws, results, ws.catalog("repo").memories)
+    assert results[0]["stale"] is None
+    rc, out, _ = cli("--store", ".memory-example", "check", cwd=repo)
+    assert rc == 0 and [p for p in out["problems"] if p["code"] == "stale_evidence"] == []
+
+    # the same memory in the repo's own .memory/ is stale: that is the code it speaks of
+    (repo / ".memory-example").rename(repo / ".memory")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "adopt the store")
+    (repo / "pyproject.toml").write_text("[project]\nname = 'y'\n")
+    ws = open_workspace(cwd=repo)
+    annotate(ws, results, ws.catalog("repo").memories)
+    assert results[0]["stale"] is not None and results[0]["stale"]["files"] == ["pyproject.toml"]
