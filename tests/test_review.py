@@ -56,7 +56,7 @@ def test_check_base_passes_a_good_branch(base: Path, cli: Callable[..., CliResul
     code, report, stderr = cli("check", "--base", "main", cwd=base)
     assert code == 0 and report["ok"] and report["checked"] == 1 and stderr == ""
     code, err, _ = cli("check", "--base", "no-such-branch", cwd=base)
-    assert code == 1 and "does not resolve" in err["error"]["message"]
+    assert code == 3 and err["error"]["code"] == "unknown_rev" and "does not resolve" in err["error"]["message"]
 
 
 def test_diff_renders_what_the_branch_adds(base: Path, cli: Callable[..., CliResult]) -> None:
