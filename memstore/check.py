@@ -304,14 +304,14 @@ def run_check(ws: Workspace, *, staged: bool = False, base: str | None = None, f
         for rel, err in sorted(records.invalid.items()):
             if scope_to is None or rel in scope_to:
                 report.checked += 1
-                report.add("error", store.display_path(rel), cat.codes.get(rel, "invalid_file"), err)
-        if cat.over_cap:
+                report.add("error", store.display_path(rel), records.codes.get(rel, "invalid_file"), err)
+        if records.over_cap:
             report.add("error", store.display_path("."), "too_many_files",
-                       f"{cat.over_cap} files past the cap of {cat.max_files} per store (limits.max_files) "
+                       f"{records.over_cap} files past the cap of {records.max_files} per store (limits.max_files) "
                        "were not read")
         if store.scope == "repo" and ws.global_.exists() and ws.global_.root != store.root:
             global_ids = ws.catalog("global").memories
-            for mem in sorted(cat.memories.values(), key=lambda m: m.path):
+            for mem in sorted(records.memories.values(), key=lambda m: m.path):
                 if mem.id in global_ids and (scope_to is None or mem.path in scope_to):
                     report.add("error", store.display_path(mem.path), "id_conflict",
                                f"id {mem.id} is global memory {ws.global_.display_path(global_ids[mem.id].path)}; "

@@ -21,6 +21,9 @@ class StagedStore:
     memories: dict[str, Memory] = field(default_factory=dict)  # id -> memory
     events: dict[str, Event] = field(default_factory=dict)
     invalid: dict[str, str] = field(default_factory=dict)  # store-relative path -> reason
+    codes: dict[str, str] = field(default_factory=dict)  # path -> the code of its entry in ``invalid``
+    over_cap: int = 0  # the staged set is git's to bound; kept for the catalog's shape
+    max_files: int = 0
     blobs: dict[str, bytes] = field(default_factory=dict)  # store-relative path -> staged content
 
 
@@ -43,6 +46,7 @@ def read_staged(store: Store, prefix: str) -> StagedStore:
     entries = gitops.staged_entries(prefix, store.worktree)
     blobs = gitops.read_blobs([sha for _, sha, _ in entries], store.worktree)
     out = StagedStore()
+    claims: dict[str, list[Memory]] = {}
     for mode, sha, path in entries:
         if not path.startswith(prefix + "/"):
             continue
@@ -53,20 +57,31 @@ def read_staged(store: Store, prefix: str) -> StagedStore:
         if what is None:
             continue
         if mode == SYMLINK_MODE:
-            out.invalid[rel] = "a symlink is staged here, not a file"
+            out.invalid[rel], out.codes[rel] = "a symlink is staged here, not a file", "not_regular"
+            continue
+        if len(data) > store.max_file_bytes:
+            out.invalid[rel] = f"{len(data)} bytes, over the cap of {store.max_file_bytes} (limits.max_file_bytes)"
+            out.codes[rel] = "too_large"
             continue
         try:
             text = data.decode("utf-8")
             if what == "memory":
                 mem = memory_from_file(rel, text, store.scope)
-                if mem.id in out.memories:
-                    raise InvalidFile(f"id {mem.id} is also used by {out.memories[mem.id].path}")
-                out.memories[mem.id] = mem
+                claims.setdefault(mem.id, []).append(mem)
             else:
-                ev = event_from_file(rel, text)
+                ev = event_from_file(rel, text, store.scope)
                 out.events[ev.id] = ev
         except UnicodeDecodeError:
-            out.invalid[rel] = "not UTF-8 text"
+            out.invalid[rel], out.codes[rel] = "not UTF-8 text", "invalid_file"
         except InvalidFile as exc:
-            out.invalid[rel] = exc.message
+            out.invalid[rel], out.codes[rel] = exc.message, exc.code
+    for mid, mems in claims.items():
+        if len(mems) == 1:
+            out.memories[mid] = mems[0]
+            continue
+        # As in the catalog: neither claimant of an id is taken for the genuine one.
+        for mem in mems:
+            others = ", ".join(m.path for m in mems if m is not mem)
+            out.invalid[mem.path] = f"duplicate id {mid}: also claimed by {others}; neither file is served"
+            out.codes[mem.path] = "id_conflict"
     return out
