@@ -273,6 +273,8 @@ def _staged_episodes(store: Store, staged: StagedStore, changed: dict[str, str],
 def run_check(ws: Workspace, *, staged: bool = False, base: str | None = None, fix: bool = False,
               include_global: bool = False) -> Report:
     report = Report()
+    if ws.repo is not None:
+        ws.repo.refuse_link()
     stores = [s for s in ([ws.repo] if ws.repo is not None else []) if s.exists()]
     if include_global and ws.global_.exists():
         stores.append(ws.global_)

@@ -261,12 +261,20 @@ class Store:
     scope: str
     config: Config
     worktree: Path | None = None
+    # The repo's .memory is a symlink: a clone may point it anywhere, so the store is not used.
+    linked: bool = False
     # While batch_git() is active: files written but not yet recorded in git.
     _pending: list[Path] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def at(cls, root: Path, scope: str, config: Config) -> Store:
-        root = root.expanduser().resolve()
+    def at(cls, root: Path, scope: str, config: Config, *, refuse_link: bool = False) -> Store:
+        """The store at ``root``; with ``refuse_link``, a ``root`` that is a symlink is set aside
+        (``linked``): it exists for no verb, and creating it is refused."""
+        root = root.expanduser()
+        if refuse_link and root.is_symlink():
+            root = root.parent.resolve() / root.name
+            return cls(root=root, scope=scope, config=config, worktree=gitops.toplevel(root.parent), linked=True)
+        root = root.resolve()
         store = cls(root=root, scope=scope, config=config, worktree=gitops.toplevel(root))
         if scope == "global" and root.is_dir():
             # Before anything (a write lock, the catalog cache) creates .index/ with the umask's mode.
@@ -284,15 +292,23 @@ class Store:
         return self.root / LOCAL_DIRNAME
 
     def exists(self) -> bool:
-        return self.root.is_dir()
+        return not self.linked and self.root.is_dir()
+
+    def refuse_link(self) -> None:
+        if self.linked:
+            raise InvalidFile(f"{self.root} is a symbolic link; memstore never follows a repo's {STORE_DIRNAME} "
+                              "link (it could lead anywhere on this machine)", code="not_regular",
+                              hint="make it a real folder, or pass --store to use the target on purpose")
 
     def require(self) -> None:
+        self.refuse_link()
         if not self.exists():
             hint = "memstore init --global" if self.scope == "global" else "memstore init"
             raise NoStore(f"no {self.scope} store at {self.root}", hint=f"run `{hint}`")
 
     def init(self) -> list[str]:
         """Create the layout idempotently; returns what was created (relative names)."""
+        self.refuse_link()
         created: list[str] = []
         if not self.root.exists():
             created.append(".")

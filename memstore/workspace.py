@@ -209,8 +209,10 @@ def open_workspace(
         top = gitops.toplevel(cwd)
         repo_root = top / STORE_DIRNAME if top is not None else None
     global_root = global_store_path(env).resolve()
-    config = load_config(repo_root, global_root, env)
-    repo = Store.at(repo_root, "repo", config) if repo_root is not None else None
+    # A repo's own .memory must be a real folder (an explicit --store may be a link on purpose).
+    linked = store_dir is None and repo_root is not None and repo_root.is_symlink()
+    config = load_config(None if linked else repo_root, global_root, env)
+    repo = Store.at(repo_root, "repo", config, refuse_link=linked) if repo_root is not None else None
     if repo is not None and repo.root == global_root:
         repo = None  # --store pointing at the global store: treat it as the global store only
     return Workspace(repo=repo, global_=Store.at(global_root, "global", config), config=config)

@@ -304,3 +304,30 @@ def test_no_write_goes_through_a_linked_folder(hostile: Hostile, cli: Callable[.
                      cwd=hostile.clone)
     assert rc == 2 and out["error"]["code"] == "not_regular" and ".memory/events" in out["error"]["message"]
     assert list(outside.iterdir()) == [] and store_files(hostile.clone) == before
+
+
+def test_a_repo_whose_memory_folder_is_a_symlink_serves_nothing_through_it(
+        tmp_path: Path, cli: Callable[..., CliResult]) -> None:
+    private = tmp_path / "private-store"
+    (private / "facts").mkdir(parents=True)
+    (private / "facts" / "notes.md").write_text(memory_file("fact", OUTSIDE))
+    origin = make_git_repo(tmp_path / "origin")
+    os.symlink("../private-store", origin / ".memory")
+    git(origin, "add", ".memory")
+    git(origin, "commit", "-q", "-m", "a store elsewhere")
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(origin), str(clone))
+    assert (clone / ".memory").is_symlink()
+    before = {p.relative_to(private).as_posix() for p in private.rglob("*")}
+
+    rc, out, _ = cli("list", cwd=clone)
+    assert rc == 0 and out["memories"] == [] and "zebracorn" not in json.dumps(out)
+    rc, out, _ = cli("show", "1v4n009hq4", cwd=clone)
+    assert rc == 3
+    rc, out, _ = cli("check", cwd=clone)
+    assert rc == 2 and out["error"]["code"] == "not_regular"
+    rc, out, _ = cli("write", "--json", "-", cwd=clone,
+                     input=json.dumps(write_req("fact", "Deploys go out from the release branch.")))
+    assert rc == 2 and out["error"]["code"] == "not_regular"
+    assert {p.relative_to(private).as_posix() for p in private.rglob("*")} == before
+    assert git(clone, "status", "--porcelain") == ""
