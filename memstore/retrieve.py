@@ -380,7 +380,8 @@ def problem_similarities(sc: Scope, rows: Rows, qvec: np.ndarray | None, wanted:
 
 # -- selection ------------------------------------------------------------------------------------------
 def select_groups(hits: list[Hit], limit: int) -> list[Hit]:
-    """Cap at ``limit`` keeping linked groups together, best group first."""
+    """Cap at ``limit`` keeping linked groups together, best group first. Within a group, what
+    worked comes before what failed: the attempts' places go to its solutions first."""
     groups: dict[str, list[Hit]] = {}
     for h in sorted(hits, key=lambda h: -h.score):
         groups.setdefault(h.group, []).append(h)
@@ -389,8 +390,15 @@ def select_groups(hits: list[Hit], limit: int) -> list[Hit]:
         room = limit - len(out)
         if room <= 0:
             break
+        slots = [i for i, h in enumerate(members) if h.mem.kind in ATTEMPT_ORDER]
+        attempts = sorted((members[i] for i in slots), key=lambda h: ATTEMPT_ORDER[h.mem.kind])
+        for i, h in zip(slots, attempts, strict=True):
+            members[i] = h
         out += members[:room]
     return out
+
+
+ATTEMPT_ORDER = {"solution": 0, "failed_tactic": 1}
 
 
 def result_json(ws: Workspace, hit: Hit, sc: Scope, util: tuple[float, float, int],
