@@ -120,7 +120,7 @@ def test_small_store_answer(case: dict[str, Any], tmp_path_factory: pytest.TempP
     check(case, answer["results"], ids)
 
 
-CLI_CASES = ("invoice-unique-violation-words", "shipping-driver-old-wording", "node-old-wording",
+CLI_CASES = ("invoice-unique-violation-words", "shipping-driver-old-url", "node-old-wording",
              "etl-oom-words", "go-unknown-android")
 
 
