@@ -161,6 +161,10 @@ def pretty(answer: dict[str, Any], render: Render) -> str:
             out.append(f"\n{tag}{r['kind']} {r['id'][:10]}  score {r['score']:.2f}{sup}{stale}")
             out.append(_wrap(r["text"]))
             out.append(f"    why: {', '.join(r.get('reasons', []))}")
+            for h in r.get("history", []):
+                via = f", change {h['change'][:10]}" if h.get("change") else ""
+                out.append(f"    history: superseded {h['id'][:10]} (replaced by {h['superseded_by'][:10]}{via})")
+                out.append(_wrap(h["text"], indent="      "))
         st = answer.get("stats", {})
         out.append(f"\n{len(answer['results'])} result(s) from {st.get('candidates', 0)} candidates "
                    f"in {st.get('elapsed_ms', 0)} ms")

@@ -186,6 +186,14 @@ class RankingParams:
     )
     # -- per-result floor on the fused score, once the query passed the gate.
     result_floor: Mapping[str, float] = field(default_factory=lambda: _frozen({"targeted": 0.15, "ambient": 0.30}))
+    # -- relative cut: drop results below this fraction of the best result's score. An absolute
+    # floor cannot tell a small store's weak matches from a large store's good ones (in a
+    # store of 15 every memory shares the project's vocabulary); a fraction of the best can.
+    # Chosen by cross-validation (bench/cv.py, RESULTS.md "relative cut").
+    relative_floor: float = 0.45
+    # ... and everything after a drop between neighbours of at least this fraction of the best
+    # score (an elbow: the answer ends where relevance falls off). 1.0: off.
+    relative_gap: float = 0.4
     limit: Mapping[str, int] = field(default_factory=lambda: _frozen({"targeted": 10, "ambient": 5}))
 
     # -- lane A (semantic)
@@ -383,8 +391,11 @@ def select(
     mode: str = "targeted",
     limit: int | None = None,
 ) -> list[Ranked]:
-    """Apply the per-result floor (kind-adjusted), sort, cap at the limit."""
+    """Apply the per-result floor and the relative cut (kind-adjusted), sort, end the list at a
+    relative drop, cap at the limit."""
     floor = float(params.for_mode(params.result_floor, mode))
+    if params.relative_floor > 0 and scored:
+        floor = max(floor, params.relative_floor * max(s for s, _ in scored.values()))
     cap = int(limit if limit is not None else params.for_mode(params.limit, mode))
     kept = [
         Ranked(i, round(s, 4), tuple(r))
@@ -392,6 +403,10 @@ def select(
         if s >= floor + params.kind_offset.get(kinds[i], 0.0)
     ]
     kept.sort(key=lambda r: (-r.score, r.index))
+    if params.relative_gap < 1.0 and len(kept) > 1:
+        drop = params.relative_gap * max(s for s, _ in scored.values())
+        end = next((n for n in range(1, len(kept)) if kept[n - 1].score - kept[n].score >= drop), len(kept))
+        kept = kept[:end]
     return kept[:cap]
 
 

@@ -246,7 +246,7 @@ class Hit:
 def expand_links(hits: dict[str, Hit], sc: Scope, ok: set[str], up: UtilityParams, *,
                  problem_links: bool, update_links: bool) -> None:
     """Step 5 (mandatory, deterministic): problems pull their attempts, attempts their problem,
-    memories the changes that target them, and facts the head of their supersession chain."""
+    memories the changes that target them. (Superseded facts were folded into their heads.)"""
     g, mems = sc.graph, sc.memories
     queue = list(hits.values())
     while queue:
@@ -262,8 +262,6 @@ def expand_links(hits: dict[str, Hit], sc: Scope, ok: set[str], up: UtilityParam
         if update_links:
             for ch in g.changes_for.get(mem.id, []):
                 pulled.append((ch, f"link:change_of:{mem.id}"))
-            if mem.kind == "fact" and mem.id in g.superseded_by:
-                pulled.append((g.head(mem.id), f"link:supersedes:{mem.id}"))
         for target, why in pulled:
             if target not in ok or target not in mems:
                 continue
@@ -278,6 +276,68 @@ def expand_links(hits: dict[str, Hit], sc: Scope, ok: set[str], up: UtilityParam
                     existing.reasons.append(why)
                 existing.score = max(existing.score, score)
                 existing.group = min(existing.group, hit.group)
+
+
+def fold_superseded(hits: dict[str, Hit], sc: Scope) -> None:
+    """SPEC §10: a superseded fact never outranks its replacement; it is the replacement's history.
+
+    Each matched superseded fact leaves the answer and its chain's head enters in its place,
+    with the old fact's score when that is higher (the query was worded like the old fact),
+    whatever filters the head itself would meet: the answer to a question about the old fact is
+    the current one. An archived head retires its chain (as ``snapshot`` does): nothing of it
+    is current, so nothing of it is returned. A hand-made cycle has no head: left as it is."""
+    g = sc.graph
+    for mid in [m for m, h in hits.items() if m in g.superseded_by]:
+        head = g.head(mid)
+        if head in g.superseded_by:
+            continue
+        old = hits.pop(mid)
+        if head in g.archived or head not in sc.memories:
+            continue
+        why = f"supersedes:{mid}"
+        hit = hits.get(head)
+        if hit is None:
+            mem = sc.memories[head]
+            hits[head] = Hit(mem, old.score, [why], group_key(mem))
+        else:
+            hit.score = max(hit.score, old.score)
+            hit.reasons.append(why)
+
+
+def history(fact_id: str, sc: Scope, predecessors: Mapping[str, list[str]]) -> list[dict[str, Any]]:
+    """The facts ``fact_id`` replaced, directly or down its chain, nearest first (archived ones
+    were withdrawn, not replaced: left out)."""
+    g, mems = sc.graph, sc.memories
+    out: list[dict[str, Any]] = []
+    seen = {fact_id}
+    level = [fact_id]
+    while level:
+        older: list[str] = []
+        for new in level:
+            for old in sorted(predecessors.get(new, ()), key=lambda m: mems[m].created or "", reverse=True):
+                if old in seen:
+                    continue
+                seen.add(old)
+                older.append(old)
+                if old in g.archived:
+                    continue
+                mem = mems[old]
+                succ = mems[new]
+                change = succ.links.get("via_change") if old in succ.link_list("supersedes") else None
+                if not isinstance(change, str):
+                    change = next(reversed(g.changes_for.get(old) or [None]))
+                out.append({"id": old, "scope": mem.scope, "text": mem.text, "created": mem.created,
+                            "superseded": True, "superseded_by": new, "change": change})
+        level = older
+    return out
+
+
+def predecessors_of(g: Graph) -> dict[str, list[str]]:
+    """Supersession reversed: fact -> the facts it directly replaced."""
+    out: dict[str, list[str]] = {}
+    for old, new in g.superseded_by.items():
+        out.setdefault(new, []).append(old)
+    return out
 
 
 def group_key(mem: Memory) -> str:
@@ -322,7 +382,8 @@ def problem_similarities(sc: Scope, rows: Rows, qvec: np.ndarray | None, wanted:
 
 # -- selection ------------------------------------------------------------------------------------------
 def select_groups(hits: list[Hit], limit: int) -> list[Hit]:
-    """Cap at ``limit`` keeping linked groups together, best group first."""
+    """Cap at ``limit`` keeping linked groups together, best group first. Within a group, what
+    worked comes before what failed: the attempts' places go to its solutions first."""
     groups: dict[str, list[Hit]] = {}
     for h in sorted(hits, key=lambda h: -h.score):
         groups.setdefault(h.group, []).append(h)
@@ -331,11 +392,19 @@ def select_groups(hits: list[Hit], limit: int) -> list[Hit]:
         room = limit - len(out)
         if room <= 0:
             break
+        slots = [i for i, h in enumerate(members) if h.mem.kind in ATTEMPT_ORDER]
+        attempts = sorted((members[i] for i in slots), key=lambda h: ATTEMPT_ORDER[h.mem.kind])
+        for i, h in zip(slots, attempts, strict=True):
+            members[i] = h
         out += members[:room]
     return out
 
 
-def result_json(ws: Workspace, hit: Hit, sc: Scope, util: tuple[float, float, int]) -> dict[str, Any]:
+ATTEMPT_ORDER = {"solution": 0, "failed_tactic": 1}
+
+
+def result_json(ws: Workspace, hit: Hit, sc: Scope, util: tuple[float, float, int],
+                predecessors: Mapping[str, list[str]]) -> dict[str, Any]:
     mem, g = hit.mem, sc.graph
     attempts = g.attempts.get(mem.id, [])
     data: dict[str, Any] = {
@@ -354,6 +423,7 @@ def result_json(ws: Workspace, hit: Hit, sc: Scope, util: tuple[float, float, in
         "tags": mem.tags,
         "created": mem.created,
         "path": ws.store(mem.scope).display_path(mem.path),
+        "history": history(mem.id, sc, predecessors) if mem.id in predecessors else [],
     }
     if mem.kind == "failed_tactic":
         data["note"] = WATCH_OUT
@@ -411,6 +481,7 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     )
     hits = {rows.ids[r.index]: Hit(sc.memories[rows.ids[r.index]], r.score, list(r.reasons),
                                    group_key(sc.memories[rows.ids[r.index]])) for r in ranked.results}
+    fold_superseded(hits, sc)
     if hits:
         expand_links(hits, sc, ok, p.utility, problem_links=expand.get("include_problem_links", True),
                      update_links=expand.get("include_update_links", True))
@@ -434,7 +505,8 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
         hit.score = hit.score * (1.0 + up.alpha * u[0] + up.beta * u[1])
         scored.append(hit)
     chosen = select_groups(scored, limit)
-    results = [result_json(ws, h, sc, utils[h.mem.id]) for h in chosen]
+    predecessors = predecessors_of(sc.graph) if any(h.mem.kind == "fact" for h in chosen) else {}
+    results = [result_json(ws, h, sc, utils[h.mem.id], predecessors) for h in chosen]
     from .stale import annotate  # fills "stale" for the returned results only
 
     annotate(ws, results, sc.memories)

@@ -65,20 +65,21 @@ def test_paraphrase_finds_problem_and_pulls_its_links(ws: Workspace, populated: 
     assert max(group) - min(group) == 2
 
 
-def test_superseded_fact_shows_its_successor(ws: Workspace, populated: dict[str, str]) -> None:
+def test_superseded_fact_is_history_of_its_successor(ws: Workspace, populated: dict[str, str]) -> None:
     ans = retrieve.read(ws, {"query": "which database driver does the app use, asyncpg?"})
     got = {r["id"]: r for r in ans["results"]}
-    assert populated["fact_new"] in got, ids(ans)
-    if populated["fact_old"] in got:
-        assert got[populated["fact_old"]]["links"]["superseded_by"] == populated["fact_new"]
+    assert populated["fact_new"] in got and populated["fact_old"] not in got, ids(ans)
     assert got[populated["fact_new"]]["links"]["superseded_by"] is None
+    assert [h["id"] for h in got[populated["fact_new"]]["history"]] == [populated["fact_old"]]
 
 
-def test_superseded_fact_pulls_the_head(ws: Workspace, populated: dict[str, str]) -> None:
+def test_superseded_fact_brings_the_head_in_its_place(ws: Workspace, populated: dict[str, str]) -> None:
     ans = retrieve.read(ws, {"query": "asyncpg connection URLs postgresql+asyncpg", "kinds": ["fact"]})
-    got = {r["id"]: r for r in ans["results"]}
-    assert got[populated["fact_old"]]["links"]["superseded_by"] == populated["fact_new"]
-    assert any(r == f"link:supersedes:{populated['fact_old']}" for r in got[populated["fact_new"]]["reasons"])
+    assert ids(ans)[0] == populated["fact_new"] and populated["fact_old"] not in ids(ans)
+    head = ans["results"][0]
+    assert f"supersedes:{populated['fact_old']}" in head["reasons"]
+    assert head["history"][0]["superseded_by"] == populated["fact_new"]
+    assert head["history"][0]["change"] == populated["change"]
 
 
 def test_archived_memories_never_appear(ws: Workspace, populated: dict[str, str]) -> None:

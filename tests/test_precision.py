@@ -1,0 +1,133 @@
+"""Precision in small stores: hand-written stores and questions (tests/data/precision_cases.yaml)
+read through the real pipeline (real model, indexes, files in a git repo).
+
+The cases were written from the product's side before any tuning and are not a tuning set:
+read's constants are chosen by cross-validation on the benchmarks in bench/ (RESULTS.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import make_git_repo
+
+from memstore import api, gitops, retrieve
+from memstore.workspace import open_workspace
+
+pytestmark = pytest.mark.model
+
+DATA = yaml.safe_load((Path(__file__).parent / "data" / "precision_cases.yaml").read_text(encoding="utf-8"))
+STORES: dict[str, list[dict[str, Any]]] = DATA["stores"]
+CASES: list[dict[str, Any]] = DATA["cases"]
+# Cases that hold for the product but need the code-aware keyword lane (identifiers inside
+# dotted calls) built separately; they are expected to pass once it is in.
+NEEDS_CODE_LANE: dict[str, str] = {
+    "http-raise-for-status": "needs the code-aware keyword lane: `raise_for_status` inside `resp.raise_for_status()` "
+                             "is no term of the store today, so the novelty penalty raises the gate",
+    "shipping-driver-old-wording": "needs the code-aware gate: 'asyncpg driver' names a rare token the store has "
+                                   "verbatim, but its best cosine (0.33) is under the bar (0.40)",
+}
+# Cases the product does not meet yet, kept as they were written: the answer should change,
+# not the expectation. strict: a pass means the mark must go.
+NOT_YET: dict[str, str] = {
+    "shipping-driver-question": "the query gate refuses it: best cosine 0.397 under the bar 0.40",
+    "frontend-package-manager": "the query gate refuses it: no memory says 'package manager' (best cosine 0.27)",
+    "frontend-env-undefined": "the query gate refuses it: API_URL is new to the store (bar 0.55), best cosine 0.35",
+    "shipping-too-many-clients": "'running the tests' matches the flaky-test memories (cosine 0.41) better than the "
+                                 "problem itself (0.26, carried by its keywords); no relative cut separates them",
+    "deploy-registry": "'docker' (the compose preference, the permission problem) outranks 'images' (the registry "
+                       "fact) in the keyword lane; no score cut separates them",
+}
+
+_built: dict[str, tuple[Path, dict[str, str]]] = {}
+
+
+def build(name: str, root: Path) -> tuple[Path, dict[str, str]]:
+    """The store ``name`` in a real git repo, written through the library (keys -> ids)."""
+    if name in _built:
+        return _built[name]
+    repo = make_git_repo(root / name)
+    gitops.toplevel.cache_clear()
+    ws = open_workspace(cwd=repo)
+    api.init(ws)
+    ids: dict[str, str] = {}
+    for spec in STORES[name]:
+        links: dict[str, Any] = {}
+        if "problem" in spec:
+            links["problem_id"] = ids[spec["problem"]]
+        if "targets" in spec:
+            links["change_targets"] = [ids[k] for k in spec["targets"]]
+        if "supersedes" in spec:
+            links["supersedes"] = [ids[k] for k in spec["supersedes"]]
+        if "via_change" in spec:
+            links["via_change"] = ids[spec["via_change"]]
+        memory: dict[str, Any] = {"kind": spec["kind"], "scope": "repo", "text": spec["text"],
+                                  "evidence_refs": ["user:said in the session"]}
+        if links:
+            memory["links"] = links
+        ids[spec["key"]] = api.write(ws, {"memory": memory, "allow_duplicate": True})["id"]
+    _built[name] = (repo, ids)
+    return repo, ids
+
+
+def check(case: dict[str, Any], results: list[dict[str, Any]], ids: dict[str, str]) -> None:
+    key_of = {v: k for k, v in ids.items()}
+    got = [key_of.get(r["id"], r["id"]) for r in results]
+    shown = f"{case['id']}: got {got}"
+    if case.get("empty"):
+        assert got == [], shown
+        return
+    for key in case.get("expect", []):
+        assert key in got, shown
+    if "first" in case:
+        assert got[0] == case["first"], shown
+    for a, b in case.get("before", []):
+        assert got.index(a) < got.index(b), shown
+    if case.get("only"):
+        extra = set(got) - set(case.get("expect", [])) - set(case.get("allow", []))
+        assert not extra, f"{shown}; unexpected {sorted(extra)}"
+    by_key = {key_of.get(r["id"], r["id"]): r for r in results}
+    for head, old in (case.get("history") or {}).items():
+        history = by_key[head].get("history") or []
+        assert [key_of.get(h["id"]) for h in history] == old, shown
+        assert all(h["superseded"] and h["superseded_by"] for h in history), history
+        assert not set(old) & set(got), f"{shown}: superseded facts are history, not peers"
+
+
+def _param(case: dict[str, Any]) -> Any:
+    marks = []
+    if case["id"] in NEEDS_CODE_LANE:
+        marks.append(pytest.mark.xfail(strict=False, reason=NEEDS_CODE_LANE[case["id"]]))
+    if case["id"] in NOT_YET:
+        marks.append(pytest.mark.xfail(strict=True, reason=NOT_YET[case["id"]]))
+    return pytest.param(case, id=case["id"], marks=marks)
+
+
+def test_the_case_file_is_what_it_claims() -> None:
+    assert len(CASES) >= 30
+    assert all(3 <= len(mems) <= 20 for mems in STORES.values())
+    assert any(c.get("empty") for c in CASES) and any(c.get("history") for c in CASES)
+
+
+@pytest.mark.parametrize("case", [_param(c) for c in CASES])
+def test_small_store_answer(case: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> None:
+    repo, ids = build(case["store"], tmp_path_factory.getbasetemp() / "precision")
+    ws = open_workspace(cwd=repo)
+    answer = retrieve.read(ws, {"query": case["query"], "include_global": False}, log_episode=False)
+    check(case, answer["results"], ids)
+
+
+CLI_CASES = ("invoice-unique-violation-words", "shipping-driver-old-url", "node-old-wording",
+             "etl-oom-words", "go-unknown-android")
+
+
+@pytest.mark.parametrize("case_id", CLI_CASES)
+def test_small_store_answer_through_the_cli(case_id: str, cli: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
+    case = next(c for c in CASES if c["id"] == case_id)
+    repo, ids = build(case["store"], tmp_path_factory.getbasetemp() / "precision")
+    code, out, err = cli("read", case["query"], "--no-global", cwd=repo)
+    assert code == 0, err
+    check(case, out["results"], ids)
