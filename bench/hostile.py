@@ -1,4 +1,4 @@
-"""What memstore does with hostile memory files that arrive by git (SECURITY-hostile-files.md).
+"""What memstore does with hostile memory files that arrive by git (SECURITY.md, "The rules for memory files").
 
 Run (from the repo root, venv active):
 

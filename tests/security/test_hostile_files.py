@@ -1,4 +1,4 @@
-"""Hostile memory files arriving by git (SECURITY-hostile-files.md): a clone, a pull or a pull
+"""Hostile memory files arriving by git (SECURITY.md, "The rules for memory files"): a clone, a pull or a pull
 request brings files someone else wrote. Each test builds the hostile repo as an "origin",
 pulls or checks it out in a real clone, and drives the real CLI there: the hostile file is
 reported by `check`, never followed, never served, and breaks no verb."""
