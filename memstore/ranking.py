@@ -14,6 +14,7 @@ Inputs per scope (one store, or several concatenated row-wise):
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -79,21 +80,77 @@ def keyword_terms(query: str, stop_words: frozenset[str] = STOP_WORDS) -> list[s
     return list(dict.fromkeys(out))
 
 
-def keyword_analyzer() -> Any:
-    """The Whoosh analyser for the keyword index's text field (imports whoosh lazily).
+# A code token: a word with its dotted/path/``KEY=VALUE``/hyphenated continuations
+# (``resp.raise_for_status``, ``app/db/session.py``, ``TZ=UTC``, ``ORA-00942``), or an
+# all-caps word with a status number (``HTTP 409``). Both keyword fields tokenise with it.
+CODE_PATTERN = r"\b[A-Z][A-Z0-9]+ [0-9]{3,}\b|\w+(?:[.\-/:=]\w+)*"
+_CODE_SEP_RE = re.compile(r"[.\-/:= ]")
+# What makes a token an identifier rather than a word: an inner separator, an underscore, a
+# digit among letters, or a case change inside it (``UniqueViolationError``, ``myStore``).
+_CODE_SHAPE_RE = re.compile(r"[._/:= ]|[A-Za-z]\d|\d[A-Za-z]|[a-z][A-Z]|[A-Z]{2}[a-z]|-\d|\d-")
+# Where IntraWordFilter splits a code token into its words (the space joins ``HTTP 409``).
+_INTRA_DELIMS = "-_'\"()!@#$%^&*[]{}<>\\|;:,./?`~=+ "
 
-    Identifiers stay whole (``fsdownload.java``, ``hadoop-1234``) so exact error strings and
-    file names match; stop words are dropped at index time as well, which keeps field lengths
-    about content; Porter stemming lets "fails"/"failed"/"failing" meet.
+
+def code_shaped(token: str) -> bool:
+    """True for identifiers (``raise_for_status``, ``E11000``, ``HTTPAdapter``), false for words
+    (``asyncpg``, ``self-care``, ``LGBTQ``)."""
+    return bool(_CODE_SHAPE_RE.search(token))
+
+
+def code_forms(token: str) -> list[str]:
+    """What the ``code`` field indexes for one token: nothing for a plain word; for an
+    identifier itself and its separator-delimited pieces, each piece alone and every prefix and
+    suffix run of pieces, lower-cased (``app/db/session.py`` -> ``app/db/session.py``, ``app``,
+    ``db``, ``session``, ``py``, ``app/db``, ``app/db/session``, ``db/session.py``,
+    ``session.py``). A query names a function or a file by a part of the path it sits on."""
+    if not code_shaped(token):
+        return [token.lower()] if "-" in token else []  # hyphenated words match only whole
+    low = token.lower()
+    cuts = [m.start() for m in _CODE_SEP_RE.finditer(low)]
+    if not cuts:
+        return [low]
+    starts = [0, *(c + 1 for c in cuts)]
+    ends = [*cuts, len(low)]
+    pieces = [low, *(low[a:b] for a, b in zip(starts, ends, strict=True)),
+              *(low[:b] for b in ends[:-1]), *(low[a:] for a in starts[1:])]
+    return [p for p in dict.fromkeys(pieces) if len(p) >= 2 and p not in STOP_WORDS]
+
+
+def code_terms(query: str, stop_words: frozenset[str] = STOP_WORDS) -> list[str]:
+    """The query's tokens as the ``code`` field is searched: whole, lower-cased, no stop words."""
+    out = [t.lower() for t in re.findall(CODE_PATTERN, query)]
+    return list(dict.fromkeys(t for t in out if len(t) >= 2 and t not in stop_words))
+
+
+def keyword_analyzer() -> Any:
+    """The Whoosh analyser for the keyword index's ``text`` field (imports whoosh lazily).
+
+    Identifiers are split into their words (``raise_for_status`` -> raise, status;
+    ``UniqueViolationError`` -> unique, violation, error) so a name is found inside a longer
+    one; the whole names live in the ``code`` field (``code_analyzer``). Stop words are dropped
+    at index time as well, which keeps field lengths about content; Porter stemming lets
+    "fails"/"failed"/"failing" meet.
     """
-    from whoosh.analysis import LowercaseFilter, RegexTokenizer, StemFilter, StopFilter
+    from whoosh.analysis import IntraWordFilter, LowercaseFilter, RegexTokenizer, StemFilter, StopFilter
 
     return (
-        RegexTokenizer(r"\w+(?:[.\-/:]\w+)*")
+        RegexTokenizer(CODE_PATTERN)
+        | IntraWordFilter(delims=_INTRA_DELIMS, splitnums=False)
         | LowercaseFilter()
         | StopFilter(stoplist=STOP_WORDS, minsize=2)
         | StemFilter()
     )
+
+
+def code_analyzer() -> Any:
+    """The Whoosh analyser for the ``code`` field: identifiers whole and by pieces
+    (``code_forms``), unstemmed; plain words are left to the ``text`` field."""
+    from whoosh.analysis import RegexTokenizer
+
+    from .index.analysis import CodeFormsFilter
+
+    return RegexTokenizer(CODE_PATTERN) | CodeFormsFilter()
 
 
 def keyword_weighting(b: float = 0.4, k1: float = 1.2) -> Any:
@@ -184,6 +241,14 @@ class RankingParams:
             {"preference": -0.05, "fact": 0.0, "problem": 0.0, "solution": 0.0, "failed_tactic": 0.0, "change": 0.0}
         )
     )
+    # A query identifier held verbatim in a memory's ``code`` field with at least this idf
+    # (rare in the store) is evidence of relevance on its own: when the cosine bar refuses
+    # the query, the memories holding such an identifier are still answered (RESULTS.md,
+    # "code lane").
+    verbatim_idf: float = 1.5
+    # Keyword-only mode (no embedder): a memory is answered when it holds at least this share
+    # of the query's idf mass, or a rare query identifier verbatim; else the answer is empty.
+    keyword_only_coverage: float = 0.6
     # -- per-result floor on the fused score, once the query passed the gate.
     result_floor: Mapping[str, float] = field(default_factory=lambda: _frozen({"targeted": 0.15, "ambient": 0.30}))
     limit: Mapping[str, int] = field(default_factory=lambda: _frozen({"targeted": 10, "ambient": 5}))
@@ -421,6 +486,7 @@ def rank(
     exclude: Collection[int] | np.ndarray = (),
     offsets: np.ndarray | None = None,
     near: Neighbours | None = None,
+    evidence: Mapping[int, tuple[float, float]] | None = None,
 ) -> Ranking:
     """The whole scoring path for one scope: gate -> lanes -> association -> fuse -> select.
 
@@ -430,7 +496,9 @@ def rank(
     ``exclude``: rows out of scope (archived, filtered by kind, the memory being checked)
     without rebuilding the matrix, as row numbers or a boolean mask over the rows; the answer
     is the one the matrix without those rows would give. ``offsets``: ``kind_offsets(kinds,
-    params)``, precomputed. ``near``: see ``association_chain``.
+    params)``, precomputed. ``near``: see ``association_chain``. ``evidence``: for keyword hits,
+    row -> (share of the query's idf the memory covers, idf of the rarest query identifier it
+    holds verbatim); a hit without an entry covers the whole query and holds no identifier.
     """
     p = params or RankingParams()
     ex = _mask(exclude, len(kinds))
@@ -438,8 +506,14 @@ def rank(
         keyword_hits = [(i, s) for i, s in keyword_hits if not ex[i]]
     kw = normalize_keyword(keyword_hits)
     kw_order = [i for i, _ in keyword_hits if i in kw]
+    ev = evidence or {}
+    verbatim = [i for i in kw_order if ev.get(i, (1.0, 0.0))[1] >= p.verbatim_idf]
     if qvec is None or matrix.shape[0] == 0 or (ex is not None and bool(ex.all())):
-        degraded = {i: (kw[i] / (1.0 + p.keyword_weight), [f"keyword:{kw[i]:.2f}"]) for i in kw_order}
+        # No similarity to gate on: a memory must carry most of the query's rare words, or one
+        # of its rare identifiers, or the answer is empty (an unrelated query shares a word or
+        # two with almost any store).
+        covered = [i for i in kw_order if ev.get(i, (1.0, 0.0))[0] >= p.keyword_only_coverage or i in verbatim]
+        degraded = {i: (kw[i] / (1.0 + p.keyword_weight), [f"keyword:{kw[i]:.2f}"]) for i in covered}
         gate = GateDecision(bool(degraded), 0.0, 0.0, "keyword only (no embeddings)")
         return Ranking(select(degraded, kinds, p, mode, limit), gate, len(degraded))
 
@@ -448,7 +522,15 @@ def rank(
         sims[ex] = -np.inf
     gate = query_gate(sims, kinds, novel=novelty(salient, doc_freq), params=p, mode=mode, offsets=offsets)
     if not gate.passed:
-        return Ranking([], gate, 0)
+        if not verbatim:
+            return Ranking([], gate, 0)
+        # The store holds a rare identifier the query names: those memories are answered
+        # (and only they), whatever the cosine says; embeddings blur identifiers.
+        gate = GateDecision(True, gate.top_similarity, gate.bar, "a rare query identifier occurs verbatim")
+        scored = fuse(sims, [], kw, verbatim, dataclasses.replace(p, keyword_lane=len(verbatim)))
+        for i in scored:
+            scored[i][1].append("verbatim")
+        return Ranking(select(scored, kinds, p, mode, limit), gate, len(scored))
 
     if p.prf_weight > 0:
         first = fuse(sims, top_k(sims, p.semantic_pool), kw, kw_order, p)
