@@ -1,4 +1,5 @@
-"""Cross-validation of the code lane's two constants (``verbatim_idf``, ``keyword_only_coverage``)
+"""Cross-validation of the code lane's constants (``verbatim_idf``, ``verbatim_others``,
+``keyword_only_coverage``)
 through the real ``memstore.ranking.rank`` over the product's keyword index.
 
 LoCoMo: leave one conversation out (tune on four, report the fifth); the objective is the mean of
@@ -30,7 +31,8 @@ from eval_locomo import HEADLINE_CATEGORIES, load_conversations, recall_at
 
 from memstore import ranking
 
-VERBATIM = (1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, math.inf)  # inf: the signal off
+VERBATIM = (1.0, 1.5, 2.0, 3.0, 4.0, math.inf)  # inf: the signal off
+OTHERS = (1.0, 0.75, 0.5, 0.25)  # 1.0: no preference for the memories holding the identifier
 COVERAGE = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # 0.0: no keyword-only abstention
 
 
@@ -145,8 +147,9 @@ def main() -> None:
     memo = Cached()
     sweeps: list[tuple[str, bool, list[tuple[str, ranking.RankingParams]]]] = []
     if args.only in (None, "verbatim"):
-        sweeps.append(("verbatim_idf, with embeddings", False,
-                       [(f"verbatim_idf={v}", dataclasses.replace(base, verbatim_idf=v)) for v in VERBATIM]))
+        sweeps.append(("verbatim_idf x verbatim_others, with embeddings", False,
+                       [(f"verbatim_idf={v} others={o}", dataclasses.replace(base, verbatim_idf=v, verbatim_others=o))
+                        for v in VERBATIM for o in OTHERS]))
     if args.only in (None, "coverage"):
         sweeps.append(("keyword_only_coverage x verbatim_idf, keyword only", True,
                        [(f"coverage={c} verbatim_idf={v}",

@@ -14,7 +14,6 @@ Inputs per scope (one store, or several concatenated row-wise):
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -98,29 +97,35 @@ def code_shaped(token: str) -> bool:
     return bool(_CODE_SHAPE_RE.search(token))
 
 
+EXACT = "^"  # prefix of a code form kept in its written case (``^Session.send``)
+
+
 def code_forms(token: str) -> list[str]:
     """What the ``code`` field indexes for one token: nothing for a plain word; for an
     identifier itself and its separator-delimited pieces, each piece alone and every prefix and
     suffix run of pieces, lower-cased (``app/db/session.py`` -> ``app/db/session.py``, ``app``,
     ``db``, ``session``, ``py``, ``app/db``, ``app/db/session``, ``db/session.py``,
-    ``session.py``). A query names a function or a file by a part of the path it sits on."""
+    ``session.py``), and each again as written, marked with ``EXACT``: a name in the case the
+    query writes it is the surer match (``session.send`` is not ``Session.send``). A query names
+    a function or a file by a part of the path it sits on."""
     if not code_shaped(token):
         return [token.lower()] if "-" in token else []  # hyphenated words match only whole
-    low = token.lower()
-    cuts = [m.start() for m in _CODE_SEP_RE.finditer(low)]
-    if not cuts:
-        return [low]
+    cuts = [m.start() for m in _CODE_SEP_RE.finditer(token)]
     starts = [0, *(c + 1 for c in cuts)]
-    ends = [*cuts, len(low)]
-    pieces = [low, *(low[a:b] for a, b in zip(starts, ends, strict=True)),
-              *(low[:b] for b in ends[:-1]), *(low[a:] for a in starts[1:])]
-    return [p for p in dict.fromkeys(pieces) if len(p) >= 2 and p not in STOP_WORDS]
+    ends = [*cuts, len(token)]
+    pieces = [token, *(token[a:b] for a, b in zip(starts, ends, strict=True)),
+              *(token[:b] for b in ends[:-1]), *(token[a:] for a in starts[1:])] if cuts else [token]
+    # A number alone is no identifier (``10`` of ``10:30``): only the whole keeps it.
+    kept = [p for i, p in enumerate(dict.fromkeys(pieces))
+            if i == 0 or (len(p) >= 2 and p.lower() not in STOP_WORDS and not p.isdigit())]
+    return list(dict.fromkeys([*(p.lower() for p in kept), *(EXACT + p for p in kept)]))
 
 
 def code_terms(query: str, stop_words: frozenset[str] = STOP_WORDS) -> list[str]:
-    """The query's tokens as the ``code`` field is searched: whole, lower-cased, no stop words."""
-    out = [t.lower() for t in re.findall(CODE_PATTERN, query)]
-    return list(dict.fromkeys(t for t in out if len(t) >= 2 and t not in stop_words))
+    """The query's tokens as the ``code`` field is searched: whole, lower-cased, no stop words;
+    and, for an identifier, as written (``EXACT``)."""
+    toks = [t for t in re.findall(CODE_PATTERN, query) if len(t) >= 2 and t.lower() not in stop_words]
+    return list(dict.fromkeys([*(t.lower() for t in toks), *(EXACT + t for t in toks if code_shaped(t))]))
 
 
 def keyword_analyzer() -> Any:
@@ -246,6 +251,10 @@ class RankingParams:
     # the query, the memories holding such an identifier are still answered (RESULTS.md,
     # "code lane").
     verbatim_idf: float = 1.5
+    # When some memories hold such an identifier, every other candidate's score is multiplied
+    # by this: a query naming ``raise_for_status`` is about the memories that call it, however
+    # close the prose of the others is (1.0: no preference).
+    verbatim_others: float = 0.5
     # Keyword-only mode (no embedder): a memory is answered when it holds at least this share
     # of the query's idf mass, or a rare query identifier verbatim; else the answer is empty.
     keyword_only_coverage: float = 0.6
@@ -362,13 +371,15 @@ def fuse(
     keyword: Mapping[int, float],
     keyword_order: Sequence[int],
     params: RankingParams,
+    extra: Sequence[int] = (),
 ) -> dict[int, tuple[float, list[str]]]:
-    """Merge lane A and lane B into one score per candidate, with the reasons kept."""
+    """Merge lane A and lane B into one score per candidate, with the reasons kept. ``extra``:
+    rows that are candidates whatever their rank in either lane."""
     w = params.keyword_weight
     cands: dict[int, list[str]] = {}
     for i, s in semantic:
         cands.setdefault(i, []).append(f"semantic:{s:.2f}")
-    for i in keyword_order[: params.keyword_lane]:
+    for i in [*keyword_order[: params.keyword_lane], *extra]:
         cands.setdefault(i, [])
     out: dict[int, tuple[float, list[str]]] = {}
     for i, reasons in cands.items():
@@ -514,6 +525,7 @@ def rank(
         # two with almost any store).
         covered = [i for i in kw_order if ev.get(i, (1.0, 0.0))[0] >= p.keyword_only_coverage or i in verbatim]
         degraded = {i: (kw[i] / (1.0 + p.keyword_weight), [f"keyword:{kw[i]:.2f}"]) for i in covered}
+        _prefer_verbatim(degraded, verbatim, p)
         gate = GateDecision(bool(degraded), 0.0, 0.0, "keyword only (no embeddings)")
         return Ranking(select(degraded, kinds, p, mode, limit), gate, len(degraded))
 
@@ -527,9 +539,8 @@ def rank(
         # The store holds a rare identifier the query names: those memories are answered
         # (and only they), whatever the cosine says; embeddings blur identifiers.
         gate = GateDecision(True, gate.top_similarity, gate.bar, "a rare query identifier occurs verbatim")
-        scored = fuse(sims, [], kw, verbatim, dataclasses.replace(p, keyword_lane=len(verbatim)))
-        for i in scored:
-            scored[i][1].append("verbatim")
+        scored = fuse(sims, [], kw, [], p, extra=verbatim)
+        _prefer_verbatim(scored, verbatim, p)
         return Ranking(select(scored, kinds, p, mode, limit), gate, len(scored))
 
     if p.prf_weight > 0:
@@ -541,7 +552,7 @@ def rank(
             sims[ex] = -np.inf
 
     semantic = top_k(sims, p.semantic_pool)
-    scored = fuse(sims, semantic, kw, kw_order, p)
+    scored = fuse(sims, semantic, kw, kw_order, p, extra=verbatim)
     if p.semantic_hops > 0 and p.hop_seeds > 0:
         seeds = sorted(scored.items(), key=lambda kv: -kv[1][0])[: p.hop_seeds]
         hops = association_chain(
@@ -554,4 +565,17 @@ def rank(
                 scored[i] = (max(old, rel), [*reasons, why])
             else:
                 scored[i] = (rel, [why])
+    _prefer_verbatim(scored, verbatim, p)
     return Ranking(select(scored, kinds, p, mode, limit), gate, len(scored))
+
+
+def _prefer_verbatim(scored: dict[int, tuple[float, list[str]]], verbatim: Sequence[int], p: RankingParams) -> None:
+    """Mark the memories holding a rare query identifier and scale every other one down."""
+    if not verbatim:
+        return
+    held = set(verbatim)
+    for i, (score, reasons) in scored.items():
+        if i in held:
+            reasons.append("verbatim")
+        else:
+            scored[i] = (score * p.verbatim_others, reasons)

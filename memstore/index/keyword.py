@@ -162,12 +162,30 @@ class KeywordIndex:
         searcher = self.searcher
         if self._scorer is not None:
             try:
-                return self._scorer.search(searcher, pairs, limit)
+                return self._scorer.search(searcher, pairs, limit, self._identifiers(searcher, pairs))
             except Exception:  # a Whoosh release whose internals moved: its own search still works
                 self._scorer = None
         # Whoosh's search gives no per-term matches: every hit counts as covering the query
         # and none as a verbatim identifier (the gates then behave as before the code lane).
         return [KeywordHit(mid, score, 1.0, 0.0) for mid, score in whoosh_search(searcher, pairs, limit)]
+
+    def _identifiers(self, searcher: Any, pairs: list[tuple[str, str]]) -> frozenset[str]:
+        """The query's ``code`` terms that name an identifier in this store: identifier-shaped
+        (``raise_for_status``, ``E11000``), or a word most memories that mention it hold inside
+        one (``asyncpg`` of ``asyncpg.exceptions``). Prose slips such as ``advice.I`` make a word
+        a piece of some "identifier" once; it is still mostly written as a word."""
+        out = []
+        for field_name, term in pairs:
+            if field_name != "code" or term.startswith(ranking.EXACT):
+                continue
+            if ranking.code_shaped(term):
+                out.append(term)
+                continue
+            in_code = searcher.doc_frequency("code", term)
+            words = self.analyse([term])
+            if in_code and words and 2 * in_code >= max(searcher.doc_frequency("text", w) for w in words):
+                out.append(term)
+        return frozenset(out)
 
     def doc_freq(self, word: str) -> int:
         """Memories that hold ``word``: as an identifier in ``code`` when it is one (its
@@ -221,9 +239,10 @@ class ArrayScorer:
         self._postings_bytes = 0
         self._segments: frozenset[str] = frozenset()
 
-    def search(self, searcher: Any, pairs: list[tuple[str, str]], limit: int) -> list[KeywordHit]:
+    def search(self, searcher: Any, pairs: list[tuple[str, str]], limit: int,
+               identifiers: frozenset[str] = frozenset()) -> list[KeywordHit]:
         """Every match scored; the ``limit`` best, each with the share of the query's ``text``
-        idf it covers and the idf of the rarest ``code`` term it holds."""
+        idf it covers and the idf of the rarest of ``identifiers`` (``code`` terms) it holds."""
         import numpy as np
 
         if searcher.doc_count_all() == 0:
@@ -263,7 +282,7 @@ class ArrayScorer:
                 matched[ids] = True
                 if field_name == "text":
                     cover[ids] += idf
-                elif field_name == "code":
+                elif field_name == "code" and text in identifiers:
                     code_idf[ids] = np.maximum(code_idf[ids], idf)
             deleted = reader.deleted_docs_set
             if deleted:
