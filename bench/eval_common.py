@@ -159,10 +159,12 @@ class ProductKeyword:
         self.index = StoreKeyword(Path(self._dir.name) / "keyword", params)
         self.index.apply(((str(i), k, [], t) for i, (t, k) in enumerate(zip(texts, kinds, strict=True))), [])
 
-    def hits(self, query: str, limit: int) -> tuple[list[tuple[int, float]], dict[int, tuple[float, float]]]:
-        """(row, BM25) best first, and row -> (coverage, verbatim identifier idf)."""
+    def hits(self, query: str, limit: int) -> tuple[list[tuple[int, float]], dict[int, tuple[float, float]], bool]:
+        """(row, BM25) best first, row -> (coverage, verbatim identifier idf), and whether the
+        query is nothing but identifiers of the store."""
         got = self.index.hits(query, limit)
-        return ([(int(h.id), h.score) for h in got], {int(h.id): (h.coverage, h.code_idf) for h in got})
+        return ([(int(h.id), h.score) for h in got], {int(h.id): (h.coverage, h.code_idf) for h in got},
+                any(h.named for h in got))
 
     def doc_freq(self, term: str) -> int:
         return self.index.doc_freq(term)
@@ -206,13 +208,14 @@ def ranking_retriever(params: ranking.RankingParams, mode: str = "targeted", lim
     def run(store: Store, query: str, qvec: np.ndarray, own: int | None = None) -> list[ranking.Ranked]:
         # ``own``: a row left out of scope entirely (GitBugs: the query's own report).
         pool = params.keyword_pool + (own is not None)
-        hits, evidence = store.code.hits(query, pool)
+        hits, evidence, named = store.code.hits(query, pool)
         return ranking.rank(
             None if keyword_only else qvec,
             store.matrix,
             hits,
             store.kinds,
             evidence=evidence,
+            named=named,
             salient=ranking.salient_terms(query),
             doc_freq=store.code.doc_freq,
             params=params,

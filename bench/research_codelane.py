@@ -1,5 +1,4 @@
-"""Cross-validation of the code lane's constants (``verbatim_idf``, ``verbatim_others``,
-``keyword_only_coverage``)
+"""Cross-validation of the code lane's constants (``verbatim_idf``, ``keyword_only_coverage``)
 through the real ``memstore.ranking.rank`` over the product's keyword index.
 
 LoCoMo: leave one conversation out (tune on four, report the fifth); the objective is the mean of
@@ -32,7 +31,6 @@ from eval_locomo import HEADLINE_CATEGORIES, load_conversations, recall_at
 from memstore import ranking
 
 VERBATIM = (1.0, 1.5, 2.0, 3.0, 4.0, math.inf)  # inf: the signal off
-OTHERS = (1.0, 0.75, 0.5, 0.25)  # 1.0: no preference for the memories holding the identifier
 COVERAGE = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # 0.0: no keyword-only abstention
 
 
@@ -40,15 +38,15 @@ class Cached:
     """Keyword hits per (store, query), computed once: only the ranking varies in a sweep."""
 
     def __init__(self) -> None:
-        self.memo: dict[tuple[str, str, int], tuple[list[tuple[int, float]], dict[int, tuple[float, float]]]] = {}
+        self.memo: dict[tuple[str, str, int], tuple[list[tuple[int, float]], dict[int, tuple[float, float]], bool]] = {}
 
     def rank(self, store: Store, query: str, qvec: np.ndarray | None, p: ranking.RankingParams,
              own: int | None = None, limit: int = 25) -> list[ranking.Ranked]:
         key = (store.name, query, p.keyword_pool + (own is not None))
         if key not in self.memo:
             self.memo[key] = store.code.hits(query, key[2])
-        hits, evidence = self.memo[key]
-        return ranking.rank(qvec, store.matrix, hits, store.kinds, evidence=evidence,
+        hits, evidence, named = self.memo[key]
+        return ranking.rank(qvec, store.matrix, hits, store.kinds, evidence=evidence, named=named,
                             salient=ranking.salient_terms(query), doc_freq=store.code.doc_freq, params=p,
                             limit=limit, exclude=() if own is None else {own}).results
 
@@ -147,9 +145,8 @@ def main() -> None:
     memo = Cached()
     sweeps: list[tuple[str, bool, list[tuple[str, ranking.RankingParams]]]] = []
     if args.only in (None, "verbatim"):
-        sweeps.append(("verbatim_idf x verbatim_others, with embeddings", False,
-                       [(f"verbatim_idf={v} others={o}", dataclasses.replace(base, verbatim_idf=v, verbatim_others=o))
-                        for v in VERBATIM for o in OTHERS]))
+        sweeps.append(("verbatim_idf, with embeddings", False,
+                       [(f"verbatim_idf={v}", dataclasses.replace(base, verbatim_idf=v)) for v in VERBATIM]))
     if args.only in (None, "coverage"):
         sweeps.append(("keyword_only_coverage x verbatim_idf, keyword only", True,
                        [(f"coverage={c} verbatim_idf={v}",

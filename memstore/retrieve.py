@@ -212,6 +212,7 @@ def row_offsets(rows: Rows, rp: ranking.RankingParams) -> np.ndarray:
 class LaneB(NamedTuple):
     hits: list[tuple[int, float]]  # (row, BM25 / its store's best), best first
     evidence: dict[int, tuple[float, float]]  # row -> (query idf share covered, verbatim identifier idf)
+    named: bool  # the query is nothing but identifiers of a store in scope
 
 
 def keyword_lane(sc: Scope, query: str, rows: Rows, pool: int) -> LaneB:
@@ -219,6 +220,7 @@ def keyword_lane(sc: Scope, query: str, rows: Rows, pool: int) -> LaneB:
     (their idf comes from different corpora), so each store's are divided by its own best."""
     hits: list[tuple[int, float]] = []
     evidence: dict[int, tuple[float, float]] = {}
+    named = False
     for si in sc.indexes:
         if si.keyword is None:
             continue
@@ -228,8 +230,9 @@ def keyword_lane(sc: Scope, query: str, rows: Rows, pool: int) -> LaneB:
         if best > 0:
             hits += [(row, h.score / best) for row, h in found]
             evidence.update((row, (h.coverage, h.code_idf)) for row, h in found)
+            named = named or any(h.named for _, h in found)
     hits.sort(key=lambda h: -h[1])
-    return LaneB(hits[:pool], evidence)
+    return LaneB(hits[:pool], evidence, named)
 
 
 def doc_freq_fn(sc: Scope) -> Any:
@@ -408,7 +411,7 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     limit = int(request.get("limit") or rp.for_mode(rp.limit, mode))
     lane_b = keyword_lane(sc, query, rows, rp.keyword_pool)
     ranked = ranking.rank(
-        qvec, rows.matrix, lane_b.hits, rows.kinds, evidence=lane_b.evidence,
+        qvec, rows.matrix, lane_b.hits, rows.kinds, evidence=lane_b.evidence, named=lane_b.named,
         salient=ranking.salient_terms(query), doc_freq=doc_freq_fn(sc),
         params=rp, mode=mode, limit=limit, ids=rows.ids, offsets=row_offsets(rows, rp),
         exclude=rows.excluded if rows.excluded is not None else (), near=kept_neighbours(ws, sc, rows, rp),

@@ -31,6 +31,7 @@ class KeywordHit(NamedTuple):
     score: float
     coverage: float  # share of the query's text idf its words carry (1.0: every query word)
     code_idf: float  # idf of the rarest query identifier it holds verbatim (0.0: none)
+    named: bool = False  # the query is nothing but identifiers of this store (a name look-up)
 
 
 def _schema() -> Any:
@@ -162,7 +163,12 @@ class KeywordIndex:
         searcher = self.searcher
         if self._scorer is not None:
             try:
-                return self._scorer.search(searcher, pairs, limit, self._identifiers(searcher, pairs))
+                identifiers = self._identifiers(searcher, pairs)
+                found = self._scorer.search(searcher, pairs, limit, identifiers)
+                folded = {t for f, t in pairs if f == "code" and not t.startswith(ranking.EXACT)}
+                if folded and folded <= identifiers:
+                    found = [h._replace(named=True) for h in found]
+                return found
             except Exception:  # a Whoosh release whose internals moved: its own search still works
                 self._scorer = None
         # Whoosh's search gives no per-term matches: every hit counts as covering the query
