@@ -97,14 +97,24 @@ class EmbeddingCache:
 # ---------------------------------------------------------------------------------------
 
 
+def plain_analyzer() -> object:
+    """The baseline's analyser: words and identifiers kept whole (``resp.raise_for_status``),
+    lower-cased, stop words dropped, Porter-stemmed: plain BM25 as memstore had it before the
+    code lane, and close to the identifiers README's ``[a-z0-9_.]+`` reference."""
+    from whoosh.analysis import LowercaseFilter, RegexTokenizer, StemFilter, StopFilter
+
+    return (RegexTokenizer(r"\w+(?:[.\-/:]\w+)*") | LowercaseFilter()
+            | StopFilter(stoplist=ranking.STOP_WORDS, minsize=2) | StemFilter())
+
+
 class KeywordIndex:
-    """Whoosh BM25F over ``text`` (+ ``kind``), analysed with ``ranking.keyword_analyzer()``."""
+    """Plain BM25 (the baseline): Whoosh BM25F over ``text`` (+ ``kind``), ``plain_analyzer()``."""
 
     def __init__(self, texts: Sequence[str], kinds: Sequence[str], b: float = 0.4, k1: float = 1.2) -> None:
         from whoosh.fields import ID, KEYWORD, NUMERIC, TEXT, Schema
         from whoosh.filedb.filestore import RamStorage
 
-        self.analyzer = ranking.keyword_analyzer()
+        self.analyzer = plain_analyzer()
         schema = Schema(
             idx=NUMERIC(stored=True, unique=True),
             text=TEXT(analyzer=self.analyzer),
@@ -122,13 +132,6 @@ class KeywordIndex:
     def analyze(self, text: str) -> list[str]:
         return [tok.text for tok in self.analyzer(text)]
 
-    def doc_freq(self, term: str) -> int:
-        """Documents containing ``term`` after analysis (0 if the analyser drops it)."""
-        toks = self.analyze(term)
-        if not toks:
-            return 0
-        return min(self._searcher.doc_frequency("text", t) for t in toks)
-
     def search(self, terms: Sequence[str], limit: int) -> list[tuple[int, float]]:
         from whoosh import query as wq
 
@@ -141,6 +144,30 @@ class KeywordIndex:
         q = wq.Or([wq.Term("text", t) for t in toks])
         hits = self._searcher.search(q, limit=limit)
         return [(int(h["idx"]), float(h.score)) for h in hits]
+
+
+class ProductKeyword:
+    """The product's keyword index (``memstore.index.keyword``: code + text fields, the array
+    scorer, the gates' evidence) built in a temporary folder, addressed by row number."""
+
+    def __init__(self, texts: Sequence[str], kinds: Sequence[str], params: ranking.RankingParams) -> None:
+        import tempfile
+
+        from memstore.index.keyword import KeywordIndex as StoreKeyword
+
+        self._dir = tempfile.TemporaryDirectory(prefix="memstore-kw-")
+        self.index = StoreKeyword(Path(self._dir.name) / "keyword", params)
+        self.index.apply(((str(i), k, [], t) for i, (t, k) in enumerate(zip(texts, kinds, strict=True))), [])
+
+    def hits(self, query: str, limit: int) -> tuple[list[tuple[int, float]], dict[int, tuple[float, float]], bool]:
+        """(row, BM25) best first, row -> (coverage, verbatim identifier idf), and whether the
+        query is nothing but identifiers of the store."""
+        got = self.index.hits(query, limit)
+        return ([(int(h.id), h.score) for h in got], {int(h.id): (h.coverage, h.code_idf) for h in got},
+                any(h.named for h in got))
+
+    def doc_freq(self, term: str) -> int:
+        return self.index.doc_freq(term)
 
 
 # ---------------------------------------------------------------------------------------
@@ -156,7 +183,8 @@ class Store:
     texts: list[str]
     kinds: list[str]
     matrix: np.ndarray
-    keyword: KeywordIndex
+    keyword: KeywordIndex  # plain BM25, the baseline
+    code: ProductKeyword  # what the product's keyword lane sees
     labels: list[list[str]] = field(default_factory=list)  # bench-only ground-truth ids
 
 
@@ -165,26 +193,31 @@ Retriever = Callable[[Store, str, np.ndarray], list[ranking.Ranked]]
 
 def build_store(name: str, texts: list[str], kinds: list[str], cache: EmbeddingCache) -> Store:
     matrix = cache.embed(texts)
-    return Store(name=name, texts=texts, kinds=kinds, matrix=matrix, keyword=KeywordIndex(texts, kinds))
+    return Store(name=name, texts=texts, kinds=kinds, matrix=matrix, keyword=KeywordIndex(texts, kinds),
+                 code=ProductKeyword(texts, kinds, ranking.RankingParams()))
 
 
-def ranking_retriever(params: ranking.RankingParams, mode: str = "targeted", limit: int | None = 25) -> Retriever:
+def ranking_retriever(params: ranking.RankingParams, mode: str = "targeted", limit: int | None = 25,
+                      keyword_only: bool = False) -> Retriever:
     """The memstore algorithm over one store (what ``memstore.read`` does per store).
 
     ``limit`` defaults to 25 so recall@25 is measurable; the product's default is 10.
+    ``keyword_only``: as a read without the embedding model (no query vector).
     """
 
     def run(store: Store, query: str, qvec: np.ndarray, own: int | None = None) -> list[ranking.Ranked]:
         # ``own``: a row left out of scope entirely (GitBugs: the query's own report).
         pool = params.keyword_pool + (own is not None)
-        hits = store.keyword.search(ranking.keyword_terms(query), pool)
+        hits, evidence, named = store.code.hits(query, pool)
         return ranking.rank(
-            qvec,
+            None if keyword_only else qvec,
             store.matrix,
             hits,
             store.kinds,
+            evidence=evidence,
+            named=named,
             salient=ranking.salient_terms(query),
-            doc_freq=store.keyword.doc_freq,
+            doc_freq=store.code.doc_freq,
             params=params,
             mode=mode,
             limit=limit,

@@ -7,6 +7,7 @@ Abstention = fraction of *mismatched* queries (conversation i's questions agains
 i+1's store) answered with zero results. Baselines: BM25 alone, vector top-k alone.
 
     python bench/eval_locomo.py --data ../shared/eval/locomo/locomo_dev.json
+    python bench/eval_locomo.py --data ../shared/eval/locomo/locomo_dev.json --keyword-only  # no model
 
 The last stdout line is one JSON object (see ``main``).
 """
@@ -224,7 +225,12 @@ def main(argv: list[str] | None = None, retriever: Retriever | None = None) -> d
     ap.add_argument("--engine", choices=("pipeline", "ranking"), default="pipeline",
                     help="pipeline: memstore.read over real on-disk stores (the headline); ranking: the pure "
                     "ranking functions over in-memory arrays (fast, for parameter sweeps)")
+    ap.add_argument("--keyword-only", action="store_true",
+                    help="as a read without the embedding model: the ranking functions with no query vector "
+                    "(implies --engine ranking)")
     args = ap.parse_args(argv)
+    if args.keyword_only:
+        args.engine = "ranking"
     ks = sorted(set(args.k) | {5, 10, 25})
 
     t_start = time.perf_counter()
@@ -245,8 +251,8 @@ def main(argv: list[str] | None = None, retriever: Retriever | None = None) -> d
             pipeline.retriever(args.mode)(s, "warm up", np.zeros(1))
         main_retriever = pipeline.retriever(args.mode, limit=max(ks))
     else:
-        main_retriever = ranking_retriever(ranking.RankingParams(), mode=args.mode)
-    res = evaluate(convs, stores, qvecs, main_retriever, ks, live_embed=pipeline is None)
+        main_retriever = ranking_retriever(ranking.RankingParams(), mode=args.mode, keyword_only=args.keyword_only)
+    res = evaluate(convs, stores, qvecs, main_retriever, ks, live_embed=pipeline is None and not args.keyword_only)
     if pipeline is not None:
         pipeline.close()
     baselines = {}

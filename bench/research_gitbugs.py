@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from eval_common import DEFAULT_CACHE, EmbeddingCache, KeywordIndex, build_store, ranking_retriever
+from eval_common import DEFAULT_CACHE, EmbeddingCache, ProductKeyword, build_store, ranking_retriever
 from eval_gitbugs import evaluate, load
 
 from memstore import ranking
@@ -67,11 +67,11 @@ def main() -> None:
         for lane in (0, 10, 25):
             line(f"keyword_lane {lane}", r(base, keyword_lane=lane))
     if "bm25" in args.sweep:
-        kw = store.keyword
+        kw = store.code
         for b, k1 in ((0.75, 1.2), (0.3, 1.2), (0.4, 0.9), (0.4, 2.0)):
-            store.keyword = KeywordIndex(store.texts, store.kinds, b=b, k1=k1)
+            store.code = ProductKeyword(store.texts, store.kinds, ranking.RankingParams(bm25_b=b, bm25_k1=k1))
             line(f"bm25 b={b} k1={k1}", base)
-        store.keyword = kw
+        store.code = kw
 
 
 if __name__ == "__main__":

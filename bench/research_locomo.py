@@ -56,8 +56,8 @@ def main() -> None:
                 "simo": qv @ other.matrix.T,
                 "bm": np.stack([dense_bm25(st, q.text) for q in c.questions]),
                 "bmo": np.stack([dense_bm25(other, q.text) for q in c.questions]),
-                "df": [[st.keyword.doc_freq(t) for t in s] for s in salient],
-                "dfo": [[other.keyword.doc_freq(t) for t in s] for s in salient],
+                "df": [[st.code.doc_freq(t) for t in s] for s in salient],
+                "dfo": [[other.code.doc_freq(t) for t in s] for s in salient],
                 "salient": salient,
             }
         )

@@ -79,21 +79,83 @@ def keyword_terms(query: str, stop_words: frozenset[str] = STOP_WORDS) -> list[s
     return list(dict.fromkeys(out))
 
 
-def keyword_analyzer() -> Any:
-    """The Whoosh analyser for the keyword index's text field (imports whoosh lazily).
+# A code token: a word with its dotted/path/``KEY=VALUE``/hyphenated continuations
+# (``resp.raise_for_status``, ``app/db/session.py``, ``TZ=UTC``, ``ORA-00942``), or an
+# all-caps word with a status number (``HTTP 409``). Both keyword fields tokenise with it.
+CODE_PATTERN = r"\b[A-Z][A-Z0-9]+ [0-9]{3,}\b|\w+(?:[.\-/:=]\w+)*"
+_CODE_SEP_RE = re.compile(r"[.\-/:= ]")
+# What makes a token an identifier rather than a word: an inner separator, an underscore, a
+# digit among letters, or a case change inside it (``UniqueViolationError``, ``myStore``).
+_CODE_SHAPE_RE = re.compile(r"[._/:= ]|[A-Za-z]\d|\d[A-Za-z]|[a-z][A-Z]|[A-Z]{2}[a-z]|-\d|\d-")
+# Where IntraWordFilter splits a code token into its words (the space joins ``HTTP 409``).
+_INTRA_DELIMS = "-_'\"()!@#$%^&*[]{}<>\\|;:,./?`~=+ "
 
-    Identifiers stay whole (``fsdownload.java``, ``hadoop-1234``) so exact error strings and
-    file names match; stop words are dropped at index time as well, which keeps field lengths
-    about content; Porter stemming lets "fails"/"failed"/"failing" meet.
+
+def code_shaped(token: str) -> bool:
+    """True for identifiers (``raise_for_status``, ``E11000``, ``HTTPAdapter``), false for words
+    (``asyncpg``, ``self-care``, ``LGBTQ``)."""
+    return bool(_CODE_SHAPE_RE.search(token))
+
+
+EXACT = "^"  # prefix of a code form kept in its written case (``^Session.send``)
+
+
+def code_forms(token: str) -> list[str]:
+    """What the ``code`` field indexes for one token: nothing for a plain word; for an
+    identifier itself and its separator-delimited pieces, each piece alone and every prefix and
+    suffix run of pieces, lower-cased (``app/db/session.py`` -> ``app/db/session.py``, ``app``,
+    ``db``, ``session``, ``py``, ``app/db``, ``app/db/session``, ``db/session.py``,
+    ``session.py``), and each again as written, marked with ``EXACT``: a name in the case the
+    query writes it is the surer match (``session.send`` is not ``Session.send``). A query names
+    a function or a file by a part of the path it sits on."""
+    if not code_shaped(token):
+        return [token.lower()] if "-" in token else []  # hyphenated words match only whole
+    cuts = [m.start() for m in _CODE_SEP_RE.finditer(token)]
+    starts = [0, *(c + 1 for c in cuts)]
+    ends = [*cuts, len(token)]
+    pieces = [token, *(token[a:b] for a, b in zip(starts, ends, strict=True)),
+              *(token[:b] for b in ends[:-1]), *(token[a:] for a in starts[1:])] if cuts else [token]
+    # A number alone is no identifier (``10`` of ``10:30``): only the whole keeps it.
+    kept = [p for i, p in enumerate(dict.fromkeys(pieces))
+            if i == 0 or (len(p) >= 2 and p.lower() not in STOP_WORDS and not p.isdigit())]
+    return list(dict.fromkeys([*(p.lower() for p in kept), *(EXACT + p for p in kept)]))
+
+
+def code_terms(query: str, stop_words: frozenset[str] = STOP_WORDS) -> list[str]:
+    """The query's tokens as the ``code`` field is searched: whole, lower-cased, no stop words;
+    and, for an identifier, as written (``EXACT``)."""
+    toks = [t for t in re.findall(CODE_PATTERN, query) if len(t) >= 2 and t.lower() not in stop_words]
+    return list(dict.fromkeys([*(t.lower() for t in toks), *(EXACT + t for t in toks if code_shaped(t))]))
+
+
+def keyword_analyzer() -> Any:
+    """The Whoosh analyser for the keyword index's ``text`` field (imports whoosh lazily).
+
+    Identifiers are split into their words (``raise_for_status`` -> raise, status;
+    ``UniqueViolationError`` -> unique, violation, error) so a name is found inside a longer
+    one; the whole names live in the ``code`` field (``code_analyzer``). Stop words are dropped
+    at index time as well, which keeps field lengths about content; Porter stemming lets
+    "fails"/"failed"/"failing" meet.
     """
-    from whoosh.analysis import LowercaseFilter, RegexTokenizer, StemFilter, StopFilter
+    from whoosh.analysis import IntraWordFilter, LowercaseFilter, RegexTokenizer, StemFilter, StopFilter
 
     return (
-        RegexTokenizer(r"\w+(?:[.\-/:]\w+)*")
+        RegexTokenizer(CODE_PATTERN)
+        | IntraWordFilter(delims=_INTRA_DELIMS, splitnums=False)
         | LowercaseFilter()
         | StopFilter(stoplist=STOP_WORDS, minsize=2)
         | StemFilter()
     )
+
+
+def code_analyzer() -> Any:
+    """The Whoosh analyser for the ``code`` field: identifiers whole and by pieces
+    (``code_forms``), unstemmed; plain words are left to the ``text`` field."""
+    from whoosh.analysis import RegexTokenizer
+
+    from .index.analysis import CodeFormsFilter
+
+    return RegexTokenizer(CODE_PATTERN) | CodeFormsFilter()
 
 
 def keyword_weighting(b: float = 0.4, k1: float = 1.2) -> Any:
@@ -184,6 +246,16 @@ class RankingParams:
             {"preference": -0.05, "fact": 0.0, "problem": 0.0, "solution": 0.0, "failed_tactic": 0.0, "change": 0.0}
         )
     )
+    # A query identifier held verbatim in a memory's ``code`` field with at least this idf
+    # (rare in the store: about 1 memory in 5 or fewer) is evidence of relevance on its own:
+    # when the cosine bar refuses the query, the memories holding such an identifier are still
+    # answered. Cross-validated flat from 1.0 to 4.0 on LoCoMo and GitBugs (RESULTS.md, "code
+    # lane"); 1.5 still counts an identifier two of fifteen memories hold.
+    verbatim_idf: float = 1.5
+    # Keyword-only mode (no embedder): a memory is answered when it holds at least this share
+    # of the query's idf mass, or a rare query identifier verbatim; else the answer is empty.
+    # Chosen by leave-one-conversation-out on LoCoMo (every fold chose 0.4).
+    keyword_only_coverage: float = 0.4
     # -- per-result floor on the fused score, once the query passed the gate.
     result_floor: Mapping[str, float] = field(default_factory=lambda: _frozen({"targeted": 0.15, "ambient": 0.30}))
     # -- relative cut: drop results below this fraction of the best result's score. An absolute
@@ -305,13 +377,15 @@ def fuse(
     keyword: Mapping[int, float],
     keyword_order: Sequence[int],
     params: RankingParams,
+    extra: Sequence[int] = (),
 ) -> dict[int, tuple[float, list[str]]]:
-    """Merge lane A and lane B into one score per candidate, with the reasons kept."""
+    """Merge lane A and lane B into one score per candidate, with the reasons kept. ``extra``:
+    rows that are candidates whatever their rank in either lane."""
     w = params.keyword_weight
     cands: dict[int, list[str]] = {}
     for i, s in semantic:
         cands.setdefault(i, []).append(f"semantic:{s:.2f}")
-    for i in keyword_order[: params.keyword_lane]:
+    for i in [*keyword_order[: params.keyword_lane], *extra]:
         cands.setdefault(i, [])
     out: dict[int, tuple[float, list[str]]] = {}
     for i, reasons in cands.items():
@@ -436,6 +510,8 @@ def rank(
     exclude: Collection[int] | np.ndarray = (),
     offsets: np.ndarray | None = None,
     near: Neighbours | None = None,
+    evidence: Mapping[int, tuple[float, float]] | None = None,
+    named: bool = False,
 ) -> Ranking:
     """The whole scoring path for one scope: gate -> lanes -> association -> fuse -> select.
 
@@ -445,7 +521,11 @@ def rank(
     ``exclude``: rows out of scope (archived, filtered by kind, the memory being checked)
     without rebuilding the matrix, as row numbers or a boolean mask over the rows; the answer
     is the one the matrix without those rows would give. ``offsets``: ``kind_offsets(kinds,
-    params)``, precomputed. ``near``: see ``association_chain``.
+    params)``, precomputed. ``near``: see ``association_chain``. ``evidence``: for keyword hits,
+    row -> (share of the query's idf the memory covers, idf of the rarest query identifier it
+    holds verbatim); a hit without an entry covers the whole query and holds no identifier.
+    ``named``: the query is nothing but identifiers of the store (``raise_for_status``); the
+    memories that hold one verbatim then rank above all others.
     """
     p = params or RankingParams()
     ex = _mask(exclude, len(kinds))
@@ -453,8 +533,15 @@ def rank(
         keyword_hits = [(i, s) for i, s in keyword_hits if not ex[i]]
     kw = normalize_keyword(keyword_hits)
     kw_order = [i for i, _ in keyword_hits if i in kw]
+    ev = evidence or {}
+    verbatim = [i for i in kw_order if ev.get(i, (1.0, 0.0))[1] >= p.verbatim_idf]
     if qvec is None or matrix.shape[0] == 0 or (ex is not None and bool(ex.all())):
-        degraded = {i: (kw[i] / (1.0 + p.keyword_weight), [f"keyword:{kw[i]:.2f}"]) for i in kw_order}
+        # No similarity to gate on: a memory must carry most of the query's rare words, or one
+        # of its rare identifiers, or the answer is empty (an unrelated query shares a word or
+        # two with almost any store).
+        covered = [i for i in kw_order if ev.get(i, (1.0, 0.0))[0] >= p.keyword_only_coverage or i in verbatim]
+        degraded = {i: (kw[i] / (1.0 + p.keyword_weight), [f"keyword:{kw[i]:.2f}"]) for i in covered}
+        _prefer_verbatim(degraded, verbatim, named)
         gate = GateDecision(bool(degraded), 0.0, 0.0, "keyword only (no embeddings)")
         return Ranking(select(degraded, kinds, p, mode, limit), gate, len(degraded))
 
@@ -463,7 +550,14 @@ def rank(
         sims[ex] = -np.inf
     gate = query_gate(sims, kinds, novel=novelty(salient, doc_freq), params=p, mode=mode, offsets=offsets)
     if not gate.passed:
-        return Ranking([], gate, 0)
+        if not verbatim:
+            return Ranking([], gate, 0)
+        # The store holds a rare identifier the query names: those memories are answered
+        # (and only they), whatever the cosine says; embeddings blur identifiers.
+        gate = GateDecision(True, gate.top_similarity, gate.bar, "a rare query identifier occurs verbatim")
+        scored = fuse(sims, [], kw, [], p, extra=verbatim)
+        _prefer_verbatim(scored, verbatim, named)
+        return Ranking(select(scored, kinds, p, mode, limit), gate, len(scored))
 
     if p.prf_weight > 0:
         first = fuse(sims, top_k(sims, p.semantic_pool), kw, kw_order, p)
@@ -474,7 +568,7 @@ def rank(
             sims[ex] = -np.inf
 
     semantic = top_k(sims, p.semantic_pool)
-    scored = fuse(sims, semantic, kw, kw_order, p)
+    scored = fuse(sims, semantic, kw, kw_order, p, extra=verbatim)
     if p.semantic_hops > 0 and p.hop_seeds > 0:
         seeds = sorted(scored.items(), key=lambda kv: -kv[1][0])[: p.hop_seeds]
         hops = association_chain(
@@ -487,4 +581,26 @@ def rank(
                 scored[i] = (max(old, rel), [*reasons, why])
             else:
                 scored[i] = (rel, [why])
+    _prefer_verbatim(scored, verbatim, named)
     return Ranking(select(scored, kinds, p, mode, limit), gate, len(scored))
+
+
+def _prefer_verbatim(scored: dict[int, tuple[float, list[str]]], verbatim: Sequence[int], named: bool) -> None:
+    """Mark the memories holding a rare query identifier; when the query is only a name, scale
+    every other memory below the lowest of them (their order kept). A query that says
+    ``raise_for_status`` asks for the memories that call it, however close the prose of
+    others is; a sentence that mentions an identifier is still ranked as a whole (on GitBugs,
+    ranking every title's identifier matches first cost hit@5 0.75 -> 0.70, RESULTS.md)."""
+    held = {i for i in verbatim if i in scored}
+    for i in held:
+        scored[i][1].append("verbatim")
+    if not named or not held:
+        return
+    floor = min(scored[i][0] for i in held)
+    top = max((s for i, (s, _) in scored.items() if i not in held), default=0.0)
+    if top < floor or top <= 0:
+        return
+    scale = 0.99 * floor / top
+    for i, (score, reasons) in scored.items():
+        if i not in held:
+            scored[i] = (score * scale, reasons)

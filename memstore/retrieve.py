@@ -211,20 +211,30 @@ def row_offsets(rows: Rows, rp: ranking.RankingParams) -> np.ndarray:
     return rows.offsets(rp.kind_offset)
 
 
-def keyword_lane(sc: Scope, query: str, rows: Rows, pool: int) -> list[tuple[int, float]]:
+class LaneB(NamedTuple):
+    hits: list[tuple[int, float]]  # (row, BM25 / its store's best), best first
+    evidence: dict[int, tuple[float, float]]  # row -> (query idf share covered, verbatim identifier idf)
+    named: bool  # the query is nothing but identifiers of a store in scope
+
+
+def keyword_lane(sc: Scope, query: str, rows: Rows, pool: int) -> LaneB:
     """Lane B over every store in scope. BM25 scores of different indexes have different scales
     (their idf comes from different corpora), so each store's are divided by its own best."""
     hits: list[tuple[int, float]] = []
+    evidence: dict[int, tuple[float, float]] = {}
+    named = False
     for si in sc.indexes:
         if si.keyword is None:
             continue
-        found = [(row, score) for mid, score in si.keyword.search(query, pool)
-                 if (row := rows.pos.get(mid)) is not None and not rows.is_excluded(row)]
-        best = max((s for _, s in found), default=0.0)
+        found = [(row, h) for h in si.keyword.hits(query, pool)
+                 if (row := rows.pos.get(h.id)) is not None and not rows.is_excluded(row)]
+        best = max((h.score for _, h in found), default=0.0)
         if best > 0:
-            hits += [(row, s / best) for row, s in found]
+            hits += [(row, h.score / best) for row, h in found]
+            evidence.update((row, (h.coverage, h.code_idf)) for row, h in found)
+            named = named or any(h.named for _, h in found)
     hits.sort(key=lambda h: -h[1])
-    return hits[:pool]
+    return LaneB(hits[:pool], evidence, named)
 
 
 def doc_freq_fn(sc: Scope) -> Any:
@@ -473,9 +483,10 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
 
     ok, rows = scoped_rows(ws, sc, kinds, filters.get("since"), tags, semantic)
     limit = int(request.get("limit") or rp.for_mode(rp.limit, mode))
-    kw_hits = keyword_lane(sc, query, rows, rp.keyword_pool)
+    lane_b = keyword_lane(sc, query, rows, rp.keyword_pool)
     ranked = ranking.rank(
-        qvec, rows.matrix, kw_hits, rows.kinds, salient=ranking.salient_terms(query), doc_freq=doc_freq_fn(sc),
+        qvec, rows.matrix, lane_b.hits, rows.kinds, evidence=lane_b.evidence, named=lane_b.named,
+        salient=ranking.salient_terms(query), doc_freq=doc_freq_fn(sc),
         params=rp, mode=mode, limit=limit, ids=rows.ids, offsets=row_offsets(rows, rp),
         exclude=rows.excluded if rows.excluded is not None else (), near=kept_neighbours(ws, sc, rows, rp),
     )

@@ -1,6 +1,9 @@
-"""The keyword projection (lane B): a Whoosh BM25F index over text, tags and kind.
+"""The keyword projection (lane B): a Whoosh BM25F index over text, code, tags and kind.
 
-Catches exact identifiers, error strings and file names that embeddings blur.
+Catches exact identifiers, error strings and file names that embeddings blur. Identifiers are
+indexed twice: whole and by pieces in ``code`` (``resp.raise_for_status``, ``raise_for_status``)
+and by their words in ``text`` (``raise``, ``status``), so a query naming the function finds the
+call, and a whole-name match scores in both fields, above a match of its words alone.
 """
 
 from __future__ import annotations
@@ -11,14 +14,24 @@ import shutil
 from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     import numpy as np
 
 from .. import ranking
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"  # 4: the code field and the identifier-splitting text analyser
+
+
+class KeywordHit(NamedTuple):
+    """One memory the keyword lane found, with what the gates weigh besides its score."""
+
+    id: str
+    score: float
+    coverage: float  # share of the query's text idf its words carry (1.0: every query word)
+    code_idf: float  # idf of the rarest query identifier it holds verbatim (0.0: none)
+    named: bool = False  # the query is nothing but identifiers of this store (a name look-up)
 
 
 def _schema() -> Any:
@@ -29,6 +42,7 @@ def _schema() -> Any:
         kind=ID(stored=True),
         tags=KEYWORD(lowercase=True, commas=True, scorable=True),
         text=TEXT(analyzer=ranking.keyword_analyzer()),
+        code=TEXT(analyzer=ranking.code_analyzer(), phrase=False),
     )
 
 
@@ -114,7 +128,7 @@ class KeywordIndex:
             for mid in removes:
                 writer.delete_by_term("id", mid)
             for mid, kind, tags, text in upserts:
-                doc = {"id": mid, "kind": kind, "tags": ",".join(tags), "text": text}
+                doc = {"id": mid, "kind": kind, "tags": ",".join(tags), "text": text, "code": text}
                 if mid in present:
                     writer.update_document(**doc)
                 else:
@@ -131,25 +145,64 @@ class KeywordIndex:
             out += [t.text for t in self._analyzer(word)]
         return list(dict.fromkeys(out))
 
-    def search(self, query: str, limit: int) -> list[tuple[str, float]]:
-        """The ``limit`` best (id, BM25F score) for the query's terms over text and tags."""
+    def pairs(self, query: str) -> list[tuple[str, str]]:
+        """The (field, term) pairs a query is scored on: its tokens whole in ``code``, their
+        words in ``text`` and ``tags``."""
         terms = self.analyse(ranking.keyword_terms(query))
-        if not terms:
+        return ([("code", t) for t in ranking.code_terms(query)]
+                + [("text", t) for t in terms] + [("tags", t) for t in terms])
+
+    def search(self, query: str, limit: int) -> list[tuple[str, float]]:
+        """The ``limit`` best (id, BM25F score) for the query's terms over text, code and tags."""
+        return [(h.id, h.score) for h in self.hits(query, limit)]
+
+    def hits(self, query: str, limit: int) -> list[KeywordHit]:
+        pairs = self.pairs(query)
+        if not pairs:
             return []
-        pairs = [("text", t) for t in terms] + [("tags", t) for t in terms]
         searcher = self.searcher
         if self._scorer is not None:
             try:
-                return self._scorer.search(searcher, pairs, limit)
+                identifiers = self._identifiers(searcher, pairs)
+                found = self._scorer.search(searcher, pairs, limit, identifiers)
+                folded = {t for f, t in pairs if f == "code" and not t.startswith(ranking.EXACT)}
+                if folded and folded <= identifiers:
+                    found = [h._replace(named=True) for h in found]
+                return found
             except Exception:  # a Whoosh release whose internals moved: its own search still works
                 self._scorer = None
-        return whoosh_search(searcher, pairs, limit)
+        # Whoosh's search gives no per-term matches: every hit counts as covering the query
+        # and none as a verbatim identifier (the gates then behave as before the code lane).
+        return [KeywordHit(mid, score, 1.0, 0.0) for mid, score in whoosh_search(searcher, pairs, limit)]
+
+    def _identifiers(self, searcher: Any, pairs: list[tuple[str, str]]) -> frozenset[str]:
+        """The query's ``code`` terms that name an identifier in this store: identifier-shaped
+        (``raise_for_status``, ``E11000``), or a word most memories that mention it hold inside
+        one (``asyncpg`` of ``asyncpg.exceptions``). Prose slips such as ``advice.I`` make a word
+        a piece of some "identifier" once; it is still mostly written as a word."""
+        out = []
+        for field_name, term in pairs:
+            if field_name != "code" or term.startswith(ranking.EXACT):
+                continue
+            if ranking.code_shaped(term):
+                out.append(term)
+                continue
+            in_code = searcher.doc_frequency("code", term)
+            words = self.analyse([term])
+            if in_code and words and 2 * in_code >= max(searcher.doc_frequency("text", w) for w in words):
+                out.append(term)
+        return frozenset(out)
 
     def doc_freq(self, word: str) -> int:
+        """Memories that hold ``word``: as an identifier in ``code`` when it is one (its
+        words alone say little: ``UniqueViolationError`` is not in a store that only says
+        "error"), else in ``text``."""
+        s = self.searcher
+        if ranking.code_shaped(word):
+            return int(s.doc_frequency("code", word.lower()))
         terms = self.analyse([word])
         if not terms:
             return 0
-        s = self.searcher
         return max(s.doc_frequency("text", t) for t in terms)
 
     def doc_count(self) -> int:
@@ -192,7 +245,10 @@ class ArrayScorer:
         self._postings_bytes = 0
         self._segments: frozenset[str] = frozenset()
 
-    def search(self, searcher: Any, pairs: list[tuple[str, str]], limit: int) -> list[tuple[str, float]]:
+    def search(self, searcher: Any, pairs: list[tuple[str, str]], limit: int,
+               identifiers: frozenset[str] = frozenset()) -> list[KeywordHit]:
+        """Every match scored; the ``limit`` best, each with the share of the query's ``text``
+        idf it covers and the idf of the rarest of ``identifiers`` (``code`` terms) it holds."""
         import numpy as np
 
         if searcher.doc_count_all() == 0:
@@ -205,13 +261,18 @@ class ArrayScorer:
             if field_name in searcher.schema and searcher.schema[field_name].scorable:
                 stats[field_name, text] = (searcher.idf(field_name, text), searcher.avg_field_length(field_name) or 1)
         b, k1 = self.b, self.k1
+        text_idf = sum(stats[p][0] for p in stats if p[0] == "text") or 1.0
         scores_parts: list[np.ndarray] = []
         docs_parts: list[np.ndarray] = []
+        cover_parts: list[np.ndarray] = []
+        code_parts: list[np.ndarray] = []
         for reader, offset in leaves:
             n = reader.doc_count_all()
             if n == 0:
                 continue
             scores = np.zeros(n)
+            cover = np.zeros(n)
+            code_idf = np.zeros(n)
             matched = np.zeros(n, dtype=bool)
             for field_name, text in pairs:
                 if (field_name, text) not in stats:
@@ -225,24 +286,33 @@ class ArrayScorer:
                 # Whoosh's bm25(), term by term, in double precision like its Python floats.
                 scores[ids] += idf * ((weights * (k1 + 1)) / (weights + k1 * ((1 - b) + b * lengths / avgfl)))
                 matched[ids] = True
+                if field_name == "text":
+                    cover[ids] += idf
+                elif field_name == "code" and text in identifiers:
+                    code_idf[ids] = np.maximum(code_idf[ids], idf)
             deleted = reader.deleted_docs_set
             if deleted:
                 matched[np.fromiter(deleted, dtype=np.int64, count=len(deleted))] = False
             docs = np.flatnonzero(matched)
             scores_parts.append(scores[docs])
             docs_parts.append(docs + offset)
+            cover_parts.append(cover[docs])
+            code_parts.append(code_idf[docs])
         if not docs_parts:
             return []
         scores = np.concatenate(scores_parts)
         docs = np.concatenate(docs_parts)
+        covers = np.concatenate(cover_parts) / text_idf
+        codes = np.concatenate(code_parts)
         if limit < len(docs):
             keep = np.argpartition(-scores, limit - 1)[:limit]
             # ties at the cut keep the lower document numbers, as Whoosh's collector does
             cut = scores[keep].min()
             keep = np.flatnonzero(scores >= cut)
-            scores, docs = scores[keep], docs[keep]
+            scores, docs, covers, codes = scores[keep], docs[keep], covers[keep], codes[keep]
         order = np.lexsort((docs, -scores))[:limit]
-        return [(searcher.stored_fields(int(docs[i]))["id"], float(scores[i])) for i in order]
+        return [KeywordHit(searcher.stored_fields(int(docs[i]))["id"], float(scores[i]),
+                           min(float(covers[i]), 1.0), float(codes[i])) for i in order]
 
     def _forget_gone(self, segments: set[str]) -> None:
         if segments == self._segments:
