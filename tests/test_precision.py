@@ -22,14 +22,8 @@ pytestmark = pytest.mark.model
 DATA = yaml.safe_load((Path(__file__).parent / "data" / "precision_cases.yaml").read_text(encoding="utf-8"))
 STORES: dict[str, list[dict[str, Any]]] = DATA["stores"]
 CASES: list[dict[str, Any]] = DATA["cases"]
-# Cases that hold for the product but need the code-aware keyword lane (identifiers inside
-# dotted calls) built separately; they are expected to pass once it is in.
-NEEDS_CODE_LANE: dict[str, str] = {
-    "http-raise-for-status": "needs the code-aware keyword lane: `raise_for_status` inside `resp.raise_for_status()` "
-                             "is no term of the store today, so the novelty penalty raises the gate",
-    "shipping-driver-old-wording": "needs the code-aware gate: 'asyncpg driver' names a rare token the store has "
-                                   "verbatim, but its best cosine (0.33) is under the bar (0.40)",
-}
+# Cases that once waited for the code-aware keyword lane; none left.
+NEEDS_CODE_LANE: dict[str, str] = {}
 # Cases the product does not meet yet, kept as they were written: the answer should change,
 # not the expectation. strict: a pass means the mark must go.
 NOT_YET: dict[str, str] = {
@@ -38,6 +32,12 @@ NOT_YET: dict[str, str] = {
     "frontend-env-undefined": "the query gate refuses it: API_URL is new to the store (bar 0.55), best cosine 0.35",
     "shipping-too-many-clients": "'running the tests' matches the flaky-test memories (cosine 0.41) better than the "
                                  "problem itself (0.26, carried by its keywords); no relative cut separates them",
+    "shipping-driver-old-wording": "'asyncpg driver': the store holds asyncpg verbatim, but in a store this small no "
+                                   "term's idf reaches verbatim_idf (1.5), and the best cosine (0.33) is under the "
+                                   "bar (0.40)",
+    "http-read-timeout": "'httpx.ReadTimeout' is held whole by the problem alone, but in a 4-memory store its idf is "
+                         "under verbatim_idf (1.5), so the httpx preference (cosine 0.51, keyword match on httpx) "
+                         "clears the relative cut",
     "deploy-registry": "'docker' (the compose preference, the permission problem) outranks 'images' (the registry "
                        "fact) in the keyword lane; no score cut separates them",
 }
