@@ -18,6 +18,7 @@ from . import gitops, ids
 from .config import Config
 from .errors import Conflict, InvalidFile, NoStore
 from .files import atomic_write, dump_markdown, dump_yaml, file_lock, parse_markdown, safe_yaml
+from .index.layout import real_dir
 from .model import DIR_KINDS, EVENT_TYPES, KIND_DIRS, KINDS, SCOPES, Event, Memory
 
 STORE_DIRNAME = ".memory"
@@ -221,7 +222,8 @@ class Store:
     # -- layout -----------------------------------------------------------------------------
     @property
     def index_dir(self) -> Path:
-        return self.root / INDEX_DIRNAME
+        # Never a link out of the store: see memstore.index.layout.
+        return real_dir(self.root / INDEX_DIRNAME)
 
     @property
     def local_dir(self) -> Path:

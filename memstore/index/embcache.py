@@ -36,7 +36,7 @@ class EmbeddingCache:
 
     def _load(self) -> None:
         try:
-            keys = self.keys_path.read_text(encoding="ascii").split("\n")
+            keys = self.keys_path.read_text(encoding="ascii", errors="replace").split("\n")
             size = self.vecs_path.stat().st_size
         except (OSError, UnicodeDecodeError):
             return
@@ -127,5 +127,5 @@ class EmbeddingCache:
             if self.vecs_path.exists() and self.vecs_path.stat().st_size != rows * 4 * self.dim:
                 with open(self.vecs_path, "r+b") as fh:
                     fh.truncate(rows * 4 * self.dim)
-                keys = self.keys_path.read_text(encoding="ascii").split("\n")[:rows]
+                keys = self.keys_path.read_text(encoding="ascii", errors="replace").split("\n")[:rows]
                 self.keys_path.write_text("".join(k + "\n" for k in keys if k), encoding="ascii")
