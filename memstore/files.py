@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import fcntl
 import hashlib
 import io
@@ -16,7 +17,7 @@ from typing import Any
 import frontmatter
 import yaml
 
-from .errors import InvalidFile
+from .errors import DiskFull, InvalidFile
 
 try:  # libyaml ships in pyyaml's wheels; the pure-Python loader is 5x slower
     _Loader: type = yaml.CSafeLoader
@@ -122,9 +123,10 @@ def atomic_write(path: Path, data: str | bytes | Iterable[str], *, exclusive: bo
             os.unlink(tmp)
         else:
             os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        _raise_full(exc, path)
         raise
 
 
@@ -145,10 +147,29 @@ def atomic_file(path: Path) -> Iterator[Path]:
             os.close(fd)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        _raise_full(exc, path)
         raise
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _raise_full(exc: BaseException, path: Path) -> None:
+    full = disk_full(exc, path.name)
+    if full is not None:
+        raise full from exc
+
+
+def disk_full(exc: BaseException, what: str) -> DiskFull | None:
+    """A full device is the user's to fix, not a bug: the error that says so, or None when
+    ``exc`` is something else."""
+    if isinstance(exc, OSError) and not isinstance(exc, DiskFull) and exc.errno in _FULL:
+        return DiskFull(f"no space left on the device for {what} ({os.strerror(exc.errno)}); it was not written",
+                        hint="free some space and run the command again")
+    return None
 
 
 @contextlib.contextmanager

@@ -73,7 +73,7 @@ def test_a_lost_newline_in_the_keys_never_shifts_keys_onto_other_rows(tmp_path: 
     cache.put_many([K1, K2, K3], rows(1, 2, 3))
     text = cache.keys_path.read_text()
     cache.keys_path.write_text(text.replace("\n", "", 1))  # K1 and K2 run together
-    vecs, missing = EmbeddingCache(tmp_path, "model", 4).get_many([K1, K2, K3])
+    _vecs, missing = EmbeddingCache(tmp_path, "model", 4).get_many([K1, K2, K3])
     assert missing == [0, 1, 2]
 
 
@@ -82,5 +82,5 @@ def test_a_cache_truncated_under_a_running_process_is_mapped_again(tmp_path: Pat
     cache.put_many([K1, K2], rows(1, 2))
     with open(cache.vecs_path, "r+b") as fh:  # reading the old mapping now would be a SIGBUS
         fh.truncate(0)
-    vecs, missing = cache.get_many([K1, K2])
+    _vecs, missing = cache.get_many([K1, K2])
     assert missing == [0, 1]

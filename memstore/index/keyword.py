@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 from .. import ranking
+from ..files import disk_full
 
 SCHEMA_VERSION = "3"
 
@@ -32,6 +33,9 @@ def _healing(method: Callable[..., _T]) -> Callable[..., _T]:
         try:
             return method(self, *args, **kwargs)
         except Exception as exc:  # any damage surfaces as some exception: struct.error, EmptyIndexError, ...
+            full = disk_full(exc, "the keyword index")
+            if full is not None:  # not damage: rebuilding would not fit either
+                raise full from exc
             if self.on_fault is None or self._healing:
                 raise
             self._healing = True
