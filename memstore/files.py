@@ -44,8 +44,9 @@ def _normalise(value: Any) -> Any:
     return value
 
 
-def safe_yaml(text: str, what: str = "YAML") -> Any:
-    """Parse YAML with the safe loader, refusing anchors/aliases (alias bombs) and size abuse."""
+def safe_yaml(text: str, what: str = "YAML", *, first_line: int = 1) -> Any:
+    """Parse YAML with the safe loader, refusing anchors/aliases (alias bombs) and size abuse.
+    ``first_line``: the file's line number of the text's first line (errors name the line)."""
     if len(text.encode("utf-8", "replace")) > MAX_FRONTMATTER_BYTES:
         raise InvalidFile(f"{what} is larger than {MAX_FRONTMATTER_BYTES} bytes")
     try:
@@ -57,7 +58,13 @@ def safe_yaml(text: str, what: str = "YAML") -> Any:
                     raise InvalidFile(f"{what} uses YAML anchors/aliases, which memstore does not accept")
         return _normalise(yaml.load(text, Loader=_Loader))  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
-        raise InvalidFile(f"{what} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+        raise InvalidFile(f"{what} is not valid YAML{_where(exc, first_line)}: {str(exc).splitlines()[0]}") from exc
+
+
+def _where(exc: yaml.YAMLError, first_line: int) -> str:
+    """' at line N' of the file, where the parser found the problem (a person fixes it there)."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    return f" at line {mark.line + first_line}" if mark is not None else ""
 
 
 class _StrictYAMLHandler(frontmatter.YAMLHandler):
@@ -79,7 +86,7 @@ def parse_markdown(text: str) -> tuple[dict[str, Any], str]:
         fm, content = _HANDLER.split(text)
     except ValueError:
         raise InvalidFile("the frontmatter has no closing '---' line") from None
-    meta = safe_yaml(fm, "frontmatter")
+    meta = safe_yaml(fm, "frontmatter", first_line=1)  # fm starts on the opening '---' line, after the dashes
     if meta is None:
         meta = {}
     if not isinstance(meta, dict):

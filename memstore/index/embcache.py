@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..files import disk_full
 from .vectors import unit_rows
 
 _KEY = re.compile(r"[0-9a-f]{32}")
@@ -102,13 +103,19 @@ class EmbeddingCache:
         self.keys_path.parent.mkdir(parents=True, exist_ok=True)
         block = np.ascontiguousarray(np.stack([v for _, v in new]).astype(np.float32))
         # Rows go first and keys second: a key is only ever trusted when its row is complete.
-        self._truncate_to_consistent()
-        with open(self.vecs_path, "ab") as fh:
-            fh.write(block.tobytes())
-            fh.flush()
-            os.fsync(fh.fileno())
-        with open(self.keys_path, "a", encoding="ascii") as fh:
-            fh.write("".join(k + "\n" for k, _ in new))
+        try:
+            self._truncate_to_consistent()
+            with open(self.vecs_path, "ab") as fh:
+                fh.write(block.tobytes())
+                fh.flush()
+                os.fsync(fh.fileno())
+            with open(self.keys_path, "a", encoding="ascii") as fh:
+                fh.write("".join(k + "\n" for k, _ in new))
+        except OSError as exc:  # a torn append is healed at the next load (see the module doc)
+            full = disk_full(exc, "the embedding cache")
+            if full is not None:
+                raise full from exc
+            raise
         start = self._vecs.shape[0]
         self._vecs = self._map(start + len(new))
         for i, (k, _) in enumerate(new):

@@ -107,7 +107,7 @@ def test_reindex_full_reparses_a_file_edited_without_a_change_of_size_or_mtime(
     path.write_text(path.read_text().replace("blue runner", "gray runner"))
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert path.stat().st_size == st.st_size
-    rc, out, err = cli("reindex", "--full", cwd=repo)
+    rc, _out, err = cli("reindex", "--full", cwd=repo)
     assert rc == 0, err
     rc, shown, err = cli("show", mid, cwd=repo)
     assert rc == 0 and "gray runner" in shown["text"], shown
