@@ -7,7 +7,10 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import signal
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +20,10 @@ from test_projection_faults import garble, truncate
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
 QUERY = "sqlite migration fails because the column already exists"
+TEXTS = ["The sqlite migration 0042 added the tracking_code column to shipments.",
+         "Webhooks from the payments provider are retried three times with exponential backoff.",
+         "The nightly backup job uploads a pg_dump of the orders database to the cold bucket.",
+         "Feature flags are read from LaunchDarkly on every request, never cached in workers."]
 
 
 @pytest.fixture(scope="module")
@@ -77,3 +84,43 @@ def test_index_damaged_under_the_daemon_answers_as_before(world: Env, damage: An
                  timeout=60), world.log()
     fresh = _read(world, MEMSTORE_DAEMON="0")
     assert _ids(fresh) == _ids(before) and not fresh.get("warnings"), fresh
+
+
+def test_kill_9_of_the_daemon_mid_save_loses_nothing_and_the_next_process_reads(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The daemon writes through in memory and saves its projections in a pause; kill -9 it the
+    moment a save's temp file shows (or at the end of the pause). Every acknowledged write is
+    on disk, `check` is clean and a process without the daemon answers with all of them."""
+    own = Env(tmp_path_factory.mktemp("killd"))
+    repo = own.make_repo("repo")
+    index = repo / ".memory" / ".index"
+    acked: list[str] = []
+    try:
+        for trial in range(2):  # bench/faults.py runs 50
+            proc = own.start("--idle", "600")
+            for i in range(2):
+                text = TEXTS[trial * 2 + i]
+                rc, out, err = own.cli("write", "--kind", "fact", "--evidence", "user:seen", "--text", text, cwd=repo)
+                assert rc == 0, err
+                acked.append(out["id"])
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not any(n.endswith(".tmp") for n in _listdir(index)):
+                time.sleep(0.0005)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        rc, report, err = own.cli("check", cwd=repo, MEMSTORE_DAEMON="0")
+        assert rc == 0 and report["ok"], report or err
+        rc, listed, err = own.cli("list", cwd=repo, MEMSTORE_DAEMON="0")
+        assert rc == 0 and set(acked) <= {m["id"] for m in listed["memories"]}, listed
+        rc, out, err = own.cli("read", "which sqlite migration added the tracking_code column", cwd=repo,
+                               MEMSTORE_DAEMON="0")
+        assert rc == 0 and out["results"] and {r["id"] for r in out["results"]} <= set(acked), out
+    finally:
+        own.cleanup()
+
+
+def _listdir(path: Path) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
