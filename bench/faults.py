@@ -152,9 +152,12 @@ def sentence(rng: random.Random, i: int) -> str:
 
 
 def write_args(text: str) -> list[str]:
-    req = {"memory": {"kind": "fact", "scope": "repo", "text": text, "evidence_refs": ["user:bench"]},
-           "allow_duplicate": True}
-    return ["write", "--json", json.dumps(req)]
+    return ["write", "--kind", "fact", "--evidence", "user:bench", "--allow-duplicate", "--text", text]
+
+
+def write_request(text: str) -> str:
+    return json.dumps({"memory": {"kind": "fact", "scope": "repo", "text": text, "evidence_refs": ["user:bench"]},
+                       "allow_duplicate": True})
 
 
 def ack_id(rc: int, out: Any) -> str | None:
@@ -193,7 +196,7 @@ def concurrent(world: World, args: argparse.Namespace, daemon: bool) -> Row:
         lines = []
         for i in range(args.writes):
             req = world.base / f"req-{daemon}-{w}-{i}.json"
-            req.write_text(write_args(sentence(rng, i))[2])
+            req.write_text(write_request(sentence(rng, i)))
             lines.append(f"{sys.executable} -m memstore write --json {req}; echo")
         scripts.append("\n".join(lines))
     procs = [subprocess.Popen(["sh", "-c", s], cwd=repo, env=world.env(daemon), stdout=subprocess.PIPE,
@@ -309,7 +312,9 @@ def damage(world: World, args: argparse.Namespace) -> list[Row]:
     repo = world.repo("damage")
     rng = random.Random(4)
     for i in range(12):
-        assert ack_id(*world.cli(*write_args(sentence(rng, i)), cwd=repo)), "seeding failed"
+        rc, out = world.cli(*write_args(sentence(rng, i)), cwd=repo)
+        if not ack_id(rc, out):
+            raise RuntimeError(f"seeding failed: {out}")
     query = ["read", "which setting is the deploy runner", "--no-global"]
     world.start_daemon()
     index = repo / ".memory" / ".index"

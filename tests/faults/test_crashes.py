@@ -21,12 +21,6 @@ pytestmark = [pytest.mark.slow]
 TRIALS = 3  # bench/faults.py runs 50
 
 
-def _write_cmd(text: str) -> list[str]:
-    req = {"memory": {"kind": "fact", "scope": "repo", "text": text, "evidence_refs": ["user:said so"]},
-           "allow_duplicate": True}
-    return [sys.executable, "-m", "memstore", "write", "--json", json.dumps(req)]
-
-
 def _json_arg_cmd(text: str, path: Path) -> list[str]:
     req = {"memory": {"kind": "fact", "scope": "repo", "text": text, "evidence_refs": ["user:said so"]},
            "allow_duplicate": True}
