@@ -126,7 +126,9 @@ class StoreIndex:
         kw_bad = meta is None or not _unchanged(self.dir, "keyword/", files)
         if self.keyword is not None:
             self.keyword.close()
-        self.keyword = KeywordIndex(self.dir / "keyword", self.params, fresh=kw_bad)
+        # Starting afresh deletes the folder: not while another process commits to it.
+        with self._lock() if kw_bad else contextlib.nullcontext():
+            self.keyword = KeywordIndex(self.dir / "keyword", self.params, fresh=kw_bad)
         self.keyword.on_fault = self._heal_keyword
         if meta is not None and kw_bad:
             self._fault("keyword index", "its files changed since they were saved")

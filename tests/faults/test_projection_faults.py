@@ -102,7 +102,7 @@ def test_reindex_full_reparses_a_file_edited_without_a_change_of_size_or_mtime(
     mid = api.write(ws, write_req("fact", "The deploy job runs on the blue runner pool."))["id"]
     rc, shown, err = cli("show", mid, cwd=repo)
     assert rc == 0, err
-    path = repo / shown["path"]
+    path = repo / shown["memory"]["path"]
     st = path.stat()
     path.write_text(path.read_text().replace("blue runner", "gray runner"))
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
@@ -110,7 +110,7 @@ def test_reindex_full_reparses_a_file_edited_without_a_change_of_size_or_mtime(
     rc, _out, err = cli("reindex", "--full", cwd=repo)
     assert rc == 0, err
     rc, shown, err = cli("show", mid, cwd=repo)
-    assert rc == 0 and "gray runner" in shown["text"], shown
+    assert rc == 0 and "gray runner" in shown["memory"]["text"], shown
 
 
 def test_a_committed_index_symlink_is_replaced_and_its_target_untouched(
@@ -126,6 +126,7 @@ def test_a_committed_index_symlink_is_replaced_and_its_target_untouched(
     (target / "keyword" / "precious.txt").write_text("keep me\n")
     (target / "meta.json").write_text('{"mine": true}\n')
     (target / "catalog.json").write_text('{"also": "mine"}\n')
+    shutil.rmtree(origin / ".memory" / ".index")  # the seeding's own index makes way for the link
     (origin / ".memory" / ".index").symlink_to(Path("..") / "somedir", target_is_directory=True)
     git(origin, "add", "-f", ".memory", "somedir")
     git(origin, "commit", "-q", "-m", "memories, and an index link")
