@@ -68,6 +68,8 @@ class Catalog:
         self._log: list[tuple[int, frozenset[str], frozenset[str]]] = []
         self._log_base = 0  # the log holds every change after this generation
         self._loaded = False
+        self._saved: tuple[int, int, int] | None = None  # the cache file as last saved or loaded
+        self._ignore_cache = False
         self._defer_save: bool | None = None  # None: save on every refresh; bool: unsaved changes pending
 
     @contextlib.contextmanager
@@ -92,8 +94,12 @@ class Catalog:
 
     def _load_cache(self) -> None:
         self._loaded = True
+        if self._ignore_cache:
+            self._ignore_cache = False
+            return
         try:
             with open(self._cache_path, encoding="utf-8") as fh:
+                self._saved = _stat(self._cache_path)
                 raw = json.load(fh)
         except (OSError, ValueError):
             return
@@ -109,13 +115,24 @@ class Catalog:
                 elif "ev" in item:
                     entry.event = Event(**item["ev"])
                 self._entries[rel] = entry
-        except (KeyError, TypeError):
+        except (KeyError, TypeError, AttributeError):
             self._entries = {}
 
     def _save_cache(self, items: list[tuple[str, _Entry]] | None = None) -> None:
         # The cache is a projection: failing to save it only costs the next process a re-parse.
         with contextlib.suppress(OSError):
             atomic_write(self.store.index_dir / "catalog.json", self._cache_chunks(items))
+            self._saved = _stat(self._cache_path)
+
+    def reset(self) -> None:
+        """Forget the cache and every record: the next refresh parses every file again (a file
+        edited without a change of size or mtime is otherwise never looked at again)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._cache_path)
+        self._entries = {}
+        self._loaded = False  # the next refresh is a first one: every view rebuilt
+        self._ignore_cache = True
+        self._saved = None
 
     def _cache_chunks(self, items: list[tuple[str, _Entry]] | None = None) -> Iterator[str]:
         """catalog.json, one file's record at a time: at 100k memories the whole document is
@@ -358,8 +375,9 @@ class Catalog:
         """``flush`` in two steps, for a caller holding a lock others wait on: the records are
         taken now (entries are replaced, never changed in place) and the returned function
         writes them, without that lock (~2 s at 100k memories). None: nothing to save."""
-        if not self._defer_save:
+        if not self._defer_save and (not self._loaded or self._saved is None or _stat(self._cache_path) == self._saved):
             return None
+        # Changes pending, or the cache was deleted or damaged on disk since it was saved.
         self._defer_save = False
         items = list(self._entries.items())
         return lambda: self._save_cache(items)
@@ -370,3 +388,11 @@ class Catalog:
 
     def match_event_prefix(self, prefix: str) -> list[str]:
         return [eid for eid in self.events if eid.startswith(prefix)]
+
+
+def _stat(path: os.PathLike[str]) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ino

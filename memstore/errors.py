@@ -119,3 +119,12 @@ class InvalidFile(MemstoreError):
 
     code = "invalid_file"
     exit_code = 2
+
+
+class DiskFull(StoreError, OSError):
+    """The device holding the store has no room left (ENOSPC, a quota, a file size limit). The
+    write is refused whole: the temp file is removed and nothing is acknowledged. Also an
+    OSError, so code that treats a failed save of a projection as harmless still does."""
+
+    code = "disk_full"
+    exit_code = 1

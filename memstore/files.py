@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import fcntl
 import hashlib
 import io
@@ -17,7 +18,7 @@ from typing import Any
 import frontmatter
 import yaml
 
-from .errors import InvalidFile
+from .errors import DiskFull, InvalidFile
 
 try:  # libyaml ships in pyyaml's wheels; the pure-Python loader is 5x slower
     _Loader: type = yaml.CSafeLoader
@@ -76,9 +77,10 @@ def _nesting(text: str) -> int:
     return deepest
 
 
-def safe_yaml(text: str, what: str = "YAML") -> Any:
+def safe_yaml(text: str, what: str = "YAML", *, first_line: int = 1) -> Any:
     """Parse YAML with the safe loader, refusing anchors/aliases (alias bombs), size abuse,
-    deep nesting and numbers no consumer can hold."""
+    deep nesting and numbers no consumer can hold. ``first_line``: the file's line number of
+    the text's first line (errors name the line)."""
     if len(text.encode("utf-8", "replace")) > MAX_FRONTMATTER_BYTES:
         raise InvalidFile(f"{what} is larger than {MAX_FRONTMATTER_BYTES} bytes", code="too_large")
     try:
@@ -94,7 +96,7 @@ def safe_yaml(text: str, what: str = "YAML") -> Any:
                     raise InvalidFile(f"{what} uses YAML anchors/aliases, which memstore does not accept")
         data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
-        raise InvalidFile(f"{what} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+        raise InvalidFile(f"{what} is not valid YAML{_where(exc, first_line)}: {str(exc).splitlines()[0]}") from exc
     except ValueError as exc:  # int() past Python's 4,300-digit limit, a date like 2026-13-45
         if "digits" in str(exc):
             raise InvalidFile(f"{what} holds a number too long to read", code="too_large") from None
@@ -146,6 +148,12 @@ def read_untrusted(path: Path, max_bytes: int = MAX_FILE_BYTES) -> str:
         raise InvalidFile(f"is not UTF-8 text ({exc.reason} at byte {exc.start})", code="unreadable") from None
 
 
+def _where(exc: yaml.YAMLError, first_line: int) -> str:
+    """' at line N' of the file, where the parser found the problem (a person fixes it there)."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    return f" at line {mark.line + first_line}" if mark is not None else ""
+
+
 class _StrictYAMLHandler(frontmatter.YAMLHandler):
     def load(self, fm: str, **kwargs: Any) -> Any:
         return safe_yaml(fm, "frontmatter")
@@ -165,7 +173,7 @@ def parse_markdown(text: str) -> tuple[dict[str, Any], str]:
         fm, content = _HANDLER.split(text)
     except ValueError:
         raise InvalidFile("the frontmatter has no closing '---' line") from None
-    meta = safe_yaml(fm, "frontmatter")
+    meta = safe_yaml(fm, "frontmatter", first_line=1)  # fm starts on the opening '---' line, after the dashes
     if meta is None:
         meta = {}
     if not isinstance(meta, dict):
@@ -232,9 +240,10 @@ def atomic_write(path: Path, data: str | bytes | Iterable[str], *, exclusive: bo
             os.unlink(tmp)
         else:
             os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        _raise_full(exc, path)
         raise
 
 
@@ -253,10 +262,29 @@ def atomic_file(path: Path) -> Iterator[Path]:
         finally:
             os.close(fd)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        _raise_full(exc, path)
         raise
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _raise_full(exc: BaseException, path: Path) -> None:
+    full = disk_full(exc, path.name)
+    if full is not None:
+        raise full from exc
+
+
+def disk_full(exc: BaseException, what: str) -> DiskFull | None:
+    """A full device is the user's to fix, not a bug: the error that says so, or None when
+    ``exc`` is something else."""
+    if isinstance(exc, OSError) and not isinstance(exc, DiskFull) and exc.errno in _FULL:
+        return DiskFull(f"no space left on the device for {what} ({os.strerror(exc.errno)}); it was not written",
+                        hint="free some space and run the command again")
+    return None
 
 
 @contextlib.contextmanager

@@ -30,6 +30,7 @@ from .files import (
     read_untrusted,
     safe_yaml,
 )
+from .index.layout import real_dir
 from .model import DIR_KINDS, EVENT_TYPES, KIND_DIRS, KINDS, SCOPES, Event, Memory
 
 STORE_DIRNAME = ".memory"
@@ -285,7 +286,8 @@ class Store:
     # -- layout -----------------------------------------------------------------------------
     @property
     def index_dir(self) -> Path:
-        return self.root / INDEX_DIRNAME
+        # Never a link out of the store: see memstore.index.layout.
+        return real_dir(self.root / INDEX_DIRNAME)
 
     @property
     def local_dir(self) -> Path:

@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 
 import numpy as np
+
+from ..files import disk_full
+from .vectors import unit_rows
+
+_KEY = re.compile(r"[0-9a-f]{32}")
 
 
 def text_key(text: str) -> str:
@@ -26,16 +32,20 @@ class EmbeddingCache:
         self.dim = dim
         self._row: dict[str, int] = {}
         self._vecs: np.ndarray = np.zeros((0, dim), dtype=np.float32)
+        self._ino = 0
         self._load()
 
     def _load(self) -> None:
         try:
-            keys = self.keys_path.read_text(encoding="ascii").split("\n")
+            keys = self.keys_path.read_text(encoding="ascii", errors="replace").split("\n")
             size = self.vecs_path.stat().st_size
         except (OSError, UnicodeDecodeError):
             return
         keys = [k for k in keys if k]
-        rows = min(len(keys), size // (4 * self.dim))
+        # A garbled line (a lost or extra newline) would shift every later key onto another
+        # text's row: trust the rows up to the first line that is not a key.
+        good = next((i for i, k in enumerate(keys) if not _KEY.fullmatch(k)), len(keys))
+        rows = min(good, size // (4 * self.dim))
         self._vecs = self._map(rows)
         self._row = {k: i for i, k in enumerate(keys[:rows])}
 
@@ -44,13 +54,16 @@ class EmbeddingCache:
         the rows it looks up instead of holding the whole cache (150 MB at 100k) in memory."""
         if rows == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
+        self._ino = os.stat(self.vecs_path).st_ino
         return np.memmap(self.vecs_path, dtype=np.float32, mode="r", shape=(rows, self.dim))
 
     def __len__(self) -> int:
         return len(self._row)
 
     def get_many(self, keys: list[str]) -> tuple[np.ndarray, list[int]]:
-        """Vectors for the keys found (in order) and the positions of the keys missing."""
+        """Vectors for the keys found (in order) and the positions of the keys missing. A row
+        that is not a unit vector (garbled on disk) counts as missing: it is embedded again."""
+        self._check_file()
         found_rows: list[int] = []
         missing: list[int] = []
         out = np.zeros((len(keys), self.dim), dtype=np.float32)
@@ -61,7 +74,27 @@ class EmbeddingCache:
             else:
                 found_rows.append(pos)
                 out[pos] = self._vecs[row]
+        if found_rows:
+            bad = [pos for pos, ok in zip(found_rows, unit_rows(out[found_rows]), strict=True) if not ok]
+            for pos in bad:
+                # Forgotten here; the fresh row put_many appends wins the next time the keys load.
+                self._row.pop(keys[pos], None)
+            missing = sorted(missing + bad)
         return out, missing
+
+    def _check_file(self) -> None:
+        """The rows are memory-mapped: a file truncated or replaced since it was mapped would
+        kill the process (SIGBUS) on the next look-up, so map it again first (one stat)."""
+        rows = self._vecs.shape[0]
+        if not rows:
+            return
+        try:
+            st = os.stat(self.vecs_path)
+        except OSError:
+            st = None
+        if st is None or st.st_size < rows * 4 * self.dim or st.st_ino != self._ino:
+            self._row, self._vecs = {}, np.zeros((0, self.dim), dtype=np.float32)
+            self._load()
 
     def put_many(self, keys: list[str], vecs: np.ndarray) -> None:
         new = [(k, v) for k, v in zip(keys, vecs, strict=True) if k not in self._row]
@@ -70,13 +103,19 @@ class EmbeddingCache:
         self.keys_path.parent.mkdir(parents=True, exist_ok=True)
         block = np.ascontiguousarray(np.stack([v for _, v in new]).astype(np.float32))
         # Rows go first and keys second: a key is only ever trusted when its row is complete.
-        self._truncate_to_consistent()
-        with open(self.vecs_path, "ab") as fh:
-            fh.write(block.tobytes())
-            fh.flush()
-            os.fsync(fh.fileno())
-        with open(self.keys_path, "a", encoding="ascii") as fh:
-            fh.write("".join(k + "\n" for k, _ in new))
+        try:
+            self._truncate_to_consistent()
+            with open(self.vecs_path, "ab") as fh:
+                fh.write(block.tobytes())
+                fh.flush()
+                os.fsync(fh.fileno())
+            with open(self.keys_path, "a", encoding="ascii") as fh:
+                fh.write("".join(k + "\n" for k, _ in new))
+        except OSError as exc:  # a torn append is healed at the next load (see the module doc)
+            full = disk_full(exc, "the embedding cache")
+            if full is not None:
+                raise full from exc
+            raise
         start = self._vecs.shape[0]
         self._vecs = self._map(start + len(new))
         for i, (k, _) in enumerate(new):
@@ -95,5 +134,5 @@ class EmbeddingCache:
             if self.vecs_path.exists() and self.vecs_path.stat().st_size != rows * 4 * self.dim:
                 with open(self.vecs_path, "r+b") as fh:
                     fh.truncate(rows * 4 * self.dim)
-                keys = self.keys_path.read_text(encoding="ascii").split("\n")[:rows]
+                keys = self.keys_path.read_text(encoding="ascii", errors="replace").split("\n")[:rows]
                 self.keys_path.write_text("".join(k + "\n" for k in keys if k), encoding="ascii")

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import shutil
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 if TYPE_CHECKING:
     import numpy as np
 
 from .. import ranking
+from ..files import disk_full
 
 SCHEMA_VERSION = "4"  # 4: the code field and the identifier-splitting text analyser
 
@@ -32,6 +34,31 @@ class KeywordHit(NamedTuple):
     coverage: float  # share of the query's text idf its words carry (1.0: every query word)
     code_idf: float  # idf of the rarest query identifier it holds verbatim (0.0: none)
     named: bool = False  # the query is nothing but identifiers of this store (a name look-up)
+
+_T = TypeVar("_T")
+
+
+def _healing(method: Callable[..., _T]) -> Callable[..., _T]:
+    """Run ``method``; if reading the files fails, let ``on_fault`` rebuild them and run it again."""
+
+    @functools.wraps(method)
+    def run(self: KeywordIndex, *args: Any, **kwargs: Any) -> _T:
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:  # any damage surfaces as some exception: struct.error, EmptyIndexError, ...
+            full = disk_full(exc, "the keyword index")
+            if full is not None:  # not damage: rebuilding would not fit either
+                raise full from exc
+            if self.on_fault is None or self._healing:
+                raise
+            self._healing = True
+            try:
+                self.on_fault(exc)
+            finally:
+                self._healing = False
+            return method(self, *args, **kwargs)
+
+    return run
 
 
 def _schema() -> Any:
@@ -47,28 +74,96 @@ def _schema() -> Any:
 
 
 class KeywordIndex:
-    def __init__(self, folder: Path, params: ranking.RankingParams) -> None:
-        from whoosh import index
-
+    def __init__(self, folder: Path, params: ranking.RankingParams, *, fresh: bool = False) -> None:
         self.folder = folder
         self.params = params
         self._analyzer = ranking.keyword_analyzer()
+        # Called with the exception when reading the files fails (a deleted, truncated or garbled
+        # segment): the owner rebuilds the projection from the canonical files, then the call
+        # is tried once more. None: the exception propagates.
+        self.on_fault: Callable[[Exception], None] | None = None
+        self._healing = False
+        self._print: dict[str, tuple[int, int, int]] = {}
+        self._print_gen = -1
+        self._searcher: Any = None
+        self._open(fresh)
+        self._scorer: ArrayScorer | None = ArrayScorer(self.params.bm25_b, self.params.bm25_k1)
+
+    def _open(self, fresh: bool) -> None:
+        from whoosh import index
+
+        folder = self.folder
         marker = folder / "VERSION"
-        fresh = True
-        if folder.is_dir() and marker.is_file() and marker.read_text().strip() == SCHEMA_VERSION:
+        if not fresh and folder.is_dir() and marker.is_file() and marker.read_text().strip() == SCHEMA_VERSION:
             try:
                 self.ix = index.open_dir(str(folder))
-                fresh = False
             except Exception:  # a corrupt projection is rebuilt, never trusted
                 fresh = True
+        else:
+            fresh = True
         if fresh:
+            if folder.is_symlink():  # never follow a link out of the store (memstore.index.layout)
+                folder.unlink()
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir(parents=True, exist_ok=True)
             self.ix = index.create_in(str(folder), _schema())
             marker.write_text(SCHEMA_VERSION)
         self.created = fresh
-        self._searcher: Any = None
-        self._scorer: ArrayScorer | None = ArrayScorer(self.params.bm25_b, self.params.bm25_k1)
+        self._take_print()
+
+    def reset(self) -> None:
+        """Throw the files away and start an empty index (the owner refills it)."""
+        self.close()
+        self._open(True)
+        self._scorer = ArrayScorer(self.params.bm25_b, self.params.bm25_k1)
+
+    # -- damage ------------------------------------------------------------------------------------
+    def _take_print(self) -> None:
+        """Note the files as they are now: Whoosh never changes a file once written, so a later
+        difference in size, mtime or inode is damage, not another writer's commit."""
+        prints: dict[str, tuple[int, int, int]] = {}
+        with contextlib.suppress(OSError), os.scandir(self.folder) as entries:
+            for entry in entries:
+                if entry.name.endswith("WRITELOCK") or entry.name.startswith("."):
+                    continue
+                with contextlib.suppress(OSError):
+                    st = entry.stat(follow_symlinks=False)
+                    prints[entry.name] = (st.st_size, st.st_mtime_ns, st.st_ino)
+        self._print = prints
+        try:
+            self._print_gen = self.ix.latest_generation()
+        except Exception:
+            self._print_gen = -1
+
+    def damaged(self) -> bool:
+        """Whether the files were deleted, truncated or rewritten behind this index's back (a few
+        stats). Checked before a read: Whoosh maps the files into memory, where a truncated file
+        kills the process (SIGBUS) and a garbled one answers garbage without an error."""
+        if not self.folder.is_dir():
+            return True
+        missing = False
+        for name, sig in self._print.items():
+            try:
+                st = os.stat(self.folder / name)
+            except FileNotFoundError:
+                missing = True
+                continue
+            if (st.st_size, st.st_mtime_ns, st.st_ino) != sig:
+                return True
+        if missing:
+            # Another process may have merged segments away; then it committed a newer generation.
+            try:
+                newer = self.ix.latest_generation() > self._print_gen
+            except Exception:
+                return True
+            if not newer:
+                return True
+            self._take_print()
+        return False
+
+    def files(self) -> dict[str, list[int]]:
+        """name -> [size, mtime_ns] of the index's files, for the owner's metadata."""
+        return {name: [size, mtime] for name, (size, mtime, _ino) in self._print.items()}
 
     def _weighting(self) -> Any:
         return ranking.keyword_weighting(b=self.params.bm25_b, k1=self.params.bm25_k1)
@@ -105,6 +200,7 @@ class KeywordIndex:
         return Searcher(MultiReader(readers, generation=toc.generation), weighting=self._weighting(),
                         fromindex=self.ix)
 
+    @_healing
     def apply(self, upserts: Iterable[tuple[str, str, list[str], str]], removes: Iterable[str]) -> None:
         """Add or replace (id, kind, tags, text) documents and delete ids, in one commit."""
         from whoosh.writing import AsyncWriter
@@ -138,6 +234,7 @@ class KeywordIndex:
             raise
         writer.commit()
         self.created = False
+        self._take_print()
 
     def analyse(self, words: Iterable[str]) -> list[str]:
         out: list[str] = []
@@ -156,6 +253,7 @@ class KeywordIndex:
         """The ``limit`` best (id, BM25F score) for the query's terms over text, code and tags."""
         return [(h.id, h.score) for h in self.hits(query, limit)]
 
+    @_healing
     def hits(self, query: str, limit: int) -> list[KeywordHit]:
         pairs = self.pairs(query)
         if not pairs:
@@ -193,6 +291,7 @@ class KeywordIndex:
                 out.append(term)
         return frozenset(out)
 
+    @_healing
     def doc_freq(self, word: str) -> int:
         """Memories that hold ``word``: as an identifier in ``code`` when it is one (its
         words alone say little: ``UniqueViolationError`` is not in a store that only says
@@ -205,6 +304,7 @@ class KeywordIndex:
             return 0
         return max(s.doc_frequency("text", t) for t in terms)
 
+    @_healing
     def doc_count(self) -> int:
         return int(self.searcher.doc_count())
 

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable
+import logging
+import os
+import shutil
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +27,8 @@ from .embcache import EmbeddingCache, text_key
 from .embedder import Embedder, EmbedderUnavailable
 from .keyword import KeywordIndex
 from .vectors import VectorIndex
+
+log = logging.getLogger("memstore.index")
 
 META_VERSION = 2
 EMBED_CHUNK = 2048
@@ -59,19 +64,31 @@ class StoreIndex:
         self._dirty = False
         self._disk_generation = 0  # the generation of the on-disk index this state started from
         self._keys: dict[str, tuple[Memory, str, str]] = {}  # id -> (parsed memory, doc key, text key)
+        self._lock_depth = 0
+        self._on_disk: dict[str, tuple[int, int, int] | None] = {}
 
     # -- loading -------------------------------------------------------------------------------
     @property
     def _meta_path(self) -> Any:
         return self.dir / "meta.json"
 
-    def _read_meta(self) -> dict[str, Any] | None:
+    def _fault(self, what: str, why: BaseException | str) -> None:
+        """A damaged projection is rebuilt from the files; say so once, in the answer's
+        ``warnings`` and in the log (the daemon's log file when the daemon runs)."""
+        if isinstance(why, BaseException):
+            why = f"{type(why).__name__}: {str(why)[:160]}"
+        msg = f"{what} was damaged ({why}); rebuilt from the files"
+        self.warnings.append(msg)
+        log.info("%s: %s", self.dir, msg)
+
+    def _read_meta(self, *, quiet: bool = False) -> dict[str, Any] | None:
         try:
             meta = json.loads(self._meta_path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
-        except (OSError, ValueError):
-            self.warnings.append("index metadata was corrupt; rebuilt from the files")
+        except (OSError, ValueError) as exc:
+            if not quiet:
+                self._fault("index metadata", exc)
             return None
         if not isinstance(meta, dict) or meta.get("version") != META_VERSION:
             return None
@@ -79,6 +96,24 @@ class StoreIndex:
 
     def _load(self) -> None:
         """Load what is on disk; anything unreadable is dropped and rebuilt on the next sync."""
+        try:
+            self._load_disk()
+        except Exception as exc:  # whatever the damage, the files are the truth: start empty
+            self._fault("index", exc)
+            with self._lock():
+                self._wipe()
+                self._load_disk()
+
+    def _wipe(self) -> None:
+        if self.keyword is not None:
+            self.keyword.close()
+        self.keyword = None
+        shutil.rmtree(self.dir / "keyword", ignore_errors=True)
+        for name in ("vectors.faiss", "meta.json", "generation"):
+            with contextlib.suppress(FileNotFoundError):
+                (self.dir / name).unlink()
+
+    def _load_disk(self) -> None:
         self._loaded = True
         self._disk_generation = 0
         self._dirty = False
@@ -91,14 +126,24 @@ class StoreIndex:
         else:
             self.dir.mkdir(exist_ok=True)
         meta = self._read_meta()
-        self.keyword = KeywordIndex(self.dir / "keyword", self.params)
+        if meta is not None:
+            meta = _valid_meta(meta)
+        files = meta.get("files", {}) if meta is not None else {}
+        # Without metadata nothing says what the keyword index holds: start it empty.
+        kw_bad = meta is None or not _unchanged(self.dir, "keyword/", files)
+        if self.keyword is not None:
+            self.keyword.close()
+        # Starting afresh deletes the folder: not while another process commits to it.
+        with self._lock() if kw_bad else contextlib.nullcontext():
+            self.keyword = KeywordIndex(self.dir / "keyword", self.params, fresh=kw_bad)
+        self.keyword.on_fault = self._heal_keyword
+        if meta is not None and kw_bad:
+            self._fault("keyword index", "its files changed since they were saved")
         dim = self.embedder.dim if self.embedder else 384
         self.vectors = VectorIndex(dim)
         self.state = IndexState()
         if meta is None:
-            if self.keyword.created is False:
-                self.keyword.close()
-                self.keyword = KeywordIndex(self.dir / "keyword", self.params)
+            self._note_written()
             return
         self.state.generation = int(meta.get("generation", 0))
         self._disk_generation = self.state.generation
@@ -107,19 +152,69 @@ class StoreIndex:
         model_ok = self.embedder is not None and meta.get("model_id") == self.embedder.model_id
         if model_ok and meta.get("dim") == dim and (self.dir / "vectors.faiss").is_file():
             try:
+                if not _unchanged(self.dir, "", {k: v for k, v in files.items() if k == "vectors.faiss"}):
+                    raise ValueError("vectors.faiss changed since it was saved")
                 labels = {int(k): v for k, v in meta.get("labels", {}).items()}
                 self.vectors = VectorIndex.load(self.dir / "vectors.faiss", dim, labels)
                 self.state.vec_manifest = dict(meta.get("vec_manifest", {}))
-            except (ValueError, RuntimeError, OSError):
-                self.warnings.append("vector index was corrupt; rebuilt from the embedding cache")
+            except (ValueError, RuntimeError, OSError, KeyError) as exc:
+                self._fault("vector index", exc)
                 self.vectors = VectorIndex(dim)
         elif meta.get("model_id") and self.embedder is not None and meta.get("model_id") != self.embedder.model_id:
             self.warnings.append(f"embedding model changed ({meta.get('model_id')} -> {self.embedder.model_id}); "
                                  "vectors rebuilt")
+        self._note_written()
+
+    def _heal_keyword(self, exc: Exception) -> None:
+        """The keyword index's files failed a read: build it again from the catalog, now."""
+        assert self.keyword is not None
+        self._fault("keyword index", exc)
+        with self._lock():
+            self.keyword.reset()
+            self.state.kw_manifest = {}
+            kw, _ = self._plan(None)
+            self._sync(kw, {})
+            self._changed_on_disk()
+
+    def _changed_on_disk(self) -> None:
+        """This process changed the files (the caller holds the index lock): a new generation,
+        saved now or, with ``defer_saves``, at the next flush."""
+        self.state.generation = max(self.state.generation, self._disk_gen() or 0) + 1
+        self._dirty = True
+        if not self.defer_saves:
+            self._save()
+
+    @contextlib.contextmanager
+    def _lock(self) -> Iterator[None]:
+        """The store's index lock, once per process however deep the calls nest (flock locks
+        per open file: taking it again through a second descriptor would wait for ever)."""
+        if self._lock_depth:
+            yield
+            return
+        with file_lock(self.dir / "index.lock"):
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+
+    def _note_written(self) -> None:
+        """Remember the metadata and vectors as this process last saw them on disk."""
+        self._on_disk = {name: _stat(self.dir / name) for name in ("meta.json", "vectors.faiss")}
+
+    def _disk_intact(self) -> bool:
+        """Whether the saved projections are still as this process left them: a deleted,
+        truncated or garbled file is written again by the next flush."""
+        return (self._meta_path.is_file() and self.keyword is not None and not self.keyword.damaged()
+                and all(_stat(self.dir / name) == sig for name, sig in self._on_disk.items()))
 
     def _meta(self) -> dict[str, Any]:
         """What meta.json holds, as a snapshot (the manifests copied)."""
-        assert self.vectors is not None
+        assert self.vectors is not None and self.keyword is not None
+        files = {f"keyword/{name}": sig for name, sig in self.keyword.files().items()}
+        vec = _stat(self.dir / "vectors.faiss")
+        if vec is not None:
+            files["vectors.faiss"] = [vec[0], vec[1]]
         return {
             "version": META_VERSION,
             "generation": self.state.generation,
@@ -128,12 +223,16 @@ class StoreIndex:
             "labels": {str(k): v for k, v in self.vectors.id_of.items()},
             "kw_manifest": dict(self.state.kw_manifest),
             "vec_manifest": dict(self.state.vec_manifest),
+            # Size and mtime of each file as saved: a file that differs on the next load was
+            # damaged (Whoosh can read a garbled segment without an error).
+            "files": files,
         }
 
     def _write_meta(self, meta: dict[str, Any]) -> None:
         atomic_write(self._meta_path, json.dumps(meta, separators=(",", ":")))
         # A few bytes a writer checks under the lock instead of parsing the whole manifest.
         atomic_write(self.dir / "generation", str(meta["generation"]))
+        self._note_written()
 
     # -- syncing ---------------------------------------------------------------------------------
     def refresh(self, *, walk: bool = True) -> bool:
@@ -143,6 +242,9 @@ class StoreIndex:
         that nothing changed), so skip its stat walk and only sync the projections to it."""
         if not self._loaded:
             self._load()
+        elif self.keyword is not None and self.keyword.damaged():
+            # Under a long-lived process: files deleted or rewritten since it last looked.
+            self._heal_keyword(RuntimeError("its files were deleted or changed on disk"))
         if walk:
             self.catalog.refresh()
         if self.catalog.generation == self._synced_catalog_gen:
@@ -154,7 +256,7 @@ class StoreIndex:
         if not kw and (not vec or self.embedder is None or self.semantic_error):
             self._synced_catalog_gen = self.catalog.generation
             return False
-        with file_lock(self.dir / "index.lock"):
+        with self._lock():
             disk = self._disk_gen()
             if disk is not None and disk != self._disk_generation:
                 # Another process saved a newer index: start from it, it is probably closer.
@@ -162,10 +264,7 @@ class StoreIndex:
                 kw, vec = self._plan(None)
             changed = self._sync(kw, vec)
             if changed:
-                self.state.generation = max(self.state.generation, disk or 0) + 1
-                self._dirty = True
-                if not self.defer_saves:
-                    self._save()
+                self._changed_on_disk()
         self._synced_catalog_gen = self.catalog.generation
         return changed
 
@@ -176,7 +275,7 @@ class StoreIndex:
         try:
             return int((self.dir / "generation").read_text())
         except (OSError, ValueError):
-            meta = self._read_meta()  # an index saved before the generation file existed
+            meta = self._read_meta(quiet=True)  # an index saved before the generation file existed
             return int(meta.get("generation", 0)) if meta is not None else None
 
     def _save(self) -> None:
@@ -212,8 +311,15 @@ class StoreIndex:
         workspace lock): the vectors are saved now and the rest taken as a snapshot; the
         returned function writes the snapshot without that lock. The store's index lock is held
         from now until it has run, so no process sees the vectors without their metadata."""
-        if not self._dirty or not self._loaded:
+        if not self._loaded:
             return None
+        if not self._dirty:
+            if self._disk_intact():
+                return None
+            # Deleted or damaged on disk while this process holds it: save it all again.
+            if self.keyword is not None and self.keyword.damaged():
+                self._heal_keyword(RuntimeError("its files were deleted or changed on disk"))
+            self._dirty = True
         lock = file_lock(self.dir / "index.lock")
         lock.__enter__()
         try:
@@ -319,16 +425,11 @@ class StoreIndex:
         return self.embedder is not None and self.semantic_error is None
 
     def rebuild(self) -> None:
-        """Drop the projections (not the embedding cache) and build them again from the files."""
-        with file_lock(self.dir / "index.lock"):
-            if self.keyword is not None:
-                self.keyword.close()
-            import shutil
-
-            shutil.rmtree(self.dir / "keyword", ignore_errors=True)
-            for name in ("vectors.faiss", "meta.json"):
-                with contextlib.suppress(FileNotFoundError):
-                    (self.dir / name).unlink()
+        """Drop the projections (the embedding cache only where it fails to validate) and the
+        catalog's cache, and build them again from the files."""
+        with self._lock():
+            self._wipe()
+        self.catalog.reset()
         self._loaded = False
         self._synced_catalog_gen = -1
         self.refresh()
@@ -336,6 +437,42 @@ class StoreIndex:
     def close(self) -> None:
         if self.keyword is not None:
             self.keyword.close()
+
+
+def _stat(path: Any) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def _unchanged(folder: Any, prefix: str, files: dict[str, Any]) -> bool:
+    """Whether every file recorded under ``prefix`` that is still there has its recorded size
+    and mtime (files written since, or removed by a later commit, are not judged here)."""
+    for name, sig in files.items():
+        if not name.startswith(prefix):
+            continue
+        st = _stat(folder / name)
+        if st is not None and [st[0], st[1]] != list(sig):
+            return False
+    return True
+
+
+def _valid_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """The metadata if its fields have the types written; a ValueError otherwise."""
+    for key in ("kw_manifest", "vec_manifest", "labels", "files"):
+        value = meta.get(key, {})
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise ValueError(f"meta.json: {key} is not a mapping")
+    for key in ("kw_manifest", "vec_manifest", "labels"):
+        if not all(isinstance(v, str) for v in meta.get(key, {}).values()):
+            raise ValueError(f"meta.json: {key} holds a value that is not a string")
+    if not all(isinstance(v, list) and len(v) == 2 for v in meta.get("files", {}).values()):
+        raise ValueError("meta.json: files holds a bad record")
+    if not isinstance(meta.get("generation", 0), int):
+        raise ValueError("meta.json: generation is not a number")
+    return meta
 
 
 def _patch(manifest: dict[str, str], plan: dict[str, str | None]) -> None:

@@ -11,6 +11,15 @@ import numpy as np
 from ..files import atomic_file
 from ..ranking import top_k
 
+NORM_TOLERANCE = 1e-3
+
+
+def unit_rows(vecs: np.ndarray) -> np.ndarray:
+    """Which rows are unit vectors, as every embedding is: anything else is damage."""
+    with np.errstate(all="ignore"):
+        norms = np.einsum("ij,ij->i", vecs, vecs, dtype=np.float64)
+    return np.isfinite(norms) & (np.abs(norms - 1.0) < NORM_TOLERANCE)
+
 
 class VectorIndex:
     def __init__(self, dim: int) -> None:
@@ -115,5 +124,7 @@ class VectorIndex:
         out.next_label = max(ids_by_label, default=0) + 1
         if len(out.row_ids()) != len(out.label_of):
             raise ValueError("vector index and its id map disagree")
+        if not unit_rows(out.matrix()).all():  # garbled bytes read as numbers without an error
+            raise ValueError("vector index holds rows that are not unit vectors")
         out._room_for(len(out) // 8 + 1024)
         return out
