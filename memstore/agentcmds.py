@@ -20,12 +20,9 @@ SOURCES = ("user", "assistant", "tool", "git", "memstore", "note")
 HOOK_NAMES = ("pre-commit", "post-commit", "post-merge", "post-checkout")
 
 
-def add_parsers(sub: Any) -> None:
-    from .cli import _common
-
-    # Nested actions accept the common options too (`memstore episode log ... --json-out`).
-    common = argparse.ArgumentParser(add_help=False)
-    _common(common, default=False)
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add these verbs to ``sub``; ``common`` is the parent parser of the options every verb takes,
+    so nested actions accept them too (`memstore episode log ... --json-out`)."""
 
     s = sub.add_parser("episode", help="record a work session: start, log events, end, show, list")
     ep = s.add_subparsers(dest="episode_cmd", metavar="ACTION", required=True)
