@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InvalidRequest
+from .kinds import EPISODE_SOURCES, HOOK_NAMES
 
 COMMANDS = ("episode", "hooks", "diff", "guide", "context", "reflect", "snapshot")
-SOURCES = ("user", "assistant", "tool", "git", "memstore", "note")
-HOOK_NAMES = ("pre-commit", "post-commit", "post-merge", "post-checkout")
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -33,7 +32,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     e.add_argument("--local", action="store_true", default=None,
                    help="keep this episode on this machine only (default: episodes.local_only)")
     e = ep.add_parser("log", help="append one event; prints the event:<episode>:<seq> ref to cite")
-    e.add_argument("--source", required=True, choices=SOURCES)
+    e.add_argument("--source", required=True, choices=EPISODE_SOURCES)
     g = e.add_mutually_exclusive_group(required=True)
     g.add_argument("--content", help="the event text")
     g.add_argument("--content-file", metavar="FILE", help="read the event text from FILE (- for stdin)")

@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from .cliargs import FORWARDED, UsageParser, build_parser, forward_spec
-from .errors import InvalidRequest, MemstoreError, UsageError
+from .errors import InvalidRequest, MemstoreError, error_answer
 from .wire import verb_of
 
 __all__ = ["build_parser", "main"]
@@ -94,17 +94,13 @@ def _maybe_autostart(a: argparse.Namespace) -> None:
     client.spawn(idle_seconds=config.get("daemon", "idle_seconds", None))
 
 
-def _daemon_command(a: argparse.Namespace, as_json: bool) -> int:
+def _daemon_command(a: argparse.Namespace) -> int:
     from . import client, output
 
     if a.cmd == "serve":
         from .daemon import serve
 
-        try:
-            return serve(a.idle)
-        except MemstoreError as exc:  # a refused runtime dir: one clear line, not a traceback
-            output.emit_error(exc.to_json(), as_json=as_json)
-            return exc.exit_code
+        return serve(a.idle)
     if a.action == "status":
         answer = client.status()
     elif a.action == "stop":
@@ -119,70 +115,61 @@ def _daemon_command(a: argparse.Namespace, as_json: bool) -> int:
     return 0 if answer.get("ok") else 1
 
 
-def _mcp_command(a: argparse.Namespace) -> int:
-    """Serve MCP on stdin/stdout. Stdout is the protocol wire, so errors go to stderr only."""
+def main(argv: list[str] | None = None) -> int:
+    """Run one command in this process (``memstore.entry`` has already offered it to the daemon).
+
+    The CLI's one error boundary: a MemstoreError keeps its code and exit status, anything else
+    is ``unexpected`` (exit 1), and bad input never shows a traceback."""
     from . import output
 
+    args = sys.argv[1:] if argv is None else argv
+    # How an error is shown: JSON when asked or piped, decided again once the arguments parse.
+    shown = {"json": output.want_json("--json-out" in args)}
     try:
-        from .mcp_server import serve
-
-        return serve(store=a.store, repo=a.repo)
-    except MemstoreError as exc:
-        output.emit_error(exc.to_json(), as_json=False)
-        return exc.exit_code
+        return _run(args, shown)
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        if not isinstance(exc, MemstoreError) and os.environ.get("MEMSTORE_DEBUG"):
+            import traceback
+
+            traceback.print_exc()
+        err, code = error_answer(exc)
+        output.emit_error(err, as_json=shown["json"])
+        return code
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run one command in this process (``memstore.entry`` has already offered it to the daemon)."""
-    args = sys.argv[1:] if argv is None else argv
+def _run(args: list[str], shown: dict[str, bool]) -> int:
+    from . import output
+
     verb = verb_of(args)
     parser = build_parser(only=verb, parser_class=UsageParser)
     if verb is not None and not parser._subparsers._group_actions[0].choices:  # type: ignore[union-attr]
         # not a verb: the full parser says so and lists the real ones
         parser = build_parser(parser_class=UsageParser)
-    from . import output
-
-    try:
-        a = parser.parse_args(args)
-    except UsageError as exc:
-        output.emit_error(exc.to_json(), as_json=output.want_json("--json-out" in args))
-        return exc.exit_code
+    a = parser.parse_args(args)
     if a.cmd is None:
         parser.print_help()
         return 0
-    as_json = output.want_json(a.json_out)
+    # ``mcp`` speaks its protocol on stdout: its errors go to stderr only.
+    shown["json"] = output.want_json(a.json_out) and a.cmd != "mcp"
     if a.cmd in ("serve", "daemon"):
-        return _daemon_command(a, as_json)
+        return _daemon_command(a)
     if a.cmd == "mcp":
-        return _mcp_command(a)
+        from .mcp_server import serve
+
+        return serve(store=a.store, repo=a.repo)
     if a.cmd == "hooks" and a.hooks_cmd == "run":  # git's entry point: its own exit codes, stderr only
         from .hooks import run_hook
 
         return run_hook(a.name, a.hook_args)
     try:
-        try:
-            answer, render = _dispatch(a)
-        finally:
-            _maybe_autostart(a)
-    except MemstoreError as exc:
-        output.emit_error(exc.to_json(), as_json=as_json)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        return 130
-    except Exception as exc:  # the one place an unexpected failure becomes exit 1, not a traceback
-        import traceback
-
-        if os.environ.get("MEMSTORE_DEBUG"):
-            traceback.print_exc()
-        err = {"ok": False, "error": {"code": "unexpected", "message": f"{type(exc).__name__}: {exc}",
-                                      "hint": "set MEMSTORE_DEBUG=1 for a traceback; please report it"}}
-        output.emit_error(err, as_json=as_json)
-        return 1
-    output.emit(answer, as_json=as_json, render=render)
+        answer, render = _dispatch(a)
+    finally:
+        _maybe_autostart(a)
+    output.emit(answer, as_json=shown["json"], render=render)
     if render in ("check", "import") and not answer.get("ok", True):
-        if render == "check" and as_json:  # CI logs: the readable report on stderr beside the JSON
+        if render == "check" and shown["json"]:  # CI logs: the readable report on stderr beside the JSON
             output.info(output.pretty(answer, "check").rstrip("\n"))
         return 2
     return 0

@@ -24,13 +24,14 @@ import struct
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import client
-from .errors import MemstoreError, StoreError
+from .cliargs import ArgvError
+from .errors import MemstoreError, StoreError, error_answer
 from .store import STORE_DIRNAME
 
 log = logging.getLogger("memstore.daemon")
@@ -183,14 +184,20 @@ class Daemon:
             return {"restart": True, "version": self.version}
         if verb == "cli":
             return self._cli(msg)
-        try:
-            answer, code = self._run(verb, msg)
-        except MemstoreError as exc:
-            answer, code = exc.to_json(), exc.exit_code
-        except Exception as exc:
-            log.error("unexpected error on %s:\n%s", verb, traceback.format_exc())
-            answer, code = _unexpected(exc), 1
+        answer, code = self._answer(verb, lambda: self._run(verb, msg))
         return {"answer": answer, "exit_code": code}
+
+    def _answer(self, what: object, run: Callable[[], tuple[dict[str, Any], int]]) -> tuple[dict[str, Any], int]:
+        """The daemon's one error boundary: a MemstoreError keeps its code, anything else is
+        logged and answered as ``unexpected``; the daemon lives on."""
+        try:
+            return run()
+        except ArgvError:
+            raise  # not a failure: the client runs these arguments in-process
+        except Exception as exc:
+            if not isinstance(exc, MemstoreError):
+                log.error("unexpected error on %s:\n%s", what, traceback.format_exc())
+            return error_answer(exc)
 
     def _cli(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Run a client's argv (``memstore.entry``) and answer with the exact output the CLI
@@ -202,24 +209,23 @@ class Daemon:
         if not isinstance(argv, list) or not all(isinstance(x, str) for x in argv):
             return {"fallback": True}
         src = cliargs.Inputs(cwd=Path(msg.get("cwd") or "/"), stdin=stdin if isinstance(stdin, str) else None)
-        as_json = "--json-out" in argv or not msg.get("tty")
-        try:
+        calls: list[cliargs.RemoteCall] = []
+
+        def run() -> tuple[dict[str, Any], int]:
             call = cliargs.remote_call(argv, src)
-            as_json = call.json_out or not msg.get("tty")
+            calls.append(call)
             require_store_dir(call.store, src.cwd, msg.get("env") or {})
-            answer, code = self._run(call.verb, {**msg, "request": call.request, "args": call.args,
-                                                 "store": call.store})
-        except cliargs.ArgvError:
+            return self._run(call.verb, {**msg, "request": call.request, "args": call.args, "store": call.store})
+
+        try:
+            answer, code = self._answer(argv[:1], run)
+        except ArgvError:
             return {"fallback": True}
-        except MemstoreError as exc:
-            answer, code = exc.to_json(), exc.exit_code
-        except Exception as exc:
-            log.error("unexpected error on %s:\n%s", argv[:1], traceback.format_exc())
-            answer, code = _unexpected(exc), 1
+        as_json = (calls[0].json_out if calls else "--json-out" in argv) or not msg.get("tty")
         if code:
             err, out = output.format_error(answer, as_json=as_json)
             return {"stdout": out, "stderr": err, "exit_code": code}
-        text = output.format_answer(answer, as_json=as_json, render=call.render, tty=bool(msg.get("tty")))
+        text = output.format_answer(answer, as_json=as_json, render=calls[0].render, tty=bool(msg.get("tty")))
         return {"stdout": text, "stderr": "", "exit_code": 0}
 
     def _run(self, verb: str, msg: dict[str, Any]) -> tuple[dict[str, Any], int]:
@@ -521,11 +527,6 @@ class Daemon:
             os.close(self._lock_fd)  # releases the lifetime lock
             self._lock_fd = None
         log.info("stopped")
-
-
-def _unexpected(exc: Exception) -> dict[str, Any]:
-    return {"ok": False, "error": {"code": "unexpected", "message": f"{type(exc).__name__}: {exc}",
-                                   "hint": "set MEMSTORE_DEBUG=1 for a traceback; please report it"}}
 
 
 def _near_stats(ws: Any) -> dict[str, Any]:
