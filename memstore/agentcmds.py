@@ -14,18 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InvalidRequest
+from .kinds import EPISODE_SOURCES, HOOK_NAMES
 
 COMMANDS = ("episode", "hooks", "diff", "guide", "context", "reflect", "snapshot")
-SOURCES = ("user", "assistant", "tool", "git", "memstore", "note")
-HOOK_NAMES = ("pre-commit", "post-commit", "post-merge", "post-checkout")
 
 
-def add_parsers(sub: Any) -> None:
-    from .cli import _common
-
-    # Nested actions accept the common options too (`memstore episode log ... --json-out`).
-    common = argparse.ArgumentParser(add_help=False)
-    _common(common, default=False)
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add these verbs to ``sub``; ``common`` is the parent parser of the options every verb takes,
+    so nested actions accept them too (`memstore episode log ... --json-out`)."""
 
     s = sub.add_parser("episode", help="record a work session: start, log events, end, show, list")
     ep = s.add_subparsers(dest="episode_cmd", metavar="ACTION", required=True)
@@ -36,7 +32,7 @@ def add_parsers(sub: Any) -> None:
     e.add_argument("--local", action="store_true", default=None,
                    help="keep this episode on this machine only (default: episodes.local_only)")
     e = ep.add_parser("log", help="append one event; prints the event:<episode>:<seq> ref to cite")
-    e.add_argument("--source", required=True, choices=SOURCES)
+    e.add_argument("--source", required=True, choices=EPISODE_SOURCES)
     g = e.add_mutually_exclusive_group(required=True)
     g.add_argument("--content", help="the event text")
     g.add_argument("--content-file", metavar="FILE", help="read the event text from FILE (- for stdin)")

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .changelog import ChangeLog
 from .errors import InvalidFile
 from .files import atomic_write
 from .model import DIR_KINDS, Event, Memory
@@ -63,10 +64,9 @@ class Catalog:
         self.conflicts: dict[str, list[str]] = {}  # id -> the paths claiming it (none is served)
         self.over_cap = 0  # files of the store left unread past limits.max_files
         self.generation = 0
-        # (generation, memory ids, event ids) of each change the views took in place, oldest
-        # first: what a derived view built at an older generation needs to catch up.
-        self._log: list[tuple[int, frozenset[str], frozenset[str]]] = []
-        self._log_base = 0  # the log holds every change after this generation
+        # The memory and event ids each change of the views touched: what a derived view built
+        # at an older generation needs to catch up.
+        self._log = ChangeLog(LOG_LIMIT, groups=2)
         self._loaded = False
         self._saved: tuple[int, int, int] | None = None  # the cache file as last saved or loaded
         self._ignore_cache = False
@@ -247,31 +247,15 @@ class Catalog:
     def _note(self, delta: Delta | None) -> None:
         """Log what this generation changed; None (the views were rebuilt) forgets the past."""
         if delta is None:
-            self._log.clear()
-            self._log_base = self.generation
-            return
-        self._log.append((self.generation, frozenset(delta.added | delta.changed | delta.removed),
-                          frozenset(delta.events)))
-        size = sum(len(m) + len(e) for _, m, e in self._log)
-        while self._log and size > LOG_LIMIT:
-            gen, m, e = self._log.pop(0)
-            size -= len(m) + len(e)
-            self._log_base = gen
+            self._log.forget(self.generation)
+        else:
+            self._log.note(self.generation, delta.added | delta.changed | delta.removed, delta.events)
 
     def changes_since(self, generation: int) -> tuple[set[str], set[str]] | None:
         """Ids of the memories and events added, changed or removed after ``generation``; None
         when the log does not reach back that far: rebuild from ``memories``/``events`` then."""
-        if generation == self.generation:
-            return set(), set()
-        if not self._log_base <= generation < self.generation:
-            return None
-        memories: set[str] = set()
-        events: set[str] = set()
-        for gen, mids, eids in self._log:
-            if gen > generation:
-                memories |= mids
-                events |= eids
-        return memories, events
+        since = self._log.since(generation)
+        return None if since is None else (since[0], since[1])
 
     def _update_views(self, touched: dict[str, _Entry | None]) -> Delta | None:
         """Apply a few changed files to the views in place (a full rebuild is O(store) per write).
@@ -385,9 +369,6 @@ class Catalog:
     # -- lookups ---------------------------------------------------------------------------------
     def match_prefix(self, prefix: str) -> list[str]:
         return [mid for mid in self.memories if mid.startswith(prefix)]
-
-    def match_event_prefix(self, prefix: str) -> list[str]:
-        return [eid for eid in self.events if eid.startswith(prefix)]
 
 
 def _stat(path: os.PathLike[str]) -> tuple[int, int, int] | None:

@@ -22,21 +22,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import entry
-from .entry import CONNECT_TIMEOUT, READ_TIMEOUT, WRITE_TIMEOUT, code_version, disabled, forwarded_env
+from . import wire
+from .wire import CONNECT_TIMEOUT, READ_TIMEOUT, WRITE_TIMEOUT, code_version, disabled, forwarded_env
 
 __all__ = ["CONNECT_TIMEOUT", "READ_TIMEOUT", "WRITE_TIMEOUT", "code_version", "disabled", "forwarded_env"]
 
-SOCKET_NAME = entry.SOCKET_NAME
+SOCKET_NAME = wire.SOCKET_NAME
 LOCK_NAME = "daemon.lock"
 LOG_NAME = "daemon.log"
 FORWARDED_VERBS = ("read", "write", "update", "show", "list")
-DaemonUnavailable = entry.Unavailable
-_recv_line = entry.recv_line
+DaemonUnavailable = wire.Unavailable
+_recv_line = wire.recv_line
 
 
 def runtime_dir(env: Any = None) -> Path:
-    return Path(entry.runtime_dir(env))
+    return Path(wire.runtime_dir(env))
 
 
 def socket_path(env: Any = None) -> Path:
@@ -46,7 +46,7 @@ def socket_path(env: Any = None) -> Path:
 def call(message: dict[str, Any], *, timeout: float = READ_TIMEOUT, env: Any = None) -> dict[str, Any]:
     """Send one message and return the daemon's answer object. Raises DaemonUnavailable when no
     daemon listens; TimeoutError when it does not answer in time."""
-    return entry.exchange(message, timeout=timeout, env=env)
+    return wire.exchange(message, timeout=timeout, env=env)
 
 
 def forward(verb: str, *, request: dict[str, Any] | None = None, args: dict[str, Any] | None = None,
@@ -69,15 +69,15 @@ def forward(verb: str, *, request: dict[str, Any] | None = None, args: dict[str,
         WRITE_TIMEOUT if verb in ("write", "update") else READ_TIMEOUT)
     try:
         answer = call(message, timeout=timeout)
-    except entry.Untrusted as exc:
-        entry.warn_untrusted(exc)
+    except wire.Untrusted as exc:
+        wire.warn_untrusted(exc)
         return None
     except DaemonUnavailable:
         _clear_stale_socket()
         return None
     except TimeoutError:
         if verb in ("write", "update"):
-            return entry.timeout_error(timeout), 1
+            return wire.timeout_error(timeout), 1
         return None
     except (OSError, ValueError):
         return None

@@ -24,12 +24,14 @@ import struct
 import threading
 import time
 import traceback
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import client
-from .errors import MemstoreError, StoreError
+from .cliargs import ArgvError
+from .errors import MemstoreError, StoreError, error_answer
 from .store import STORE_DIRNAME
 
 log = logging.getLogger("memstore.daemon")
@@ -49,9 +51,19 @@ class Entry:
     ws: Any
     lock: threading.Lock = field(default_factory=threading.Lock)
     last_used: float = field(default_factory=time.monotonic)
+    evicted: bool = False  # set under ``lock``: background work that still holds it skips it
 
     def roots(self) -> list[Path]:
         return [s.root for s in (self.ws.repo, self.ws.global_) if s is not None]
+
+    @contextlib.contextmanager
+    def using(self) -> Iterator[None]:
+        """Hold the workspace for a request; its idle time counts from when the request ends."""
+        with self.lock:
+            try:
+                yield
+            finally:
+                self.last_used = time.monotonic()
 
 
 def _rss_mb() -> dict[str, float]:
@@ -73,10 +85,14 @@ def request_env(env: dict[str, str]) -> dict[str, str]:
 
 
 class Daemon:
-    def __init__(self, rdir: Path, idle_seconds: float) -> None:
+    def __init__(self, rdir: Path, idle_seconds: float, evict_seconds: float = 600.0) -> None:
         self.rdir = rdir
         self.sock_path = rdir / client.SOCKET_NAME
         self.idle_seconds = idle_seconds
+        # A workspace unused this long is dropped with its indexes: the daemon lives for hours
+        # and serves every repo the user opens, and each kept store holds its vectors in memory.
+        self.evict_seconds = evict_seconds
+        self.evicted = 0
         self.version = client.code_version()
         self.started = time.time()
         self.last_activity = time.monotonic()
@@ -120,7 +136,7 @@ class Daemon:
                 entry = Entry(ws)
                 self.entries[key] = entry
                 log.info("workspace opened: repo=%s global=%s", key[0] or "-", key[1])
-        entry.last_used = time.monotonic()
+            entry.last_used = time.monotonic()  # under the lock eviction takes: never evicted in use
         for root in entry.roots():
             self.watcher.watch(root)
         return entry
@@ -140,6 +156,8 @@ class Daemon:
                 self.watcher.watch(store.root)  # a store re-created by a checkout is watched again
                 t0 = time.perf_counter()
                 with entry.lock:
+                    if entry.evicted:
+                        continue
                     ws.catalog(store.scope)
                     if store.scope in ws.indexes:  # only stores that were read have indexes to keep hot
                         store_index(ws, store.scope, params_from_config(ws.config)).refresh(walk=False)
@@ -166,43 +184,48 @@ class Daemon:
             return {"restart": True, "version": self.version}
         if verb == "cli":
             return self._cli(msg)
-        try:
-            answer, code = self._run(verb, msg)
-        except MemstoreError as exc:
-            answer, code = exc.to_json(), exc.exit_code
-        except Exception as exc:
-            log.error("unexpected error on %s:\n%s", verb, traceback.format_exc())
-            answer, code = _unexpected(exc), 1
+        answer, code = self._answer(verb, lambda: self._run(verb, msg))
         return {"answer": answer, "exit_code": code}
+
+    def _answer(self, what: object, run: Callable[[], tuple[dict[str, Any], int]]) -> tuple[dict[str, Any], int]:
+        """The daemon's one error boundary: a MemstoreError keeps its code, anything else is
+        logged and answered as ``unexpected``; the daemon lives on."""
+        try:
+            return run()
+        except ArgvError:
+            raise  # not a failure: the client runs these arguments in-process
+        except Exception as exc:
+            if not isinstance(exc, MemstoreError):
+                log.error("unexpected error on %s:\n%s", what, traceback.format_exc())
+            return error_answer(exc)
 
     def _cli(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Run a client's argv (``memstore.entry``) and answer with the exact output the CLI
         would print in-process."""
-        from . import cli, output
+        from . import cliargs, output
         from .workspace import require_store_dir
 
         argv, stdin = msg.get("argv"), msg.get("stdin")
         if not isinstance(argv, list) or not all(isinstance(x, str) for x in argv):
             return {"fallback": True}
-        src = cli.Inputs(cwd=Path(msg.get("cwd") or "/"), stdin=stdin if isinstance(stdin, str) else None)
-        as_json = "--json-out" in argv or not msg.get("tty")
-        try:
-            call = cli.remote_call(argv, src)
-            as_json = call.json_out or not msg.get("tty")
+        src = cliargs.Inputs(cwd=Path(msg.get("cwd") or "/"), stdin=stdin if isinstance(stdin, str) else None)
+        calls: list[cliargs.RemoteCall] = []
+
+        def run() -> tuple[dict[str, Any], int]:
+            call = cliargs.remote_call(argv, src)
+            calls.append(call)
             require_store_dir(call.store, src.cwd, msg.get("env") or {})
-            answer, code = self._run(call.verb, {**msg, "request": call.request, "args": call.args,
-                                                 "store": call.store})
-        except cli.ArgvError:
+            return self._run(call.verb, {**msg, "request": call.request, "args": call.args, "store": call.store})
+
+        try:
+            answer, code = self._answer(argv[:1], run)
+        except ArgvError:
             return {"fallback": True}
-        except MemstoreError as exc:
-            answer, code = exc.to_json(), exc.exit_code
-        except Exception as exc:
-            log.error("unexpected error on %s:\n%s", argv[:1], traceback.format_exc())
-            answer, code = _unexpected(exc), 1
+        as_json = (calls[0].json_out if calls else "--json-out" in argv) or not msg.get("tty")
         if code:
             err, out = output.format_error(answer, as_json=as_json)
             return {"stdout": out, "stderr": err, "exit_code": code}
-        text = output.format_answer(answer, as_json=as_json, render=call.render, tty=bool(msg.get("tty")))
+        text = output.format_answer(answer, as_json=as_json, render=calls[0].render, tty=bool(msg.get("tty")))
         return {"stdout": text, "stderr": "", "exit_code": 0}
 
     def _run(self, verb: str, msg: dict[str, Any]) -> tuple[dict[str, Any], int]:
@@ -214,7 +237,7 @@ class Daemon:
         args = msg.get("args") or {}
         request = msg.get("request")
         author = (msg.get("env") or {}).get("MEMSTORE_AUTHOR") or None
-        with entry.lock:
+        with entry.using():
             if verb == "read":
                 return read(ws, request if isinstance(request, dict) else {}), 0
             if verb == "show":
@@ -243,11 +266,14 @@ class Daemon:
             return answer, 0
 
     def status(self) -> dict[str, Any]:
+        now = time.monotonic()
         with self._entries_lock:
-            workspaces = [{"repo": k[0] or None, "global": k[1], **_near_stats(e.ws)} for k, e in self.entries.items()]
+            workspaces = [{"repo": k[0] or None, "global": k[1], "idle_s": round(now - e.last_used, 1),
+                           **_near_stats(e.ws)} for k, e in self.entries.items()]
         return {"ok": True, "running": True, "pid": os.getpid(), "version": self.version,
                 "socket": str(self.sock_path), "uptime_s": round(time.time() - self.started, 1),
-                "idle_seconds": self.idle_seconds, "requests": self.requests, "workspaces": workspaces,
+                "idle_seconds": self.idle_seconds, "evict_seconds": self.evict_seconds, "evicted": self.evicted,
+                "requests": self.requests, "workspaces": workspaces,
                 "watched": [str(p) for p in self.watcher.watched()], **_rss_mb()}
 
     # -- the socket --------------------------------------------------------------------------------
@@ -370,6 +396,7 @@ class Daemon:
                     # after it (the neighbour lists) yields to the first request.
                     last_flush = now
                     threading.Thread(target=self._idle_work, daemon=True).start()
+                self.evict_idle(now)
                 if now - last_resync > RESYNC_SECONDS:
                     last_resync = now
                     # inotify can drop events (queue overflow): re-walk what we watch, in the background.
@@ -405,6 +432,38 @@ class Daemon:
                     except Exception:
                         log.exception("flush failed")
 
+    def evict_idle(self, now: float) -> int:
+        """Forget the workspaces unused for ``evict_seconds``: their projections are saved, their
+        indexes closed, and stores no kept workspace holds are no longer watched. The next
+        request for one opens it again from disk, as after a restart. Returns how many went."""
+        with self._entries_lock:
+            gone: list[Entry] = []
+            for key, entry in list(self.entries.items()):
+                # A workspace in use (its lock held) stays; entry_for refreshes last_used first.
+                if now - entry.last_used > self.evict_seconds and entry.lock.acquire(blocking=False):
+                    del self.entries[key]
+                    entry.evicted = True
+                    gone.append(entry)
+            kept = {root for entry in self.entries.values() for root in entry.roots()}
+        for entry in gone:
+            try:
+                saves = entry.ws.flush_later()
+                for save in saves:
+                    save()
+            except Exception:  # an unsaved projection is rebuilt by the next reader
+                log.exception("saving an evicted workspace failed")
+            for si in entry.ws.indexes.values():
+                with contextlib.suppress(Exception):
+                    si.close()
+            entry.ws.indexes.clear()
+            entry.lock.release()
+            for root in set(entry.roots()) - kept:
+                self.watcher.unwatch(root)
+            log.info("workspace evicted after %.0f s unused: %s", now - entry.last_used,
+                     ", ".join(str(r) for r in entry.roots()))
+        self.evicted += len(gone)
+        return len(gone)
+
     def _idle_work(self) -> None:
         self.flush_all()
         self.fill_all()
@@ -430,7 +489,7 @@ class Daemon:
                         if self.active or self.last_activity != since or self._stop.is_set():
                             return
                     with entry.lock:
-                        n = fill_neighbours(entry.ws, FILL_SLICE)
+                        n = 0 if entry.evicted else fill_neighbours(entry.ws, FILL_SLICE)
                     if not n:
                         break
                     done += n
@@ -470,11 +529,6 @@ class Daemon:
         log.info("stopped")
 
 
-def _unexpected(exc: Exception) -> dict[str, Any]:
-    return {"ok": False, "error": {"code": "unexpected", "message": f"{type(exc).__name__}: {exc}",
-                                   "hint": "set MEMSTORE_DEBUG=1 for a traceback; please report it"}}
-
-
 def _near_stats(ws: Any) -> dict[str, Any]:
     """How far the association chain's neighbour lists are filled (``daemon status``)."""
     near = ws.read_cache.get("near")
@@ -508,6 +562,11 @@ def _same_user(conn: socket.socket) -> bool:
 
 
 def default_idle_seconds(env: dict[str, str] | None = None) -> int:
+    return int(_daemon_setting("idle_seconds", 1800, env))
+
+
+def _daemon_setting(name: str, default: float, env: dict[str, str] | None = None) -> float:
+    """``daemon.<name>`` from the user's config (global store, environment)."""
     from .config import load_config
     from .workspace import global_store_path
 
@@ -515,8 +574,8 @@ def default_idle_seconds(env: dict[str, str] | None = None) -> int:
     try:
         config = load_config(None, global_store_path(env), env)
     except MemstoreError:
-        return 1800
-    return int(config.get("daemon", "idle_seconds", 1800))
+        return default
+    return float(config.get("daemon", name, default))
 
 
 def serve(idle_seconds: float | None = None) -> int:
@@ -532,7 +591,7 @@ def serve(idle_seconds: float | None = None) -> int:
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if os.environ.get("MEMSTORE_DEBUG") else logging.INFO)
     idle = float(idle_seconds) if idle_seconds is not None else float(default_idle_seconds())
-    daemon = Daemon(rdir, idle)
+    daemon = Daemon(rdir, idle, _daemon_setting("evict_seconds", 600.0))
     try:
         return daemon.run()
     finally:

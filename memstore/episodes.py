@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from . import ids
-from .errors import InvalidRequest, NoStore, NotFound
+from .errors import InvalidRequest, NotFound
 from .files import atomic_write
+from .kinds import EPISODE_SOURCES
 from .model import utc_now
 from .secrets import Finding, redact
 from .store import Store, episode_rows
 from .workspace import Workspace
 
-SOURCES = ("user", "assistant", "tool", "git", "memstore", "note")
 CURRENT_FILE = "current_episode"
 GIT_DAY_FILE = "git_episode"
 DEFAULT_MAX_CHARS = 8000
@@ -164,8 +164,9 @@ def start(ws: Workspace, *, agent: str | None = None, task: str | None = None, l
 def log(ws: Workspace, source: str, content: str, *, episode_id: str | None = None,
         extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Append one event; the answer's ``ref`` is the evidence ref to cite in a write."""
-    if source not in SOURCES:
-        raise InvalidRequest(f"source {source!r} is not one of {', '.join(SOURCES)}", field="source", code="schema")
+    if source not in EPISODE_SOURCES:
+        raise InvalidRequest(f"source {source!r} is not one of {', '.join(EPISODE_SOURCES)}", field="source",
+                             code="schema")
     if not isinstance(content, str) or not content.strip():
         raise InvalidRequest("content is empty", field="content", code="empty_text")
     store, path = _resolve(ws, episode_id)
@@ -274,9 +275,3 @@ def git_episode(ws: Workspace) -> tuple[Store, str]:
     atomic_write(state, f"{day} {episode_id}\n")
     return store, episode_id
 
-
-def require_store(ws: Workspace) -> Store:
-    store = episode_store(ws)
-    if not store.exists():
-        raise NoStore(f"no {store.scope} store at {store.root}", hint="run `memstore init`")
-    return store

@@ -128,3 +128,14 @@ class DiskFull(StoreError, OSError):
 
     code = "disk_full"
     exit_code = 1
+
+
+UNEXPECTED_HINT = "set MEMSTORE_DEBUG=1 for a traceback; please report it"
+
+
+def error_answer(exc: Exception, hint: str = UNEXPECTED_HINT) -> tuple[dict[str, Any], int]:
+    """The answer and exit code a surface gives for a failure: a MemstoreError's own code,
+    anything else ``unexpected`` with exit 1 (a bug: its type and message, never a traceback)."""
+    if isinstance(exc, MemstoreError):
+        return exc.to_json(), exc.exit_code
+    return {"ok": False, "error": {"code": "unexpected", "message": f"{type(exc).__name__}: {exc}", "hint": hint}}, 1

@@ -10,12 +10,12 @@ import hashlib
 import io
 import math
 import os
+import re
 import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import frontmatter
 import yaml
 
 from .errors import DiskFull, InvalidFile
@@ -154,12 +154,8 @@ def _where(exc: yaml.YAMLError, first_line: int) -> str:
     return f" at line {mark.line + first_line}" if mark is not None else ""
 
 
-class _StrictYAMLHandler(frontmatter.YAMLHandler):
-    def load(self, fm: str, **kwargs: Any) -> Any:
-        return safe_yaml(fm, "frontmatter")
-
-
-_HANDLER = _StrictYAMLHandler()
+# A line of three or more dashes opens and closes the frontmatter (python-frontmatter's rule).
+_FM_BOUNDARY = re.compile(r"^-{3,}\s*$", re.MULTILINE)
 
 
 def parse_markdown(text: str) -> tuple[dict[str, Any], str]:
@@ -167,13 +163,11 @@ def parse_markdown(text: str) -> tuple[dict[str, Any], str]:
     text = text.lstrip("\ufeff").strip()
     if not text.startswith("---"):
         raise InvalidFile("no YAML frontmatter (the file must start with a '---' line)")
-    try:
-        # Split here rather than via frontmatter.loads: that silently turns a list or scalar
-        # frontmatter into {} and a missing closing line into "no metadata".
-        fm, content = _HANDLER.split(text)
-    except ValueError:
-        raise InvalidFile("the frontmatter has no closing '---' line") from None
-    meta = safe_yaml(fm, "frontmatter", first_line=1)  # fm starts on the opening '---' line, after the dashes
+    parts = _FM_BOUNDARY.split(text, 2)
+    if len(parts) != 3:
+        raise InvalidFile("the frontmatter has no closing '---' line")
+    _, fm, content = parts
+    meta = safe_yaml(fm, "frontmatter", first_line=1)  # fm starts on the opening line, after its dashes
     if meta is None:
         meta = {}
     if not isinstance(meta, dict):

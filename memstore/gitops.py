@@ -86,32 +86,6 @@ def show_file(rev: str, path: str, cwd: Path) -> bytes | None:
     return proc.stdout if proc.returncode == 0 else None
 
 
-def ls_tree(rev: str, prefix: str, cwd: Path) -> dict[str, str]:
-    """path -> blob sha for every file under ``prefix`` at ``rev``."""
-    proc = run(["ls-tree", "-r", "--full-tree", rev, "--", prefix], cwd, check=False)
-    out: dict[str, str] = {}
-    if proc.returncode != 0:
-        return out
-    for line in proc.stdout.splitlines():
-        meta, _, path = line.partition("\t")
-        parts = meta.split()
-        if len(parts) == 3 and parts[1] == "blob":
-            out[path] = parts[2]
-    return out
-
-
-def staged_index(prefix: str, cwd: Path) -> dict[str, str]:
-    """path -> blob sha for every file under ``prefix`` in the index (what a commit would hold)."""
-    proc = run(["ls-files", "-s", "--", prefix], cwd, check=False)
-    out: dict[str, str] = {}
-    for line in proc.stdout.splitlines():
-        meta, _, path = line.partition("\t")
-        parts = meta.split()
-        if len(parts) == 3:
-            out[path] = parts[1]
-    return out
-
-
 def staged_entries(prefix: str, cwd: Path) -> list[tuple[str, str, str]]:
     """(mode, blob sha, repo-relative path) of every file under ``prefix`` in the index."""
     proc = run(["ls-files", "-s", "-z", "--", prefix], cwd, check=False)
@@ -149,15 +123,6 @@ def read_blobs(shas: list[str], cwd: Path) -> dict[str, bytes]:
 def merge_base(a: str, b: str, cwd: Path) -> str | None:
     proc = run(["merge-base", a, b], cwd, check=False)
     return proc.stdout.strip() if proc.returncode == 0 else None
-
-
-def hash_object(data: bytes, cwd: Path) -> str:
-    proc = subprocess.run(["git", "hash-object", "--stdin"], cwd=cwd, input=data, capture_output=True, check=False)
-    return proc.stdout.decode().strip()
-
-
-def is_ignored(path: Path, cwd: Path) -> bool:
-    return run(["check-ignore", "-q", str(path)], cwd, check=False).returncode == 0
 
 
 def head_sha(worktree: Path) -> str | None:

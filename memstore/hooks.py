@@ -23,8 +23,8 @@ from typing import Any
 from . import gitops
 from .data import data_text
 from .errors import Conflict, InvalidRequest, MemstoreError
+from .kinds import HOOK_NAMES
 
-HOOK_NAMES = ("pre-commit", "post-commit", "post-merge", "post-checkout")
 MARKER = "# memstore-hook:"
 PYTHON_LINE = 'MEMSTORE_PYTHON=""'
 MAX_PATHS = 100  # changed paths kept per git event
@@ -172,24 +172,25 @@ def status(cwd: Path | None = None) -> dict[str, Any]:
 # -- what the hooks do ------------------------------------------------------------------------------------
 def run_hook(name: str, args: list[str], cwd: Path | None = None) -> int:
     """The entry point the shims exec. pre-commit returns 1 to refuse; post-* always return 0."""
-    if name == "pre-commit":
-        try:
-            return _pre_commit(cwd)
-        except MemstoreError as exc:  # fail closed: a broken store must not slip into a commit
-            sys.stderr.write(f"memstore: pre-commit: {exc.message}\n")
-            return 1
-        except Exception as exc:
-            sys.stderr.write(f"memstore: pre-commit failed ({type(exc).__name__}: {exc}); commit refused. "
-                             "Bypass once with `git commit --no-verify`.\n")
-            return 1
     if name not in HOOK_NAMES:
         sys.stderr.write(f"memstore: unknown hook {name!r} (one of {', '.join(HOOK_NAMES)})\n")
         return 0
     try:
+        if name == "pre-commit":
+            return _pre_commit(cwd)
         _post_hook(name, args, cwd)
-    except Exception as exc:  # fail open: git already did its work; memstore only takes notes
-        sys.stderr.write(f"memstore: {name} hook skipped: {type(exc).__name__}: {exc}\n")
-    return 0
+        return 0
+    except Exception as exc:  # the hooks' one error boundary: git sees an exit code and one line
+        if name != "pre-commit":  # fail open: git already did its work; memstore only takes notes
+            sys.stderr.write(f"memstore: {name} hook skipped: {type(exc).__name__}: {exc}\n")
+            return 0
+        # fail closed: a broken store must not slip into a commit
+        if isinstance(exc, MemstoreError):
+            sys.stderr.write(f"memstore: pre-commit: {exc.message}\n")
+        else:
+            sys.stderr.write(f"memstore: pre-commit failed ({type(exc).__name__}: {exc}); commit refused. "
+                             "Bypass once with `git commit --no-verify`.\n")
+        return 1
 
 
 def _pre_commit(cwd: Path | None) -> int:

@@ -13,7 +13,6 @@ import time
 
 ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 ID_RE = re.compile(r"^[0-9abcdefghjkmnpqrstvwxyz]{26}$")
-PREFIX_RE = re.compile(r"^[0-9abcdefghjkmnpqrstvwxyz]{6,26}$")
 MIN_PREFIX = 6
 
 _lock = threading.Lock()

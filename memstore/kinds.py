@@ -1,4 +1,4 @@
-"""The vocabulary of memstore: kinds, scopes, event types. A leaf module with no imports, so
+"""The vocabulary of memstore: kinds, scopes, event types, episode sources, git hooks. A leaf module with no imports, so
 the thin CLI client can name them without loading anything else."""
 
 KINDS = ("problem", "solution", "failed_tactic", "fact", "preference", "change")
@@ -16,3 +16,5 @@ DIR_KINDS = {v: k for k, v in KIND_DIRS.items()}
 EVIDENCE_KINDS = ("event", "commit", "file", "memory", "user", "url")
 LINK_KEYS = ("problem", "related", "change_targets", "supersedes", "via_change")
 LIST_LINKS = ("related", "change_targets", "supersedes")
+EPISODE_SOURCES = ("user", "assistant", "tool", "git", "memstore", "note")  # who produced an episode event
+HOOK_NAMES = ("pre-commit", "post-commit", "post-merge", "post-checkout")  # the git hooks memstore installs

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import InvalidRequest, MemstoreError, SchemaError
+from .errors import InvalidRequest, MemstoreError, SchemaError, error_answer
+from .kinds import EPISODE_SOURCES
 
 if TYPE_CHECKING:
     import mcp_types
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
     from .workspace import Workspace
 
 SERVER_NAME = "memstore"
-EPISODE_SOURCES = ("user", "assistant", "tool", "git", "memstore", "note")
 
 LOOP_TEXT = """\
 memstore is this repository's long-term memory for coding agents (Markdown files in git, \
@@ -290,16 +290,12 @@ def call_tool(backend: Backend, name: str, arguments: dict[str, Any] | None) -> 
             return tool.run(backend, args), False
     except ToolFailure as exc:
         return exc.answer, True
-    except MemstoreError as exc:
-        return exc.to_json(), True
-    except Exception as exc:  # the tool boundary: an unexpected failure is an answer, not a dead server
-        if os.environ.get("MEMSTORE_DEBUG"):
+    except Exception as exc:  # the MCP surface's one error boundary: a failure is an answer, not a dead server
+        if not isinstance(exc, MemstoreError) and os.environ.get("MEMSTORE_DEBUG"):
             import traceback
 
             traceback.print_exc()  # stderr: the client's server log, never the protocol wire
-        hint = "set MEMSTORE_DEBUG=1 for a traceback (on stderr); please report it"
-        return {"ok": False, "error": {"code": "unexpected", "message": f"{type(exc).__name__}: {exc}",
-                                       "hint": hint}}, True
+        return error_answer(exc, hint="set MEMSTORE_DEBUG=1 for a traceback (on stderr); please report it")[0], True
 
 
 # -- the MCP wiring --------------------------------------------------------------------------------

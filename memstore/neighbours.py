@@ -23,10 +23,20 @@ from collections.abc import Collection, Sequence
 
 import numpy as np
 
-from .ranking import best_hop
-
 K = 8  # kept per row: a chain skips at most the rows it visited and the rows out of scope
 ADD_LIMIT = 32  # more new rows than this at once (an import, a rebuild): start over, lazily
+
+
+def best_hop(sims: np.ndarray, bar: float, visited: Collection[int],
+             mask: np.ndarray | None) -> tuple[int, float] | None:
+    """The hop given a row's similarities to every row (overwritten): the most similar row
+    neither visited nor masked, with its similarity, when that reaches ``bar``."""
+    sims[list(visited)] = -np.inf
+    if mask is not None:
+        sims[mask] = -np.inf
+    nxt = int(np.argmax(sims))
+    sim = float(sims[nxt])
+    return (nxt, sim) if sim >= bar else None
 
 
 class Neighbours:

@@ -18,12 +18,11 @@ import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .neighbours import Neighbours
+from .neighbours import Neighbours, best_hop
 
 # English function words plus question words. Question words carry the *form* of a question
 # ("when did", "what is") and match every memory that happens to use them, so in the keyword
@@ -444,18 +443,6 @@ def _hop(cur: int, matrix: np.ndarray, bar: float, visited: Collection[int],
     # One matrix-vector product per chain: for a handful of rows BLAS's gemm reads the matrix
     # at a third of gemv's speed (12 vs 3 ms per 100k x 384 pass, 3 rows).
     return best_hop(matrix @ matrix[cur], bar, visited, mask)
-
-
-def best_hop(sims: np.ndarray, bar: float, visited: Collection[int],
-             mask: np.ndarray | None) -> tuple[int, float] | None:
-    """The hop given a row's similarities to every row (overwritten): the most similar row
-    neither visited nor masked, with its similarity, when that reaches ``bar``."""
-    sims[list(visited)] = -np.inf
-    if mask is not None:
-        sims[mask] = -np.inf
-    nxt = int(np.argmax(sims))
-    sim = float(sims[nxt])
-    return (nxt, sim) if sim >= bar else None
 
 
 def select(

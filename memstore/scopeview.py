@@ -12,6 +12,7 @@ from collections.abc import Hashable
 from typing import Any
 
 from .catalog import LOG_LIMIT, Catalog
+from .changelog import ChangeLog
 from .graph import Graph, LinkIndex
 from .model import Event, Memory
 
@@ -32,8 +33,7 @@ class ScopeView:
         # context (a vote's problem, a fact link's new fact) may be global: one graph for all.
         self.links = LinkIndex(self.memories, events)
         self.generation = 0
-        self._log: list[tuple[int, frozenset[str]]] = []  # (generation, memories it may have changed)
-        self._log_base = 0
+        self._log = ChangeLog(LOG_LIMIT)  # the memories each generation may have changed
 
     @property
     def graph(self) -> Graph:
@@ -63,26 +63,14 @@ class ScopeView:
                 self.memories[mid] = mem
         affected = self.links.apply(changed, events)
         self.generation += 1
-        self._log.append((self.generation, frozenset(affected)))
-        size = sum(len(ids) for _, ids in self._log)
-        while self._log and size > LOG_LIMIT:
-            gen, ids = self._log.pop(0)
-            size -= len(ids)
-            self._log_base = gen
+        self._log.note(self.generation, affected)
         return True
 
     def changes_since(self, generation: int) -> set[str] | None:
         """Memories whose record, links, utility or archived state may have changed after
         ``generation``; None when the log does not reach back that far."""
-        if generation == self.generation:
-            return set()
-        if not self._log_base <= generation < self.generation:
-            return None
-        out: set[str] = set()
-        for gen, ids in self._log:
-            if gen > generation:
-                out |= ids
-        return out
+        since = self._log.since(generation)
+        return None if since is None else since[0]
 
 
 def scope_view(cache: dict[str, Any], catalogs: list[Catalog]) -> ScopeView:

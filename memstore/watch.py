@@ -19,6 +19,7 @@ from typing import Any
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
+from .changelog import ChangeLog
 from .model import KIND_DIRS
 
 log = logging.getLogger("memstore.daemon")
@@ -89,10 +90,9 @@ class Watcher:
         self._observer: Any = Observer()
         self._observer.daemon = True
         self._watches: dict[Path, Any] = {}
-        self._counters: dict[Path, int] = {}
-        # Per store: (counter after the change, store-relative path or None = unknown), newest
-        # last, so a reader can re-read just the files changed since its last look.
-        self._log: dict[Path, list[tuple[int, str | None]]] = {}
+        # Per store: the store-relative paths each change counter saw, so a reader can re-read
+        # just the files changed since its last look (the counter is the log's version).
+        self._log: dict[Path, ChangeLog] = {}
         self._pending: set[Path] = set()
         self._first = self._last = 0.0
         self._cond = threading.Condition()
@@ -133,36 +133,24 @@ class Watcher:
     def counter(self, root: Path) -> int | None:
         """The change counter of a watched store, None when the store is not watched."""
         with self._cond:
-            return self._counters[root] if root in self._watches else None
+            return self._log[root].version if root in self._watches else None
 
     # -- changes -------------------------------------------------------------------------------
     def _record(self, root: Path, rels: Iterable[str | None]) -> None:
-        n = self._counters.get(root, 0) + 1
-        self._counters[root] = n
-        log_ = self._log.setdefault(root, [])
-        log_.extend((n, rel) for rel in rels)
-        if len(log_) > LOG_LIMIT:
-            del log_[: len(log_) - LOG_LIMIT]
+        log_ = self._log.setdefault(root, ChangeLog(LOG_LIMIT))
+        paths = list(rels)
+        if None in paths:  # a change of unknown extent: readers walk the store
+            log_.forget(log_.version + 1)
+        else:
+            log_.note(log_.version + 1, [p for p in paths if p is not None])
 
     def changes_since(self, root: Path, counter: int) -> set[str] | None:
         """Store-relative paths changed after ``counter``; None when unknown (walk instead)."""
         with self._cond:
             if root not in self._watches:
                 return None
-            log_ = self._log.get(root, [])
-            if self._counters.get(root, 0) == counter:
-                return set()
-            # The log must reach back past ``counter``, or some changes were trimmed off.
-            if not log_ or log_[0][0] > counter + 1:
-                return None
-            out: set[str] = set()
-            for n, rel in log_:
-                if n <= counter:
-                    continue
-                if rel is None:
-                    return None
-                out.add(rel)
-            return out
+            since = self._log[root].since(counter)
+            return None if since is None else since[0]
 
     def note(self, root: Path, rels: Iterable[str]) -> None:
         """The daemon's own writes: visible to the next reader at once, by path."""

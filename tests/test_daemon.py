@@ -441,3 +441,43 @@ def test_an_idle_daemon_fills_the_neighbour_lists(world: Env) -> None:
     got = _poll(lambda: (n := lists()) is not None and n["filled"] == n["rows"] and n, timeout=40, every=6)
     assert got and got["rows"] == first["rows"], world.log()
     assert "neighbour lists in" in world.log()
+
+
+def test_an_unused_workspace_is_evicted_and_reopened(tmp_path: Path) -> None:
+    """A daemon serves every repo the user opens for hours: a workspace unused for
+    `daemon.evict_seconds` is dropped with its indexes (and its stores unwatched), `daemon
+    status` says so, and the next read opens it again and answers as before."""
+    life = Env(tmp_path / "evict")
+    life.vars["MEMSTORE_DAEMON_EVICT"] = "3"
+    proc = None
+    try:
+        old = dict(os.environ)
+        os.environ.update(life.env())
+        try:
+            repo = life.make_repo("repo")
+            _seed(life, repo, "delta")
+        finally:
+            os.environ.clear()
+            os.environ.update(old)
+        proc = life.start("--idle", "600")
+        req = {"op": "read", "query": "sqlite migration fails: column already exists"}
+        first = life.forward("read", repo, request=req)["answer"]
+        assert first["ok"] and first["results"], first
+        store = str((repo / ".memory").resolve())
+        status = life.status()
+        assert status["evict_seconds"] == 3 and status["evicted"] == 0
+        assert [ws["repo"] for ws in status["workspaces"]] == [store] and status["workspaces"][0]["idle_s"] >= 0
+        assert store in status["watched"]
+        # Each status call is a request; the daemon looks for unused workspaces between requests.
+        gone = _poll(lambda: (s := life.status())["evicted"] == 1 and s, timeout=30, every=1)
+        assert gone and gone["workspaces"] == [] and store not in gone["watched"], life.log()
+        assert "workspace evicted after" in life.log()
+        again = life.forward("read", repo, request=req)["answer"]
+        assert _ids(again) == _ids(first)
+        back = life.status()
+        assert [ws["repo"] for ws in back["workspaces"]] == [store] and store in back["watched"]
+        assert back["evicted"] == 1
+    finally:
+        life.cleanup()
+        if proc is not None:
+            proc.wait(timeout=30)

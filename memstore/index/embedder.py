@@ -8,17 +8,15 @@ degrade to the keyword lane instead of crashing (SPEC §5).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
 
-# The model ships inside a Python package; a hub lookup would only ever add latency or fail
-# on machines without network, so forbid it before transformers is imported anywhere.
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -29,6 +27,24 @@ MODEL_DIM = 384
 # then fight over the cores: a read at 10k memories took 16 ms at the median and 90 ms at the
 # 95th percentile with both pools at 2 threads, 9 and 10 ms with the encode on one (bench/perf.py).
 SMALL_BATCH = 2
+
+
+@contextlib.contextmanager
+def _offline() -> Iterator[None]:
+    """The model ships inside a Python package: while it loads, a hub lookup could only add
+    latency or fail without network, so it is forbidden. Only then: the rest of the process
+    (a library the user's program imports beside memstore) keeps its own settings."""
+    names = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    saved = {name: os.environ.get(name) for name in names}
+    os.environ.update(dict.fromkeys(names, "1"))
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 class EmbedderUnavailable(Exception):
@@ -69,7 +85,7 @@ class Embedder:
         """Load the model now (idempotent). Raises EmbedderUnavailable on any failure."""
         if self._model is not None:
             return
-        with self._lock:
+        with self._lock, _offline():
             if self._model is not None:
                 return
             path = self._resolve_path()
