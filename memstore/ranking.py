@@ -154,7 +154,7 @@ def code_analyzer() -> Any:
 
     from .index.analysis import CodeFormsFilter
 
-    return RegexTokenizer(CODE_PATTERN) | CodeFormsFilter()
+    return RegexTokenizer(CODE_PATTERN) | CodeFormsFilter(code_forms)
 
 
 def keyword_weighting(b: float = 0.4, k1: float = 1.2) -> Any:

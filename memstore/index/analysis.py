@@ -3,20 +3,22 @@ analysers, so a filter class must live at a stable module path (not inside a fun
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from whoosh.analysis import Filter
 
-from .. import ranking
-
 
 class CodeFormsFilter(Filter):
-    """Each token becomes its ``ranking.code_forms``: an identifier whole and by pieces,
-    a plain word nothing (the ``text`` field has it)."""
+    """Each token becomes its ``forms`` (``ranking.code_forms``: an identifier whole and by
+    pieces, a plain word nothing, the ``text`` field has it). The rule is passed in, not
+    imported: the read layer owns it and this module sits below it."""
+
+    def __init__(self, forms: Callable[[str], list[str]]) -> None:
+        self.forms = forms
 
     def __call__(self, tokens: Iterator[Any]) -> Iterator[Any]:
         for tok in tokens:
-            for form in ranking.code_forms(tok.text):
+            for form in self.forms(tok.text):
                 tok.text = form
                 yield tok
