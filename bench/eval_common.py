@@ -27,7 +27,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from memstore import ranking  # noqa: E402
-from memstore.index.embedder import MODEL_ID, get_embedder  # noqa: E402
+from memstore.index.embedder import get_embedder  # noqa: E402
 
 DEFAULT_CACHE = ROOT / "bench" / ".cache"
 
@@ -48,9 +48,10 @@ class EmbeddingCache:
     2 cores into a fraction of a second.
     """
 
-    def __init__(self, cache_dir: Path = DEFAULT_CACHE, model_id: str = MODEL_ID) -> None:
+    def __init__(self, cache_dir: Path = DEFAULT_CACHE, model_id: str | None = None) -> None:
         self.dir = Path(cache_dir)
-        safe = model_id.replace("/", "_")
+        # Keyed by the backend's id too: onnx and torch vectors differ slightly.
+        safe = (model_id or get_embedder().model_id).replace("/", "_")
         self.keys_path = self.dir / f"{safe}.keys.json"
         self.vecs_path = self.dir / f"{safe}.npy"
         self.index: dict[str, int] = {}

