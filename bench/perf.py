@@ -326,17 +326,20 @@ def prepare(n: int, shared_emb: Path, *, cold: bool = False) -> tuple[Path, floa
         print(f"# generated {n} memories in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     shutil.rmtree(root / ".index", ignore_errors=True)
     (root / ".index").mkdir()
-    emb = Path(tempfile.mkdtemp(prefix="perf-cold-")) if cold else shared_emb
-    emb.mkdir(parents=True, exist_ok=True)
-    (root / ".index" / "embeddings").symlink_to(emb)
+    # memstore replaces any link inside .index/ (a clone could plant one), so the shared
+    # embedding cache is copied in before the timed rebuild and back out after it; a cold
+    # rebuild starts with none.
+    cache = root / ".index" / "embeddings"
+    if not cold and shared_emb.is_dir():
+        shutil.copytree(shared_emb, cache)
     env = {"MEMSTORE_STORE": str(root), "MEMSTORE_HOME": str(CACHE / "global"), "MEMSTORE_DAEMON": "0"}
     t0 = time.perf_counter()
     ws = open_workspace(cwd=root, env=env)
     retrieve.reindex(ws)
     dt = time.perf_counter() - t0
-    if cold:
-        (root / ".index" / "embeddings").unlink()
-        shutil.rmtree(emb, ignore_errors=True)
+    if not cold and cache.is_dir():
+        shutil.rmtree(shared_emb, ignore_errors=True)
+        shutil.copytree(cache, shared_emb)
     return root, dt
 
 
