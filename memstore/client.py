@@ -16,7 +16,6 @@ import contextlib
 import errno
 import fcntl
 import os
-import stat
 import sys
 import time
 from pathlib import Path
@@ -102,11 +101,10 @@ def ensure_runtime_dir(env: Any = None) -> Path:
     with contextlib.suppress(FileExistsError):
         os.mkdir(path, 0o700)
     st = os.lstat(path)
+    foreign = wire.not_ours(str(path), st)
+    if foreign:
+        raise RuntimeDirRefused(foreign)
     uid = os.getuid()
-    if not stat.S_ISDIR(st.st_mode):
-        raise RuntimeDirRefused(f"the runtime directory {path} is not a directory (a symlink or a file)")
-    if st.st_uid != uid:
-        raise RuntimeDirRefused(f"the runtime directory {path} belongs to uid {st.st_uid}, not to this user")
     if st.st_mode & 0o077:
         # Closed first, then searched: nothing can slip in between the look and the close.
         os.chmod(path, 0o700)

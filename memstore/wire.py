@@ -112,6 +112,16 @@ def warn_untrusted(exc: Untrusted) -> None:
                        "(remove it, or set MEMSTORE_RUNTIME_DIR to a directory of yours)\n")
 
 
+def not_ours(path: str, st: os.stat_result) -> str | None:
+    """Why the runtime directory ``path`` (its ``lstat``) is not this user's own, or None. The
+    client refuses such a dir before connecting; ``memstore serve`` refuses to start in it."""
+    if not stat.S_ISDIR(st.st_mode):
+        return f"the runtime directory {path} is not a directory (a symlink or a file)"
+    if st.st_uid != os.getuid():
+        return f"the runtime directory {path} belongs to uid {st.st_uid}, not to this user (uid {os.getuid()})"
+    return None
+
+
 def check_runtime_dir(path: str) -> None:
     """Raise Untrusted unless ``path`` is a real directory (not a symlink) of this user that no
     other user can enter; Unavailable when it does not exist (no daemon ever ran)."""
@@ -119,11 +129,9 @@ def check_runtime_dir(path: str) -> None:
         st = os.lstat(path)
     except FileNotFoundError as exc:
         raise Unavailable(f"no runtime directory {path}") from exc
-    uid = os.getuid()
-    if not stat.S_ISDIR(st.st_mode):
-        raise Untrusted(f"the runtime directory {path} is not a directory (a symlink or a file)")
-    if st.st_uid != uid:
-        raise Untrusted(f"the runtime directory {path} belongs to uid {st.st_uid}, not to this user (uid {uid})")
+    foreign = not_ours(path, st)
+    if foreign:
+        raise Untrusted(foreign)
     if st.st_mode & 0o077:
         raise Untrusted(f"the runtime directory {path} is open to other users (mode {st.st_mode & 0o777:o})")
 
