@@ -28,6 +28,7 @@ if str(ROOT) not in sys.path:
 
 from memstore import ranking  # noqa: E402
 from memstore.index.embedder import get_embedder  # noqa: E402
+from memstore.index.terms import STOP_WORDS, keyword_terms, keyword_weighting  # noqa: E402
 
 DEFAULT_CACHE = ROOT / "bench" / ".cache"
 
@@ -105,7 +106,7 @@ def plain_analyzer() -> object:
     from whoosh.analysis import LowercaseFilter, RegexTokenizer, StemFilter, StopFilter
 
     return (RegexTokenizer(r"\w+(?:[.\-/:]\w+)*") | LowercaseFilter()
-            | StopFilter(stoplist=ranking.STOP_WORDS, minsize=2) | StemFilter())
+            | StopFilter(stoplist=STOP_WORDS, minsize=2) | StemFilter())
 
 
 class KeywordIndex:
@@ -127,7 +128,7 @@ class KeywordIndex:
         for i, (t, k) in enumerate(zip(texts, kinds, strict=True)):
             writer.add_document(idx=i, text=t, kind=k)
         writer.commit()
-        self._searcher = self._ix.searcher(weighting=ranking.keyword_weighting(b, k1))
+        self._searcher = self._ix.searcher(weighting=keyword_weighting(b, k1))
         self.n_docs = len(texts)
 
     def analyze(self, text: str) -> list[str]:
@@ -232,7 +233,7 @@ def bm25_retriever(limit: int = 50, stop_words: bool = True) -> Retriever:
     """Baseline: BM25 alone, no bar (stop words and question words removed from the query)."""
 
     def run(store: Store, query: str, qvec: np.ndarray) -> list[ranking.Ranked]:
-        terms = ranking.keyword_terms(query) if stop_words else query.split()
+        terms = keyword_terms(query) if stop_words else query.split()
         return [ranking.Ranked(i, s, (f"keyword:{s:.2f}",)) for i, s in store.keyword.search(terms, limit)]
 
     return run

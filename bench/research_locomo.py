@@ -19,11 +19,12 @@ from eval_common import DEFAULT_CACHE, EmbeddingCache, build_store
 from eval_locomo import load_conversations
 
 from memstore import ranking
+from memstore.index import terms
 
 
 def dense_bm25(store, query: str) -> np.ndarray:  # type: ignore[no-untyped-def]
     out = np.zeros(len(store.texts), dtype=np.float32)
-    for i, s in store.keyword.search(ranking.keyword_terms(query), len(store.texts)):
+    for i, s in store.keyword.search(terms.keyword_terms(query), len(store.texts)):
         out[i] = s
     return out
 

@@ -28,9 +28,9 @@ from .files import (
     parse_markdown,
     private_dir,
     read_untrusted,
+    real_dir,
     safe_yaml,
 )
-from .index.layout import real_dir
 from .model import DIR_KINDS, EVENT_TYPES, KIND_DIRS, KINDS, SCOPES, Event, Memory
 
 STORE_DIRNAME = ".memory"
@@ -286,7 +286,7 @@ class Store:
     # -- layout -----------------------------------------------------------------------------
     @property
     def index_dir(self) -> Path:
-        # Never a link out of the store: see memstore.index.layout.
+        # Never a link out of the store: see memstore.files.real_dir.
         return real_dir(self.root / INDEX_DIRNAME)
 
     @property

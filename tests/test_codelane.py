@@ -14,6 +14,7 @@ from conftest import EXAMPLE_STORE, CliResult, store_files
 
 from memstore import api, ranking, retrieve
 from memstore.index import embedder as embedder_mod
+from memstore.index import terms
 from memstore.index.keyword import KeywordIndex
 from memstore.workspace import Workspace, open_workspace
 
@@ -123,14 +124,14 @@ def test_a_keyword_index_of_the_previous_schema_is_rebuilt(tmp_path: Path) -> No
 
 def test_code_forms_keep_identifiers_whole_and_by_pieces() -> None:
     def folded(token: str) -> set[str]:
-        return {f for f in ranking.code_forms(token) if not f.startswith(ranking.EXACT)}
+        return {f for f in terms.code_forms(token) if not f.startswith(terms.EXACT)}
 
     assert folded("resp.raise_for_status") == {"resp.raise_for_status", "resp", "raise_for_status"}
     assert {"app/db/session.py", "session.py", "db/session.py", "session"} <= folded("app/db/session.py")
     assert folded("TZ=UTC") == {"tz=utc", "tz", "utc"}
-    assert ranking.code_forms("E11000") == ["e11000", "^E11000"]
-    assert "^Session.send" in ranking.code_forms("requests.Session.send")
+    assert terms.code_forms("E11000") == ["e11000", "^E11000"]
+    assert "^Session.send" in terms.code_forms("requests.Session.send")
     assert folded("10:30") == {"10:30"}  # a number alone is no identifier
-    assert ranking.code_forms("asyncpg") == []  # a plain word: the text field has it
-    words = [t.text for t in ranking.keyword_analyzer()("UniqueViolationError raise_for_status")]
+    assert terms.code_forms("asyncpg") == []  # a plain word: the text field has it
+    words = [t.text for t in terms.keyword_analyzer()("UniqueViolationError raise_for_status")]
     assert words == ["uniqu", "violat", "error", "rais", "statu"]

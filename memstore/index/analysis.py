@@ -10,9 +10,9 @@ from whoosh.analysis import Filter
 
 
 class CodeFormsFilter(Filter):
-    """Each token becomes its ``forms`` (``ranking.code_forms``: an identifier whole and by
+    """Each token becomes its ``forms`` (``terms.code_forms``: an identifier whole and by
     pieces, a plain word nothing, the ``text`` field has it). The rule is passed in, not
-    imported: the read layer owns it and this module sits below it."""
+    imported: terms.py builds its analysers from this module, so this one cannot import it back."""
 
     def __init__(self, forms: Callable[[str], list[str]]) -> None:
         self.forms = forms

@@ -15,15 +15,24 @@ import shutil
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 if TYPE_CHECKING:
     import numpy as np
 
-from .. import ranking
 from ..files import disk_full
+from .terms import EXACT, code_analyzer, code_shaped, code_terms, keyword_analyzer, keyword_terms, keyword_weighting
 
-SCHEMA_VERSION = "4"  # 4: the code field and the identifier-splitting text analyser
+SCHEMA_VERSION = "5"  # 4: the code field and the identifier-splitting text analyser; 5: analysers in index.terms
+
+
+class BM25Params(Protocol):
+    """What the keyword lane reads of the ranking parameters (``ranking.RankingParams`` has it)."""
+
+    @property
+    def bm25_b(self) -> float: ...
+    @property
+    def bm25_k1(self) -> float: ...
 
 
 class KeywordHit(NamedTuple):
@@ -68,16 +77,16 @@ def _schema() -> Any:
         id=ID(stored=True, unique=True),
         kind=ID(stored=True),
         tags=KEYWORD(lowercase=True, commas=True, scorable=True),
-        text=TEXT(analyzer=ranking.keyword_analyzer()),
-        code=TEXT(analyzer=ranking.code_analyzer(), phrase=False),
+        text=TEXT(analyzer=keyword_analyzer()),
+        code=TEXT(analyzer=code_analyzer(), phrase=False),
     )
 
 
 class KeywordIndex:
-    def __init__(self, folder: Path, params: ranking.RankingParams, *, fresh: bool = False) -> None:
+    def __init__(self, folder: Path, params: BM25Params, *, fresh: bool = False) -> None:
         self.folder = folder
         self.params = params
-        self._analyzer = ranking.keyword_analyzer()
+        self._analyzer = keyword_analyzer()
         # Called with the exception when reading the files fails (a deleted, truncated or garbled
         # segment): the owner rebuilds the projection from the canonical files, then the call
         # is tried once more. None: the exception propagates.
@@ -102,7 +111,7 @@ class KeywordIndex:
         else:
             fresh = True
         if fresh:
-            if folder.is_symlink():  # never follow a link out of the store (memstore.index.layout)
+            if folder.is_symlink():  # never follow a link out of the store (memstore.files.real_dir)
                 folder.unlink()
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir(parents=True, exist_ok=True)
@@ -166,7 +175,7 @@ class KeywordIndex:
         return {name: [size, mtime] for name, (size, mtime, _ino) in self._print.items()}
 
     def _weighting(self) -> Any:
-        return ranking.keyword_weighting(b=self.params.bm25_b, k1=self.params.bm25_k1)
+        return keyword_weighting(b=self.params.bm25_b, k1=self.params.bm25_k1)
 
     @property
     def searcher(self) -> Any:
@@ -245,8 +254,8 @@ class KeywordIndex:
     def pairs(self, query: str) -> list[tuple[str, str]]:
         """The (field, term) pairs a query is scored on: its tokens whole in ``code``, their
         words in ``text`` and ``tags``."""
-        terms = self.analyse(ranking.keyword_terms(query))
-        return ([("code", t) for t in ranking.code_terms(query)]
+        terms = self.analyse(keyword_terms(query))
+        return ([("code", t) for t in code_terms(query)]
                 + [("text", t) for t in terms] + [("tags", t) for t in terms])
 
     def search(self, query: str, limit: int) -> list[tuple[str, float]]:
@@ -263,7 +272,7 @@ class KeywordIndex:
             try:
                 identifiers = self._identifiers(searcher, pairs)
                 found = self._scorer.search(searcher, pairs, limit, identifiers)
-                folded = {t for f, t in pairs if f == "code" and not t.startswith(ranking.EXACT)}
+                folded = {t for f, t in pairs if f == "code" and not t.startswith(EXACT)}
                 if folded and folded <= identifiers:
                     found = [h._replace(named=True) for h in found]
                 return found
@@ -280,9 +289,9 @@ class KeywordIndex:
         a piece of some "identifier" once; it is still mostly written as a word."""
         out = []
         for field_name, term in pairs:
-            if field_name != "code" or term.startswith(ranking.EXACT):
+            if field_name != "code" or term.startswith(EXACT):
                 continue
-            if ranking.code_shaped(term):
+            if code_shaped(term):
                 out.append(term)
                 continue
             in_code = searcher.doc_frequency("code", term)
@@ -297,7 +306,7 @@ class KeywordIndex:
         words alone say little: ``UniqueViolationError`` is not in a store that only says
         "error"), else in ``text``."""
         s = self.searcher
-        if ranking.code_shaped(word):
+        if code_shaped(word):
             return int(s.doc_frequency("code", word.lower()))
         terms = self.analyse([word])
         if not terms:

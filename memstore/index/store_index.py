@@ -19,13 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from .. import ranking
 from ..catalog import Catalog
 from ..files import atomic_write, content_hash, file_lock, private_dir
 from ..model import Memory
 from .embcache import EmbeddingCache, text_key
 from .embedder import Embedder, EmbedderUnavailable
-from .keyword import KeywordIndex
+from .keyword import BM25Params, KeywordIndex
 from .vectors import VectorIndex
 
 log = logging.getLogger("memstore.index")
@@ -46,7 +45,7 @@ class IndexState:
 
 
 class StoreIndex:
-    def __init__(self, catalog: Catalog, embedder: Embedder | None, params: ranking.RankingParams) -> None:
+    def __init__(self, catalog: Catalog, embedder: Embedder | None, params: BM25Params) -> None:
         self.catalog = catalog
         self.store = catalog.store
         self.embedder = embedder

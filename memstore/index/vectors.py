@@ -9,7 +9,7 @@ import faiss
 import numpy as np
 
 from ..files import atomic_file
-from ..ranking import top_k
+from .terms import top_k
 
 NORM_TOLERANCE = 1e-3
 
