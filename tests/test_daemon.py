@@ -194,8 +194,8 @@ def test_cli_call_through_the_daemon_imports_almost_nothing(world: Env) -> None:
     assert proc.returncode == 0 and json.loads(proc.stdout)["results"], proc.stderr[-2000:]
     imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     assert "memstore.entry" in imported
-    heavy = {"memstore.cli", "memstore.client", "memstore.errors", "argparse", "typing", "pathlib", "socket", "torch",
-             "faiss", "whoosh", "numpy", "yaml", "git"}
+    heavy = {"memstore.cli", "memstore.client", "memstore.errors",
+             "argparse", "typing", "pathlib", "socket", "torch", "faiss", "whoosh", "numpy", "yaml", "git"}
     assert not heavy & imported, sorted(heavy & imported)
 
 
