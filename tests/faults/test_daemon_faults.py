@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_daemon import Env, _poll, _seed
+from daemonworld import Env, _poll, running_world
 from test_projection_faults import garble, truncate
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
@@ -28,19 +28,7 @@ TEXTS = ["The sqlite migration 0042 added the tracking_code column to shipments.
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    world = Env(tmp_path_factory.mktemp("faults"))
-    old = dict(os.environ)
-    os.environ.update(world.env())
-    try:
-        world.repo_a = world.make_repo("repo_a")  # type: ignore[attr-defined]
-        world.ids_a = _seed(world, world.repo_a, "alpha")  # type: ignore[attr-defined]
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
-    world.proc = world.start("--idle", "600")  # type: ignore[attr-defined]
-    yield world
-    world.cleanup()
-    world.proc.wait(timeout=30)  # type: ignore[attr-defined]
+    yield from running_world(tmp_path_factory, "faults", {"repo_a": "alpha"})
 
 
 def _ids(out: Any) -> list[str]:
