@@ -246,6 +246,7 @@ def strip_markdown(text: str, rel: str) -> tuple[str, bool]:
     if match is None:
         raise InvalidRequest(f"{rel}: the memstore end marker comes before the begin marker", code="bad_markers")
     before, after = text[:match.start()], text[match.end():]
+    after = after if before else after.lstrip("\n")
     if before.endswith("\n") and not after:  # _append put a blank line before the section
         before = before[:-1] if before.endswith("\n\n") else before
     out = before + ("\n" if before and after and not before.endswith("\n") else "") + after
@@ -304,6 +305,7 @@ def strip_codex_toml(text: str, rel: str) -> tuple[str, bool]:
     if match is None:
         return text, not text.strip()
     before, after = text[:match.start()], text[match.end():]
+    after = after if before else after.lstrip("\n")
     out = before + ("\n" if before and after and not before.endswith("\n") else "") + after
     return out, not out.strip()
 
@@ -321,6 +323,16 @@ TARGETS: dict[str, tuple[Target, ...]] = {
                       add_cursor_rule, strip_cursor_rule)),
     "generic": (Target("AGENTS.md", *GUIDE), Target(".mcp.json", *MCP_JSON)),
 }
+
+
+def _generated(target: Target, text: str) -> bool:
+    """Whether ``text`` holds what integrate writes (not a person's own memstore entry)."""
+    if target.add is add_mcp_json:
+        servers = _load_json(text, target.rel).get("mcpServers")
+        entry = servers.get(SERVER) if isinstance(servers, dict) else None
+        args = entry.get("args") if isinstance(entry, dict) else None
+        return isinstance(args, list) and args[:4] == ["-m", "memstore", "mcp", "--repo"]
+    return target.strip(text, target.rel)[0] != text
 
 
 # -- files on disk ----------------------------------------------------------------------------------
@@ -413,9 +425,9 @@ def _install(ws: Any, agent: str, repo: Path, setup: Setup, manifest: dict[str, 
         state = "unchanged" if new == old else "created" if old is None else "updated"
         entry = manifest["files"].get(target.rel)
         if entry is None:
-            # What --remove gives back: the file as it was, less any memstore part it came with
-            # (a clone receives the files another clone integrated and committed).
-            base, empty = (old, False) if old is None else target.strip(old, target.rel)
+            # What --remove gives back: the file as it was, less what integrate wrote into it in
+            # another clone (committed, then cloned here). A hand-made memstore MCP entry stays.
+            base, empty = (old, False) if old is None or not _generated(target, old) else target.strip(old, target.rel)
             entry = {"original": None if old is None or empty else base, "agents": []}
             manifest["files"][target.rel] = entry
         if new != old:
@@ -455,6 +467,7 @@ def _remove(agent: str, repo: Path, manifest: dict[str, Any], manifest_path: Pat
             new = None if empty and (entry is None or entry.get("original") is None) else stripped
         plan.append((target, path, entry, others, text, new))
     files = []
+    made_dirs: list[str] = []
     for target, path, entry, others, text, new in plan:
         if others:
             state = f"kept (also used by {', '.join(others)})"
@@ -471,11 +484,12 @@ def _remove(agent: str, repo: Path, manifest: dict[str, Any], manifest_path: Pat
         if entry is not None and agent in entry.get("agents", []):
             entry["agents"].remove(agent)
         if entry is not None and not entry.get("agents"):
-            for rel_dir in reversed(entry.get("made_dirs", [])):
-                with contextlib.suppress(OSError):
-                    (repo / rel_dir).rmdir()  # only if empty: the user may keep files there
+            made_dirs += entry.get("made_dirs", [])
             del manifest["files"][target.rel]
         files.append({"path": target.rel, "what": target.what, "state": state})
+    for rel_dir in sorted(made_dirs, key=lambda d: -d.count("/")):  # deepest first: .cursor/rules, .cursor
+        with contextlib.suppress(OSError):
+            (repo / rel_dir).rmdir()  # only if empty: the user may keep files there
     if agent in manifest["agents"]:
         manifest["agents"].remove(agent)
     git_hooks: dict[str, Any] = {"state": "kept"}
