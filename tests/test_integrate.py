@@ -13,9 +13,13 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
+import anyio
+import mcp_types as types
 import pytest
 import yaml
 from conftest import CliResult, git, make_git_repo
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from memstore import hooks
 
@@ -133,6 +137,37 @@ def test_generic_and_claude_share_mcp_json_until_the_last_one_goes(repo: Path, c
     code, ans, _ = cli("integrate", "claude", "--remove", cwd=repo)
     assert code == 0 and states(ans)[".mcp.json"] == "removed" and not hooks.status(repo)["installed"]
     assert tree(repo) == before
+
+
+def test_each_configured_mcp_server_starts_and_answers_from_anywhere(
+        repo: Path, tmp_path: Path, cli: Callable[..., CliResult]) -> None:
+    config = repo / ".memory" / "config.yaml"  # a setting only this repo's store has: the server found it
+    config.write_text(config.read_text().replace("write_mode: review", "write_mode: autonomous", 1))
+    for agent in ("claude", "codex", "cursor"):
+        assert cli("integrate", agent, cwd=repo)[0] == 0
+    entries = {
+        ".mcp.json": json.loads((repo / ".mcp.json").read_text())["mcpServers"]["memstore"],
+        ".cursor/mcp.json": json.loads((repo / ".cursor/mcp.json").read_text())["mcpServers"]["memstore"],
+        ".codex/config.toml": tomllib.loads((repo / ".codex/config.toml").read_text())["mcp_servers"]["memstore"],
+    }
+    elsewhere = tmp_path / "elsewhere"  # a client may start the server in any folder: --repo names the checkout
+    elsewhere.mkdir()
+
+    async def check(entry: dict) -> tuple[set[str], str]:
+        params = StdioServerParameters(command=entry["command"], args=entry["args"], cwd=str(elsewhere),
+                                       env=dict(os.environ))
+        with anyio.fail_after(120):
+            async with stdio_client(params) as streams, ClientSession(*streams) as session:
+                await session.initialize()
+                tools = {t.name for t in (await session.list_tools()).tools}
+                result = await session.call_tool("memory_guide", {})
+                assert not result.is_error and isinstance(result.content[0], types.TextContent)
+                return tools, result.content[0].text
+
+    for rel, entry in entries.items():
+        tools, guide = anyio.run(check, entry)
+        assert {"memory_read", "memory_write", "memory_context", "memory_reflect"} <= tools, rel
+        assert "Long-term memory (memstore)" in guide and "**autonomous** mode" in guide, rel
 
 
 # -- merged into the user's files, and given back ------------------------------------------------------------
