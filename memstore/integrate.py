@@ -120,8 +120,13 @@ def add_mcp_json(old: str | None, setup: Setup, rel: str) -> str:
     servers = _servers(data, rel)
     entry = setup.mcp_entry()
     prev = servers.get(SERVER)
-    if isinstance(prev, dict) and "env" in prev:  # the user's MEMSTORE_AUTHOR and the like stay
-        entry["env"] = prev["env"]
+    env = prev.get("env") if isinstance(prev, dict) else None
+    # The person's MEMSTORE_* settings stay; nothing else does: the file may come from anyone's
+    # commit, and a PYTHONPATH or LD_PRELOAD there would run their code under our command.
+    kept = {k: v for k, v in env.items() if k.startswith("MEMSTORE_") and isinstance(v, str)} \
+        if isinstance(env, dict) else {}
+    if kept:
+        entry["env"] = kept
     if prev == entry and old is not None:
         return old  # unchanged: not even reformatted
     servers[SERVER] = entry
@@ -355,7 +360,8 @@ def _read(path: Path, rel: str) -> str | None:
     try:
         return read_untrusted(path, MAX_BYTES)
     except InvalidFile as exc:
-        raise InvalidRequest(f"{rel} {exc.message}; nothing was written", code=exc.code) from None
+        code = exc.code if exc.code in ("not_regular", "too_large") else "bad_agent_file"
+        raise InvalidRequest(f"{rel} {exc.message}; nothing was written", code=code) from None
 
 
 def _sha(text: str) -> str:

@@ -177,7 +177,8 @@ USER_SETTINGS = """{
               "SessionStart": [{"hooks": [{"type": "command", "command": "echo hello"}]}]}
 }"""
 USER_MCP = '{"mcpServers": {"github": {"command": "npx", "args": ["-y", "gh-mcp"]},\n' \
-           ' "memstore": {"command": "memstore", "args": ["mcp"], "env": {"MEMSTORE_AUTHOR": "claude-code"}}}}'
+           ' "memstore": {"command": "memstore", "args": ["mcp"],\n' \
+           '              "env": {"MEMSTORE_AUTHOR": "claude-code", "PYTHONPATH": "./evil"}}}}'
 USER_TOML = """# my codex settings
 model = "o4"   # keep this comment
 
@@ -208,7 +209,8 @@ def test_merge_keeps_the_users_content_and_remove_restores_it_byte_for_byte(
     assert start[0] == {"hooks": [{"type": "command", "command": "echo hello"}]} and len(start) == 2
     servers = json.loads((repo / ".mcp.json").read_text())["mcpServers"]
     assert servers["github"] == {"command": "npx", "args": ["-y", "gh-mcp"]}
-    # the bare `memstore` entry is replaced by the absolute one; its env stays
+    # the bare `memstore` entry is replaced by the absolute one; its MEMSTORE_* env stays, nothing else
+    # (a PYTHONPATH from someone's commit would run their code under our command)
     assert servers["memstore"] == {**mcp_entry(repo), "env": {"MEMSTORE_AUTHOR": "claude-code"}}
     assert (repo / "CLAUDE.md").read_text().startswith("# House rules\n\nNo tabs.\n\n<!-- memstore:begin")
 
@@ -337,11 +339,12 @@ def test_claude_session_start_injects_context_and_stop_asks_once_after_work(
     ("codex", ".codex/config.toml", '[mcp_servers.memstore]\ncommand = "mine"\n', "conflict"),
     ("codex", ".codex/config.toml", 'mcp_servers = { other = { command = "x" } }\n', "conflict"),
     ("generic", "AGENTS.md", "<!-- memstore:begin -->\nno end marker\n", "bad_markers"),
+    ("generic", "AGENTS.md", "caf\udce9 latin-1\n", "bad_agent_file"),
 ])
 def test_a_file_that_does_not_parse_is_refused_and_nothing_is_written(
         repo: Path, cli: Callable[..., CliResult], agent: str, rel: str, content: str, code: str) -> None:
     (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-    (repo / rel).write_text(content)
+    (repo / rel).write_bytes(content.encode("utf-8", "surrogateescape"))  # \udce9: a raw 0xE9
     before = tree(repo)
     status, ans, err = cli("integrate", agent, cwd=repo)
     assert status in (2, 4) and ans["error"]["code"] == code and rel in ans["error"]["message"]
