@@ -71,6 +71,10 @@ def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
         from .retrieve import reindex
 
         return reindex(ws, full=a.full), None
+    if a.cmd == "integrate":
+        from .integrate import integrate, render
+
+        return integrate(ws, a.agent, remove=a.remove, hooks_path_ok=a.hooks_path_ok), render
     from . import agentcmds
 
     if a.cmd in agentcmds.COMMANDS:
@@ -163,6 +167,10 @@ def _run(args: list[str], shown: dict[str, bool]) -> int:
         from .hooks import run_hook
 
         return run_hook(a.name, a.hook_args)
+    if a.cmd == "integrate" and a.hook:  # Claude Code's entry point: fails open, exit 0
+        from .agenthooks import run_hook
+
+        return run_hook(a.hook)
     try:
         answer, render = _dispatch(a)
     finally:

@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 from . import __version__
 from .errors import InvalidRequest, UsageError
-from .kinds import EVENT_TYPES, KINDS, SCOPES
+from .kinds import AGENTS, EVENT_TYPES, KINDS, SCOPES
 from .wire import verb_of
 
 
@@ -311,6 +311,15 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
     s.add_argument("action", choices=("status", "stop", "restart"))
     s = sub.add_parser("mcp", help="serve memory_read/write/update, episodes and the guide as MCP tools over stdio")
     s.add_argument("--repo", metavar="DIR", help="resolve the repository from DIR instead of the working directory")
+
+    s = sub.add_parser("integrate", help="wire memstore into an agent (its MCP config, hooks, guide) and install "
+                       "the git hooks; --remove undoes it")
+    s.add_argument("agent", choices=AGENTS, help="which agent: claude (Claude Code), codex, cursor, or generic "
+                   "(AGENTS.md + .mcp.json)")
+    s.add_argument("--remove", action="store_true", help="take out exactly what integrate added")
+    s.add_argument("--hooks-path-ok", action="store_true",
+                   help="core.hooksPath is set: install the git hooks into that folder anyway")
+    s.add_argument("--hook", choices=("session-start", "stop"), help=argparse.SUPPRESS)  # Claude Code runs these
 
     from .agentcmds import add_parsers  # episode, hooks, diff, guide, context, reflect, snapshot
 

@@ -18,3 +18,4 @@ LINK_KEYS = ("problem", "related", "change_targets", "supersedes", "via_change")
 LIST_LINKS = ("related", "change_targets", "supersedes")
 EPISODE_SOURCES = ("user", "assistant", "tool", "git", "memstore", "note")  # who produced an episode event
 HOOK_NAMES = ("pre-commit", "post-commit", "post-merge", "post-checkout")  # the git hooks memstore installs
+AGENTS = ("claude", "codex", "cursor", "generic")  # what `memstore integrate` wires memstore into
