@@ -398,3 +398,19 @@ def test_sync_is_in_the_error_table_and_commands() -> None:
     for code in ("no_remote", "not_standalone", "bad_remote", "remote_set", "sync_conflict", "push_rejected"):
         assert f"`{code}`" in readme
     assert "memstore sync" in readme and "--remote URL" in readme
+
+
+def test_projections_never_travel_even_when_a_pulled_gitignore_forgets_them(homes: tuple[Home, Home]) -> None:
+    a, b = homes
+    (a.store / ".gitignore").write_text("")  # what a careless (or hostile) machine could push
+    a.write("fact", "The package mirror is refreshed every six hours.")
+    assert a.cli("list")[0] == 0  # .index/ holds the catalog now
+    sync(a)
+    sync(b)
+    assert (b.store / ".gitignore").read_text() == ""
+    b.write("fact", "The staging TLS certificate renews on the first of each month.")
+    assert b.cli("list")[0] == 0
+    sync(b)
+    for home in (a, b):
+        tracked = git(home.store, "ls-files").split("\n")
+        assert not [p for p in tracked if p.startswith((".index/", ".local/"))]
