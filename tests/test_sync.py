@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import os
+import pty
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -414,3 +416,59 @@ def test_projections_never_travel_even_when_a_pulled_gitignore_forgets_them(home
     for home in (a, b):
         tracked = git(home.store, "ls-files").split("\n")
         assert not [p for p in tracked if p.startswith((".index/", ".local/"))]
+
+
+def test_writes_during_a_sync_wait_their_turn_and_all_arrive(homes: tuple[Home, Home], remote: Path) -> None:
+    a, b = homes
+    written: list[str] = []
+    failures: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            for i in range(20):
+                written.append(a.write("fact", f"Concurrent note {i}: queue shard {i} drains into bucket q{i:02d}."))
+        except BaseException as exc:  # reported below, not lost in the thread
+            failures.append(exc)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    while thread.is_alive():
+        sync(a)
+    thread.join()
+    assert not failures
+    sync(a)
+    sync(b)
+    assert a.status() == "" and a.head() == remote_head(remote) == b.head()
+    _, listed, _ = b.cli("list", "--scope", "global", "--limit", "100")
+    assert set(written) <= {m["id"] for m in listed["memories"]} and len(written) == 20
+
+
+def _run_on_tty(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:
+    """The CLI with stdout on a pseudo-terminal, as a person at a shell runs it."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "memstore", *args], cwd=cwd, stdout=slave,
+                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=env)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    return proc.wait(), b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def test_a_terminal_is_told_it_is_offline_and_never_gets_raw_control_characters(homes: tuple[Home, Home],
+                                                                                tmp_path: Path) -> None:
+    a, _ = homes
+    a.write("fact", "The VPN drops idle connections after ten minutes.")
+    hostile = str(tmp_path / "gone\x1b]0;owned\x07.git")  # set by hand in .git/config: not checked by init
+    git(a.store, "remote", "set-url", "origin", hostile)
+    code, text = _run_on_tty(["sync"], a.cwd, a.env())
+    assert code == 0
+    assert "offline: nothing pushed" in text and "1 commit(s) wait for the next sync" in text
+    assert "\x1b" not in text and "\\x1b]0;owned\\x07" in text
