@@ -193,7 +193,8 @@ def _commit_pending(store: Store, root: Path) -> list[str]:
             continue
         full = root / rel
         record = top in DIR_KINDS or top == "events"
-        if xy != "??" and record:
+        committed = xy != "??" and "A" not in xy  # "A": staged by hand, never committed
+        if committed and record:
             problems.append({"path": rel, "code": "immutable", "message": "a committed memory or event was "
                              + ("deleted" if not full.exists() else "edited") + "; corrections are new "
                              "memories or update events"})

@@ -161,11 +161,14 @@ def test_pending_files_are_committed_but_a_running_episode_is_not(homes: tuple[H
     a, b = homes
     (a.store / "facts" / "hand-written-note.md").write_text(
         "---\nkind: fact\nscope: global\n---\nOur VPN needs the split-tunnel profile for the package mirror.\n")
+    (a.store / "facts" / "staged-by-hand.md").write_text(
+        "---\nkind: fact\nscope: global\n---\nThe home NAS exports its media share over NFSv4 only.\n")
+    git(a.store, "add", "facts/staged-by-hand.md")
     code, out, err = a.cli("episode", "start", "--agent", "test", "--task", "tidy the dotfiles")
     assert code == 0, err
     episode_file = next((a.store / "episodes").rglob("*.jsonl"))
     out = sync(a)
-    assert out["committed"] == 1 and out["pushed"] == 1
+    assert out["committed"] == 2 and out["pushed"] == 1
     assert "hand-written-note.md" in git(a.store, "ls-files", "facts")
     assert episode_file.name not in git(a.store, "ls-files", "episodes")  # still being written
     sync(b)
@@ -472,3 +475,11 @@ def test_a_terminal_is_told_it_is_offline_and_never_gets_raw_control_characters(
     assert code == 0
     assert "offline: nothing pushed" in text and "1 commit(s) wait for the next sync" in text
     assert "\x1b" not in text and "\\x1b]0;owned\\x07" in text
+
+
+def test_credentials_in_a_remote_url_are_never_shown(tmp_path: Path) -> None:
+    home = Home(tmp_path, "a")
+    code, out, err = home.cli("init", "--global", "--remote", "https://me:s3cretPassw0rd@nonexistent.invalid/m.git")
+    assert code == 2 and out["error"]["code"] == "bad_remote"
+    assert "s3cretPassw0rd" not in str(out) + err and "***@nonexistent.invalid" in out["error"]["message"]
+    assert not home.store.exists()
