@@ -70,7 +70,7 @@ def _sync(store: Store, root: Path, up: Upstream) -> dict[str, Any]:
     answer: dict[str, Any] = {
         "ok": True, "scope": store.scope, "root": str(root), "remote": up.remote,
         "url": redact_url(gitops.config_get(f"remote.{up.remote}.url", root) or ""), "branch": up.branch,
-        "committed": len(committed), "received": 0, "pushed": 0, "retried": False, "offline": False,
+        "committed": len(committed), "received": 0, "pushed": 0, "unpushed": 0, "retried": False, "offline": False,
     }
     received: set[str] = set()
     for attempt in range(2):
@@ -109,9 +109,11 @@ def _sync(store: Store, root: Path, up: Upstream) -> dict[str, Any]:
         if result.status == "behind" and attempt == 0:
             answer["retried"] = True  # the remote moved since the fetch: fetch and rebase again
             continue
-        raise Conflict(f"{up.remote} refused the push ({result.message}); everything is committed here",
-                       code="push_rejected", hint="run `memstore sync` again; if it keeps failing, check "
-                       f"what the remote allows (git -C {root} push)")
+        why = ("moved again while this sync pushed (another machine is syncing)" if result.status == "behind"
+               else f"refused the push ({result.message})")
+        raise Conflict(f"{up.remote} {why}; everything is committed here", code="push_rejected",
+                       hint="run `memstore sync` again; if it keeps failing, check what the remote allows "
+                       f"(git -C {root} push)")
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 

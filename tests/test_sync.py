@@ -202,7 +202,8 @@ def test_a_race_with_another_push_is_retried_once(homes: tuple[Home, Home], remo
     written = a.write("fact", "Deploys to the staging cluster go through the blue environment first.")
     _pre_push_moves_remote(a, b, every_time=False)
     out = sync(a)
-    assert out["retried"] is True and out["pushed"] == 1 and out["received"] == 0  # an empty commit
+    assert out["retried"] is True and out["pushed"] == 1 and out["unpushed"] == 0
+    assert out["received"] == 0  # the other machine's commit was empty
     assert remote_head(remote) == a.head()
     assert git(remote, "log", "--format=%s", "-2").split("\n")[:2] == [
         f"memstore: add fact {written[:10]}", "elsewhere"]
@@ -215,7 +216,7 @@ def test_a_remote_that_keeps_moving_is_retried_once_then_refused(homes: tuple[Ho
     code, out, err = a.cli("sync")
     assert code == 4, (out, err)
     assert out["error"]["code"] == "push_rejected"
-    assert "everything is committed here" in out["error"]["message"]
+    assert "moved again" in out["error"]["message"] and "everything is committed here" in out["error"]["message"]
     assert a.status() == ""
     (a.store / ".git" / "hooks" / "pre-push").unlink()
     assert sync(a)["pushed"] == 1  # the next sync pushes it
