@@ -10,10 +10,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from .cliargs import FORWARDED, UsageParser, build_parser, forward_spec
-from .errors import InvalidRequest, MemstoreError, error_answer
+from .errors import InvalidRequest, MemstoreError, UsageError, error_answer
 from .wire import verb_of
 
 __all__ = ["build_parser", "main"]
@@ -34,7 +35,18 @@ def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
     if a.cmd in FORWARDED:
         _autostart_config.append(ws.config)
     if a.cmd == "init":
+        if a.remote is not None:
+            if not a.global_store:
+                raise UsageError("--remote is for the global store: memstore init --global --remote URL",
+                                 hint="a repo's .memory/ travels with its code through the repo's own remote")
+            from .sync import init_global, render
+
+            return init_global(ws, a.remote, Path.cwd()), render
         return api.init(ws, global_store=a.global_store), None
+    if a.cmd == "sync":
+        from .sync import render, sync
+
+        return sync(ws, store_given=bool(a.store or os.environ.get("MEMSTORE_STORE"))), render
     if a.cmd in ("write", "create"):
         return api.write(ws, req or {}, author=_author(a)), None
     if a.cmd == "update":

@@ -223,6 +223,11 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
 
     s = sub.add_parser("init", help="create .memory/ in this repo (or the global store) idempotently")
     s.add_argument("--global", dest="global_store", action="store_true", help="initialise the global store")
+    s.add_argument("--remote", metavar="URL", help="with --global: sync the global store through this git remote "
+                   "(cloned when it has history, else pushed to)")
+
+    s = sub.add_parser("sync", help="commit, pull (rebase) and push the global store through its git remote "
+                       "(--store DIR: a store that is a git repository of its own)")
 
     for name in ("write", "create"):
         s = sub.add_parser(name, help="store a new memory" + (" (alias of write)" if name == "create" else ""))

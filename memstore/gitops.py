@@ -5,8 +5,10 @@ import alone costs ~90 ms on every CLI call."""
 from __future__ import annotations
 
 import functools
+import os
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import GitError
@@ -15,11 +17,13 @@ _LOCK_RETRIES = 20
 
 
 def run(
-    args: list[str], cwd: Path, *, check: bool = True, input_text: str | None = None
+    args: list[str], cwd: Path, *, check: bool = True, input_text: str | None = None,
+    env: dict[str, str] | None = None, timeout: float | None = None,
 ) -> subprocess.CompletedProcess[str]:
     try:
         proc = subprocess.run(
-            ["git", *args], cwd=cwd, capture_output=True, text=True, input=input_text, check=False
+            ["git", *args], cwd=cwd, capture_output=True, text=True, input=input_text, check=False,
+            env=env, timeout=timeout,
         )
     except FileNotFoundError as exc:
         raise GitError("git is not installed or not on PATH", hint="install git") from exc
@@ -65,10 +69,15 @@ def stage(paths: list[Path], cwd: Path) -> None:
 def commit(paths: list[Path], message: str, cwd: Path) -> None:
     """Commit exactly ``paths``; works with no user identity configured (a store is often new)."""
     stage(paths, cwd)
-    ident = ["-c", "user.name=memstore", "-c", "user.email=memstore@localhost"]
-    has_ident = run(["config", "user.email"], cwd, check=False).returncode == 0
-    args = ([] if has_ident else ident) + ["commit", "-q", "--no-verify", "-m", message, "--", *map(str, paths)]
+    args = [*ident_args(cwd), "commit", "-q", "--no-verify", "-m", message, "--", *map(str, paths)]
     _run_retrying(args, cwd)
+
+
+def ident_args(cwd: Path) -> list[str]:
+    """An identity for commits memstore makes (a write, a sync's rebase) where the user has none."""
+    if run(["config", "user.email"], cwd, check=False).returncode == 0:
+        return []
+    return ["-c", "user.name=memstore", "-c", "user.email=memstore@localhost"]
 
 
 def resolve_commit(rev: str, cwd: Path) -> str | None:
@@ -147,3 +156,175 @@ def head_sha(worktree: Path) -> str | None:
         return None if not loose.exists() and not packed.exists() else resolve_commit("HEAD", worktree)
     except (OSError, UnicodeDecodeError):
         return resolve_commit("HEAD", worktree)
+
+
+# -- remotes (memstore sync) ------------------------------------------------------------------------
+# A network call must never wait on a prompt nobody can answer (an agent runs sync), nor hang
+# for ever on a dead connection: past this it counts as unreachable.
+NETWORK_TIMEOUT = 300.0
+
+
+def _network(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
+    try:
+        return run(args, cwd, check=False, env=env, timeout=NETWORK_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(["git", *args], 124, "", f"timed out after {NETWORK_TIMEOUT:.0f} s")
+
+
+def last_line(proc: subprocess.CompletedProcess[str]) -> str:
+    """git's last line of complaint (the fatal one), for an answer or an error message."""
+    lines = [line.strip() for line in (proc.stderr or proc.stdout).splitlines() if line.strip()]
+    fatal = [line for line in lines if line.startswith(("fatal:", "error:"))]
+    return (fatal or lines or [f"exit {proc.returncode}"])[0 if fatal else -1]
+
+
+def config_get(key: str, cwd: Path) -> str | None:
+    proc = run(["config", "--get", key], cwd, check=False)
+    return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None
+
+
+def current_branch(cwd: Path) -> str | None:
+    """The checked-out branch (also before its first commit), or None on a detached HEAD."""
+    proc = run(["symbolic-ref", "--quiet", "--short", "HEAD"], cwd, check=False)
+    return (proc.stdout.strip() or None) if proc.returncode == 0 else None
+
+
+def add_remote(name: str, url: str, cwd: Path) -> None:
+    run(["remote", "add", "--", name, url], cwd)
+
+
+def remove_remote(name: str, cwd: Path) -> None:
+    run(["remote", "remove", "--", name], cwd, check=False)
+
+
+def set_upstream(branch: str, remote: str, remote_branch: str, cwd: Path) -> None:
+    run(["config", f"branch.{branch}.remote", remote], cwd)
+    run(["config", f"branch.{branch}.merge", f"refs/heads/{remote_branch}"], cwd)
+
+
+def remote_heads(url: str, cwd: Path) -> tuple[dict[str, str], str | None]:
+    """(branch -> sha, the branch the remote's HEAD names) of the repository at ``url``; empty
+    for a repository without commits. Raises GitError when ``url`` cannot be listed."""
+    proc = _network(["ls-remote", "--symref", "--", url], cwd)
+    if proc.returncode != 0:
+        raise GitError(last_line(proc))
+    heads: dict[str, str] = {}
+    default = None
+    for line in proc.stdout.splitlines():
+        value, _, ref = line.partition("\t")
+        if value.startswith("ref: ") and ref == "HEAD":
+            default = value[5:].removeprefix("refs/heads/")
+        elif ref.startswith("refs/heads/"):
+            heads[ref.removeprefix("refs/heads/")] = value
+    return heads, default
+
+
+def clone(url: str, dest: Path, branch: str | None, cwd: Path) -> None:
+    args = ["clone", "--quiet", "--no-tags"] + ([f"--branch={branch}"] if branch else []) + ["--", url, str(dest)]
+    proc = _network(args, cwd)
+    if proc.returncode != 0:
+        raise GitError(f"git clone failed: {last_line(proc)}")
+
+
+def fetch(remote: str, cwd: Path) -> str | None:
+    """Fetch ``remote``'s branches; None on success, else git's complaint (the remote cannot be
+    reached: offline, gone, refused)."""
+    proc = _network(["fetch", "--quiet", "--no-tags", remote], cwd)
+    return None if proc.returncode == 0 else last_line(proc)
+
+
+def rebase(onto: str, cwd: Path) -> list[str] | None:
+    """Replay this branch's own commits on ``onto`` (uncommitted changes are set aside and put
+    back). None on success; on a conflict the rebase is aborted, so the branch is as it was,
+    and the conflicting paths are returned."""
+    proc = run([*ident_args(cwd), "rebase", "--quiet", "--autostash", "--no-verify", onto], cwd, check=False)
+    if proc.returncode == 0:
+        return None
+    conflicted = run(["diff", "--name-only", "--diff-filter=U", "-z"], cwd, check=False).stdout.split("\0")
+    if run(["rebase", "--abort"], cwd, check=False).returncode != 0 and not any(conflicted):
+        raise GitError(f"git rebase failed: {last_line(proc)}")
+    return [p for p in conflicted if p] or [last_line(proc)]
+
+
+@dataclass(frozen=True)
+class PushResult:
+    status: str  # "ok", "behind" (the remote moved: fetch and retry), "refused", "unreachable"
+    message: str = ""
+
+
+def push(remote: str, dest_branch: str, cwd: Path) -> PushResult:
+    """Push HEAD to ``dest_branch`` of ``remote``, never forced."""
+    proc = _network(["push", "--porcelain", "--quiet", remote, f"HEAD:refs/heads/{dest_branch}"], cwd)
+    if proc.returncode == 0:
+        return PushResult("ok")
+    # --porcelain reports each ref as "<flag>\t<from>:<to>\t<summary>"; "!" is a rejected ref.
+    rejected = [line.split("\t")[-1] for line in proc.stdout.splitlines() if line.startswith("!")]
+    if not rejected:
+        return PushResult("unreachable", last_line(proc))
+    summary = rejected[0]
+    # "fetch first" / "non-fast-forward": the remote moved before the push began; "failed to
+    # update ref" ("cannot lock ref ... but expected"): it moved while the push was under way.
+    if any(s in summary for s in ("fetch first", "non-fast-forward", "stale info", "failed to update ref")):
+        return PushResult("behind", summary)
+    return PushResult("refused", f"{summary}: {last_line(proc)}" if proc.stderr.strip() else summary)
+
+
+def reset_index(rev: str, cwd: Path) -> None:
+    """Point the branch and index at ``rev``, leaving the work tree's files as they are."""
+    run(["reset", "--quiet", "--mixed", rev], cwd)
+
+
+def restore(paths: list[str], cwd: Path) -> None:
+    """Make the work tree's copy of ``paths`` the index's."""
+    if paths:
+        run(["--literal-pathspecs", "checkout", "--pathspec-from-file=-", "--pathspec-file-nul", "--"],
+            cwd, input_text="\0".join(paths))
+
+
+def restore_missing(cwd: Path) -> None:
+    """Check out the files the index has and the work tree lacks (and nothing else)."""
+    missing = [p for p in run(["ls-files", "--deleted", "-z"], cwd).stdout.split("\0") if p]
+    restore(missing, cwd)
+
+
+def status_entries(cwd: Path) -> list[tuple[str, str]]:
+    """(XY status, repo-relative path) of every change git sees: untracked files one by one,
+    ignored ones left out, renames as a deletion and an addition."""
+    proc = run(["status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames"], cwd)
+    return [(item[:2], item[3:]) for item in proc.stdout.split("\0") if len(item) > 3]
+
+
+def commit_all(paths: list[str], message: str, cwd: Path) -> None:
+    """Record ``paths`` (repo-relative; new, changed or deleted) in one commit. Paths go on
+    stdin, literally: any number of them, and a name is never read as an option or a glob."""
+    if not paths:
+        return
+    listed = "\0".join(paths)
+    base = ["--literal-pathspecs"]
+    run([*base, "add", "--all", "--pathspec-from-file=-", "--pathspec-file-nul"], cwd, input_text=listed)
+    run([*base, *ident_args(cwd), "commit", "--quiet", "--no-verify", "-m", message,
+         "--pathspec-from-file=-", "--pathspec-file-nul"], cwd, input_text=listed)
+
+
+def count_commits(base: str | None, head: str, cwd: Path) -> int:
+    spec = f"{base}..{head}" if base else head
+    return int(run(["rev-list", "--count", spec], cwd).stdout.strip() or 0)
+
+
+def changed_blobs(base: str | None, head: str, cwd: Path) -> dict[str, str]:
+    """repo-relative path -> blob sha of every file ``head`` adds or changes since ``base``
+    (every file of ``head`` without a base)."""
+    if base is None:
+        out = run(["ls-tree", "-r", "-z", head], cwd).stdout
+        return {item.partition("\t")[2]: item.split()[2] for item in out.split("\0")
+                if item and item.split()[1] == "blob"}
+    out = run(["diff", "--raw", "--no-abbrev", "-z", "--no-renames", "--diff-filter=AMT", base, head], cwd).stdout
+    parts = out.split("\0")
+    # --raw -z: ":<old mode> <new mode> <old sha> <new sha> <status>" NUL "<path>" NUL ...
+    return {parts[i + 1]: parts[i].split()[3] for i in range(0, len(parts) - 1, 2) if parts[i].startswith(":")}
+
+
+def changed_names(base: str, head: str, cwd: Path) -> list[str]:
+    out = run(["diff", "--name-only", "-z", "--no-renames", base, head], cwd).stdout
+    return [p for p in out.split("\0") if p]
