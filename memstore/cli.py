@@ -19,8 +19,17 @@ from .wire import verb_of
 __all__ = ["build_parser", "main"]
 
 
-def _author(a: argparse.Namespace) -> str | None:
-    return os.environ.get("MEMSTORE_AUTHOR") or None
+def _episode() -> str | None:
+    """The episode this call belongs to when the agent names it (MEMSTORE_EPISODE)."""
+    return os.environ.get("MEMSTORE_EPISODE") or None
+
+
+def _author(ws: Any) -> str | None:
+    """Who writes when the request names no one: MEMSTORE_AUTHOR, else the episode's agent,
+    else ``git config user.name``."""
+    from .episodes import default_author
+
+    return os.environ.get("MEMSTORE_AUTHOR") or default_author(ws, _episode())
 
 
 def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
@@ -36,13 +45,13 @@ def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
     if a.cmd == "init":
         return api.init(ws, global_store=a.global_store), None
     if a.cmd in ("write", "create"):
-        return api.write(ws, req or {}, author=_author(a)), None
+        return api.write(ws, req or {}, author=_author(ws)), None
     if a.cmd == "update":
-        return api.update(ws, req or {}, author=_author(a)), None
+        return api.update(ws, req or {}, author=_author(ws)), None
     if a.cmd == "read":
         from .retrieve import read
 
-        return read(ws, req or {}), "read"
+        return read(ws, req or {}, episode=_episode()), "read"
     if a.cmd == "show":
         return api.show(ws, (args or {})["id"]), "show"
     if a.cmd == "list":
@@ -58,10 +67,10 @@ def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
             from .importers import import_notes
 
             return import_notes(ws, a.file, a.from_format, scope=a.scope, dry_run=a.dry_run,
-                                author=_author(a)), "import"
+                                author=_author(ws)), "import"
         from .bulk import import_jsonl
 
-        return import_jsonl(ws, a.file, dry_run=a.dry_run, author=_author(a)), "import"
+        return import_jsonl(ws, a.file, dry_run=a.dry_run, author=_author(ws)), "import"
     if a.cmd == "check":
         from .check import run_check
 
@@ -74,7 +83,7 @@ def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
     from . import agentcmds
 
     if a.cmd in agentcmds.COMMANDS:
-        return agentcmds.dispatch(a, ws, _author(a))
+        return agentcmds.dispatch(a, ws, os.environ.get("MEMSTORE_AUTHOR") or None, _episode())
     raise InvalidRequest(f"unknown command {a.cmd!r}", code="usage")
 
 

@@ -176,11 +176,14 @@ def _branch_info(ws: Workspace) -> tuple[str | None, list[str]]:
     return branch, subjects
 
 
-def context(ws: Workspace, *, task: str | None = None, limit: int | None = None) -> dict[str, Any]:
+def context(ws: Workspace, *, task: str | None = None, limit: int | None = None,
+            episode: str | None = None) -> dict[str, Any]:
     """The ambient read for a session start: preferences, high-utility current facts, recent
-    changes, and what an ambient read finds for the task / branch."""
+    changes, and what an ambient read finds for the task (``task``, else the episode's), or for
+    the branch when there is no task. ``episode`` names the session's episode (default: the
+    checkout's current one); the ambient read is logged to it."""
     from .api import combined_graph
-    from .episodes import current_id, episode_store, read_rows
+    from .episodes import find_episode, read_rows, session_id
     from .retrieve import GUIDANCE, read
 
     memories, graph = combined_graph(ws)
@@ -191,16 +194,21 @@ def context(ws: Workspace, *, task: str | None = None, limit: int | None = None)
     good_facts = sorted((m for m in facts if graph.utility_global(m.id) > 0), key=lambda m: -graph.utility_global(m.id))
     changes = [m for m in newest if m.kind == "change"][:5]
 
-    store = episode_store(ws)
-    episode = current_id(store) if store.exists() else None
+    # An episode named but missing is an error (a typo would log nowhere); none named, the
+    # current one if any.
+    episode = find_episode(ws, episode)[1].stem if episode else session_id(ws)
     if not task and episode:
-        path = store.episode_path(episode)
-        task = (read_rows(path)[0].get("task") if path else None) or None
+        task = read_rows(find_episode(ws, episode)[1])[0].get("task") or None
     branch, subjects = _branch_info(ws)
-    parts = [task or ""]
-    if branch and branch not in ("main", "master", "HEAD"):
-        parts.append(re.sub(r"[-_/]+", " ", branch))
-    parts += subjects
+    # The task alone drives the query: branch names and commit subjects are about other work
+    # as often as not, and mixed in they drown the task's words (a read with the task finds
+    # what the same words in `read --mode ambient` find). Without a task they are the best guess.
+    if task:
+        parts, source = [task], "task"
+    else:
+        parts = [re.sub(r"[-_/]+", " ", branch)] if branch and branch not in ("main", "master", "HEAD") else []
+        parts += subjects
+        source = "branch" if parts else None
     query = " ".join(p for p in parts if p).strip()[:2000]
     relevant: list[dict[str, Any]] = []
     warnings: list[str] = []
@@ -208,13 +216,13 @@ def context(ws: Workspace, *, task: str | None = None, limit: int | None = None)
         req: dict[str, Any] = {"op": "read", "query": query, "mode": "ambient"}
         if limit:
             req["limit"] = limit
-        ans = read(ws, req)
+        ans = read(ws, req, episode=episode)
         relevant = ans.get("results", [])
         warnings = ans.get("warnings", [])
     answer = {
         "ok": True, "guidance": GUIDANCE, "content_trust": CONTENT_TRUST, "write_mode": ws.config.write_mode,
         "episode": episode,
-        "branch": branch, "query": query or None,
+        "branch": branch, "query": query or None, "query_from": source if query else None,
         "preferences": [_item(ws, m, graph) for m in prefs[:20]],
         "facts": [_item(ws, m, graph) for m in good_facts[:10]],
         "recent_changes": [_item(ws, m, graph) for m in changes],
