@@ -196,3 +196,40 @@ def test_two_interleaved_cli_sessions_keep_separate_logs(repo: Path, cli: Callab
     assert [r["content"] for r in rows_of(repo, a["path"]) if "seq" in r] == ["a0", "a1", "a2"]
     assert [r["content"] for r in rows_of(repo, b["path"]) if "seq" in r] == ["b0", "b1", "b2"]
     assert rows_of(repo, a["path"])[-1]["outcome"] == "partial" and rows_of(repo, b["path"])[-1]["outcome"] == "success"
+
+
+# -- 5. reflect, the guide's order, the MCP entry ------------------------------------------------------
+@pytest.mark.model
+def test_reflect_does_not_ask_for_votes_on_what_the_session_wrote(repo: Path, cli: Callable[..., CliResult]) -> None:
+    ws = open_workspace(cwd=repo)
+    earlier = api.write(ws, write_req("problem", PROBLEM, memory_extra={"author": "ada"}))["id"]
+    assert cli("episode", "start", "--agent", "claude-code", "--task", TASK, cwd=repo)[0] == 0
+    code, mine, err = cli("write", "--kind", "solution", "--text", SOLUTION, "--problem", earlier,
+                          "--evidence", "user:it passed", "--allow-duplicate", cwd=repo)
+    assert code == 0, err
+    code, read, err = cli("read", TASK, cwd=repo)
+    assert {earlier, mine["id"]} <= {r["id"] for r in read["results"]}
+    code, reflected, err = cli("reflect", cwd=repo)
+    assert code == 0, err
+    assert [r["id"] for r in reflected["reads"]] == [earlier]
+    assert [m["id"] for m in reflected["written"]] == [mine["id"]]
+
+
+def test_the_guide_starts_the_episode_before_the_context(repo: Path, cli: Callable[..., CliResult]) -> None:
+    _, out, _ = cli("guide", "--json-out", cwd=repo)
+    text = out["text"]
+    assert text.index("memstore episode start") < text.index("memstore context")
+
+
+def test_the_mcp_entry_names_the_server_by_absolute_path(repo: Path, cli: Callable[..., CliResult]) -> None:
+    """An MCP client starts the server without the shell's PATH: a bare `memstore` from a
+    virtualenv is not found there."""
+    _, out, _ = cli("guide", "--json-out", cwd=repo)
+    entry = out["mcp_server"]
+    assert Path(entry["command"]).is_absolute() and os.access(entry["command"], os.X_OK)
+    assert entry["args"][-1] == "mcp"
+    proc = subprocess.run([entry["command"], *entry["args"][:-1], "--version"], capture_output=True, text=True,
+                          check=False, timeout=60, env={"PATH": "/nonexistent", "HOME": os.environ["HOME"]})
+    assert proc.returncode == 0 and proc.stdout.startswith("memstore ")
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert '"command": "memstore"' not in readme
