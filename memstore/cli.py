@@ -171,7 +171,7 @@ def _run(args: list[str], shown: dict[str, bool]) -> int:
     if a.cmd == "hooks" and a.hooks_cmd == "run":  # git's entry point: its own exit codes, stderr only
         from .hooks import run_hook
 
-        return run_hook(a.name, a.hook_args)
+        return run_hook(a.name, a.hook_args, episode=_episode())
     try:
         answer, render = _dispatch(a)
     finally:

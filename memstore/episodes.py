@@ -305,12 +305,18 @@ def agent_of(ws: Workspace, episode_id: str | None = None) -> str | None:
     return None
 
 
-def git_episode(ws: Workspace) -> tuple[Store, str]:
-    """The episode git events go to: the current one, else a per-day ``git`` episode.
+def git_episode(ws: Workspace, named: str | None = None) -> tuple[Store, str]:
+    """The episode git events go to: the one named (if open), else the current one, else a
+    per-day ``git`` episode.
 
     The per-day episode is always local-only: git already records commits, and a committed
     log that grows on every commit would leave the work tree dirty after each one."""
     store = episode_store(ws)
+    if named:
+        with contextlib.suppress(InvalidRequest, NotFound, OSError):
+            named_store, path = find_episode(ws, named)
+            if not episode_tail(path)[1]:
+                return named_store, path.stem
     cur = current_id(store)
     if cur is not None and store.episode_path(cur) is not None:
         return store, cur

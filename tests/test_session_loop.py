@@ -182,6 +182,8 @@ def test_an_abandoned_episode_is_replaced(repo: Path, cli: Callable[..., CliResu
 
 
 def test_two_interleaved_cli_sessions_keep_separate_logs(repo: Path, cli: Callable[..., CliResult]) -> None:
+    assert cli("hooks", "install", cwd=repo)[0] == 0
+    git(repo, "commit", "-q", "-m", "memstore: init")
     code, a, _ = cli("episode", "start", "--agent", "claude-code", "--task", "a", cwd=repo)
     code, b, _ = cli("episode", "start", "--agent", "codex", "--task", "b", cwd=repo)
     env_a, env_b = {"MEMSTORE_EPISODE": a["episode"]}, {"MEMSTORE_EPISODE": b["episode"]}
@@ -191,10 +193,17 @@ def test_two_interleaved_cli_sessions_keep_separate_logs(repo: Path, cli: Callab
     code, wrote, _ = cli("write", "--kind", "fact", "--text", "Agent b found the retry limit in settings.py.",
                          "--evidence", f"event:{b['episode']}:2", "--allow-duplicate", cwd=repo, env=env_b)
     assert code == 0 and "author: codex" in (repo / wrote["path"]).read_text()
+    # b's commit: its git hooks see b's MEMSTORE_EPISODE, so the git event is b's too
+    (repo / "settings.py").write_text("RETRIES = 3\n")
+    git(repo, "add", "settings.py")
+    subprocess.run(["git", "commit", "-q", "-m", "Retry three times"], cwd=repo, check=True,
+                   env={**os.environ, **env_b})
     assert cli("episode", "end", "--outcome", "success", cwd=repo, env=env_b)[0] == 0
     assert cli("episode", "end", "--outcome", "partial", cwd=repo, env=env_a)[0] == 0
     assert [r["content"] for r in rows_of(repo, a["path"]) if "seq" in r] == ["a0", "a1", "a2"]
-    assert [r["content"] for r in rows_of(repo, b["path"]) if "seq" in r] == ["b0", "b1", "b2"]
+    b_rows = [r for r in rows_of(repo, b["path"]) if "seq" in r]
+    assert [r["content"] for r in b_rows[:3]] == ["b0", "b1", "b2"]
+    assert [r["source"] for r in b_rows[3:]] == ["git"] and "Retry three times" in b_rows[3]["content"]
     assert rows_of(repo, a["path"])[-1]["outcome"] == "partial" and rows_of(repo, b["path"])[-1]["outcome"] == "success"
 
 
