@@ -296,11 +296,13 @@ def session_id(ws: Workspace, episode_id: str | None = None) -> str | None:
 def agent_of(ws: Workspace, episode_id: str | None = None) -> str | None:
     """The agent named by the episode a call belongs to, for the ``author`` of what it writes;
     None without an episode or when it named none ("unknown", "git")."""
-    with contextlib.suppress(InvalidRequest, NotFound, OSError, ValueError):
-        with _resolve(ws, episode_id)[1].open(encoding="utf-8", errors="replace") as fh:
-            header = json.loads(fh.readline(64 * 1024))  # the header is the first line
-        agent = header.get("agent") if isinstance(header, dict) else None
-        if isinstance(agent, str) and agent.strip() and agent not in ("unknown", "git"):
+    with contextlib.suppress(InvalidRequest, NotFound):
+        # the header is the first row; episode_rows reads no symlink and no overlong line
+        header = next(episode_rows(_resolve(ws, episode_id)[1]), {})
+        agent = header.get("agent")
+        # A header is a line of a file (an episode may arrive through git): only a plausible
+        # name is taken, as long as a write's own `author` may be.
+        if isinstance(agent, str) and 0 < len(agent.strip()) <= 200 and agent not in ("unknown", "git"):
             return agent.strip()
     return None
 
