@@ -73,7 +73,8 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     s.add_argument("--file", metavar="FILE", help="with --install: the file (default AGENTS.md at the repo root)")
 
     s = sub.add_parser("context", help="the ambient read for a session start (preferences, facts, relevant)")
-    s.add_argument("--task", help="what the session is about (default: the current episode's task)")
+    s.add_argument("--task", help="what the session is about; the query (default: the task of $MEMSTORE_EPISODE, "
+                   "else of the current episode; no task: the branch and its commit subjects)")
     s.add_argument("--limit", type=int, help="at most this many relevant results")
 
     s = sub.add_parser("reflect", help="the session-end checklist and digest of an episode")
