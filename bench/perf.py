@@ -449,6 +449,10 @@ def daemon_runs(root: Path, reps: int, n: int) -> dict[str, Any]:
         out["cli_read_daemon"] = reads
         inproc_env = {**env, "MEMSTORE_DAEMON": "0"}
         out["cli_read_inproc"] = [timed_cli(["read", *QUERIES[i].split()], inproc_env, cwd)[0] for i in range(3)]
+        # the session-start call: the same ambient read plus preferences, facts and changes
+        ctx = [["context", "--task", QUERIES[i % len(QUERIES)]] for i in range(reps)]
+        out["cli_context_daemon"] = [timed_cli(args, env, cwd)[0] for args in ctx]
+        out["cli_context_inproc"] = [timed_cli(args, inproc_env, cwd)[0] for args in ctx[:3]]
         # writes: through the socket (what the daemon costs) and through the CLI (what an agent sees)
         msg_base = {
             "verb": "write",
@@ -574,6 +578,11 @@ def main() -> int:
         row["cli_read_daemon_first_p50_ms"] = ms(pct(first, 50))
         row["cli_read_daemon_again_p50_ms"] = ms(pct(again, 50)) if again else None
         row["cli_read_inproc_p50_ms"] = ms(pct(d["cli_read_inproc"], 50))
+        row["cli_context_daemon_p50_ms"], row["cli_context_daemon_p95_ms"] = (
+            ms(pct(d["cli_context_daemon"], 50)),
+            ms(pct(d["cli_context_daemon"], 95)),
+        )
+        row["cli_context_inproc_p50_ms"] = ms(pct(d["cli_context_inproc"], 50))
         row["write_socket_p50_ms"], row["write_socket_p95_ms"] = (
             ms(pct(d["write_socket"], 50)),
             ms(pct(d["write_socket"], 95)),
@@ -592,6 +601,9 @@ def main() -> int:
         ("cli_read_daemon_first_p50_ms", "p50 first pass"),
         ("cli_read_daemon_again_p50_ms", "p50 repeated queries"),
         ("cli_read_inproc_p50_ms", "CLI read in-process p50"),
+        ("cli_context_daemon_p50_ms", "CLI context daemon p50"),
+        ("cli_context_daemon_p95_ms", "p95"),
+        ("cli_context_inproc_p50_ms", "CLI context in-process p50"),
         ("lib_read_p50_ms", "lib read watched p50"),
         ("lib_read_p95_ms", "p95"),
         ("lib_read_cold_lists_p50_ms", "lib read cold neighbour lists p50"),

@@ -26,22 +26,28 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser("episode", help="record a work session: start, log events, end, show, list")
     ep = s.add_subparsers(dest="episode_cmd", metavar="ACTION", required=True)
     _with_common(ep, common)
-    e = ep.add_parser("start", help="open a new episode and make it the current one")
-    e.add_argument("--agent", help="who is working (default: $MEMSTORE_AUTHOR or 'unknown')")
+    e = ep.add_parser("start", help="open a new episode; prints its id (name it with MEMSTORE_EPISODE)")
+    e.add_argument("--agent", help="who is working; writes in the episode carry it as author "
+                   "(default: $MEMSTORE_AUTHOR or 'unknown')")
     e.add_argument("--task", help="the task in one line")
     e.add_argument("--local", action="store_true", default=None,
                    help="keep this episode on this machine only (default: episodes.local_only)")
+    e.add_argument("--replace", action="store_true",
+                   help="make it the current episode even while another agent's episode is active")
     e = ep.add_parser("log", help="append one event; prints the event:<episode>:<seq> ref to cite")
     e.add_argument("--source", required=True, choices=EPISODE_SOURCES)
     g = e.add_mutually_exclusive_group(required=True)
     g.add_argument("--content", help="the event text")
     g.add_argument("--content-file", metavar="FILE", help="read the event text from FILE (- for stdin)")
-    e.add_argument("--episode", metavar="ID", help="log to this episode instead of the current one")
+    e.add_argument("--episode", metavar="ID",
+                   help="log to this episode (default: $MEMSTORE_EPISODE, else the current one)")
     e = ep.add_parser("end", help="close the current episode")
     e.add_argument("--outcome", help="e.g. success, partial, abandoned")
-    e.add_argument("--episode", metavar="ID", help="close this episode instead of the current one")
+    e.add_argument("--episode", metavar="ID",
+                   help="close this episode (default: $MEMSTORE_EPISODE, else the current one)")
     e = ep.add_parser("show", help="an episode's header and events (default: the current one)")
-    e.add_argument("id", nargs="?", help="episode id or unique prefix (>= 6 chars)")
+    e.add_argument("id", nargs="?", help="episode id or unique prefix (>= 6 chars; default: $MEMSTORE_EPISODE, "
+                   "else the current one)")
     e = ep.add_parser("list", help="episodes, newest first")
     e.add_argument("--limit", type=int)
 
@@ -67,11 +73,13 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     s.add_argument("--file", metavar="FILE", help="with --install: the file (default AGENTS.md at the repo root)")
 
     s = sub.add_parser("context", help="the ambient read for a session start (preferences, facts, relevant)")
-    s.add_argument("--task", help="what the session is about (default: the current episode's task)")
+    s.add_argument("--task", help="what the session is about; the query (default: the task of $MEMSTORE_EPISODE, "
+                   "else of the current episode; no task: the branch and its commit subjects)")
     s.add_argument("--limit", type=int, help="at most this many relevant results")
 
     s = sub.add_parser("reflect", help="the session-end checklist and digest of an episode")
-    s.add_argument("episode", nargs="?", help="episode id or prefix (default: the current, else the latest)")
+    s.add_argument("episode", nargs="?", help="episode id or prefix (default: $MEMSTORE_EPISODE, else the "
+                   "current one, else the latest)")
 
     s = sub.add_parser("snapshot", help="derived view: current facts, preferences, best solutions, open problems")
     s.add_argument("--markdown", action="store_true", help="print Markdown instead of JSON")
@@ -100,18 +108,19 @@ def _content(a: argparse.Namespace) -> str:
         raise InvalidRequest(f"cannot read {a.content_file}: {exc.strerror}", code="bad_input") from exc
 
 
-def dispatch(a: argparse.Namespace, ws: Any, author: str | None) -> tuple[dict[str, Any], Any]:
+def dispatch(a: argparse.Namespace, ws: Any, author: str | None, episode: str | None) -> tuple[dict[str, Any], Any]:
+    """``author``: MEMSTORE_AUTHOR; ``episode``: MEMSTORE_EPISODE (read once, at the CLI's edge)."""
     if a.cmd == "episode":
         from . import episodes
 
         if a.episode_cmd == "start":
-            return episodes.start(ws, agent=a.agent or author, task=a.task, local=a.local), None
+            return episodes.start(ws, agent=a.agent or author, task=a.task, local=a.local, replace=a.replace), None
         if a.episode_cmd == "log":
-            return episodes.log(ws, a.source, _content(a), episode_id=a.episode), _render_log
+            return episodes.log(ws, a.source, _content(a), episode_id=a.episode or episode), _render_log
         if a.episode_cmd == "end":
-            return episodes.end(ws, outcome=a.outcome, episode_id=a.episode), None
+            return episodes.end(ws, outcome=a.outcome, episode_id=a.episode or episode), None
         if a.episode_cmd == "show":
-            return episodes.show(ws, a.id), _render_episode
+            return episodes.show(ws, a.id or episode), _render_episode
         return episodes.list_episodes(ws, limit=a.limit), _render_episodes
     if a.cmd == "hooks":
         from . import hooks
@@ -137,11 +146,11 @@ def dispatch(a: argparse.Namespace, ws: Any, author: str | None) -> tuple[dict[s
     if a.cmd == "context":
         from .guide import context, render_context
 
-        return context(ws, task=a.task, limit=a.limit), render_context
+        return context(ws, task=a.task, limit=a.limit, episode=episode), render_context
     if a.cmd == "reflect":
         from .guide import reflect, render_reflect
 
-        return reflect(ws, a.episode), render_reflect
+        return reflect(ws, a.episode or episode), render_reflect
     if a.cmd == "snapshot":
         from .snapshot import snapshot, to_markdown, write_out
 

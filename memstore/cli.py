@@ -20,8 +20,17 @@ from .wire import verb_of
 __all__ = ["build_parser", "main"]
 
 
-def _author(a: argparse.Namespace) -> str | None:
-    return os.environ.get("MEMSTORE_AUTHOR") or None
+def _episode() -> str | None:
+    """The episode this call belongs to when the agent names it (MEMSTORE_EPISODE)."""
+    return os.environ.get("MEMSTORE_EPISODE") or None
+
+
+def _author(ws: Any) -> str | None:
+    """Who writes when the request names no one: MEMSTORE_AUTHOR, else the episode's agent,
+    else ``git config user.name``."""
+    from .episodes import default_author
+
+    return os.environ.get("MEMSTORE_AUTHOR") or default_author(ws, _episode())
 
 
 def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
@@ -48,13 +57,13 @@ def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
 
         return sync(ws, store_given=bool(a.store or os.environ.get("MEMSTORE_STORE"))), render
     if a.cmd in ("write", "create"):
-        return api.write(ws, req or {}, author=_author(a)), None
+        return api.write(ws, req or {}, author=_author(ws)), None
     if a.cmd == "update":
-        return api.update(ws, req or {}, author=_author(a)), None
+        return api.update(ws, req or {}, author=_author(ws)), None
     if a.cmd == "read":
         from .retrieve import read
 
-        return read(ws, req or {}), "read"
+        return read(ws, req or {}, episode=_episode()), "read"
     if a.cmd == "show":
         return api.show(ws, (args or {})["id"]), "show"
     if a.cmd == "list":
@@ -70,10 +79,10 @@ def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
             from .importers import import_notes
 
             return import_notes(ws, a.file, a.from_format, scope=a.scope, dry_run=a.dry_run,
-                                author=_author(a)), "import"
+                                author=_author(ws)), "import"
         from .bulk import import_jsonl
 
-        return import_jsonl(ws, a.file, dry_run=a.dry_run, author=_author(a)), "import"
+        return import_jsonl(ws, a.file, dry_run=a.dry_run, author=_author(ws)), "import"
     if a.cmd == "check":
         from .check import run_check
 
@@ -90,7 +99,7 @@ def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
     from . import agentcmds
 
     if a.cmd in agentcmds.COMMANDS:
-        return agentcmds.dispatch(a, ws, _author(a))
+        return agentcmds.dispatch(a, ws, os.environ.get("MEMSTORE_AUTHOR") or None, _episode())
     raise InvalidRequest(f"unknown command {a.cmd!r}", code="usage")
 
 
@@ -178,11 +187,11 @@ def _run(args: list[str], shown: dict[str, bool]) -> int:
     if a.cmd == "hooks" and a.hooks_cmd == "run":  # git's entry point: its own exit codes, stderr only
         from .hooks import run_hook
 
-        return run_hook(a.name, a.hook_args)
+        return run_hook(a.name, a.hook_args, episode=_episode())
     if a.cmd == "integrate" and a.hook:  # Claude Code's entry point: fails open, exit 0
-        from .agenthooks import run_hook
+        from .agenthooks import run_hook as run_agent_hook
 
-        return run_hook(a.hook)
+        return run_agent_hook(a.hook)
     try:
         answer, render = _dispatch(a)
     finally:

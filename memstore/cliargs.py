@@ -335,7 +335,8 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
 # Verbs the daemon can answer: (daemon verb, render). Their request is built before anything
 # heavy is imported, so a forwarded call never loads the store, index or model code.
 FORWARDED = {"read": ("read", "read"), "write": ("write", None), "create": ("write", None),
-             "update": ("update", None), "show": ("show", "show"), "list": ("list", "list")}
+             "update": ("update", None), "show": ("show", "show"), "list": ("list", "list"),
+             "context": ("context", None)}  # its render is guide.render_context, chosen by the daemon
 
 
 def forward_spec(a: argparse.Namespace, src: Inputs = LOCAL) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -348,6 +349,8 @@ def forward_spec(a: argparse.Namespace, src: Inputs = LOCAL) -> tuple[dict[str, 
         return _read_request(a, src), None
     if a.cmd == "show":
         return None, {"id": a.id}
+    if a.cmd == "context":
+        return None, {"task": a.task, "limit": a.limit}
     return None, {"kind": a.kind, "scope": a.scope, "all": a.all, "limit": a.limit}
 
 

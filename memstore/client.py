@@ -29,7 +29,7 @@ __all__ = ["CONNECT_TIMEOUT", "READ_TIMEOUT", "WRITE_TIMEOUT", "code_version", "
 SOCKET_NAME = wire.SOCKET_NAME
 LOCK_NAME = "daemon.lock"
 LOG_NAME = "daemon.log"
-FORWARDED_VERBS = ("read", "write", "update", "show", "list")
+FORWARDED_VERBS = ("read", "write", "update", "show", "list", "context")
 DaemonUnavailable = wire.Unavailable
 _recv_line = wire.recv_line
 
@@ -49,8 +49,9 @@ def call(message: dict[str, Any], *, timeout: float = READ_TIMEOUT, env: Any = N
 
 
 def forward(verb: str, *, request: dict[str, Any] | None = None, args: dict[str, Any] | None = None,
-            store: str | None = None) -> tuple[dict[str, Any], int] | None:
+            store: str | None = None, env: dict[str, str] | None = None) -> tuple[dict[str, Any], int] | None:
     """Answer ``verb`` through a live daemon: (answer, exit code), or None to run in-process.
+    ``env`` adds to the MEMSTORE_* variables sent (an MCP session's episode).
 
     A daemon of another code version is asked to stop (it exits after answering) and None is
     returned, so this call runs in-process and the CLI starts a fresh daemon for the next one.
@@ -58,7 +59,8 @@ def forward(verb: str, *, request: dict[str, Any] | None = None, args: dict[str,
     if disabled():
         return None
     message: dict[str, Any] = {
-        "verb": verb, "version": code_version(), "cwd": os.getcwd(), "store": store, "env": forwarded_env(),
+        "verb": verb, "version": code_version(), "cwd": os.getcwd(), "store": store,
+        "env": {**forwarded_env(), **(env or {})},
     }
     if request is not None:
         message["request"] = request

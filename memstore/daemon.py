@@ -225,7 +225,12 @@ class Daemon:
         if code:
             err, out = output.format_error(answer, as_json=as_json)
             return {"stdout": out, "stderr": err, "exit_code": code}
-        text = output.format_answer(answer, as_json=as_json, render=calls[0].render, tty=bool(msg.get("tty")))
+        render: output.Render = calls[0].render
+        if calls[0].verb == "context":
+            from .guide import render_context
+
+            render = render_context
+        text = output.format_answer(answer, as_json=as_json, render=render, tty=bool(msg.get("tty")))
         return {"stdout": text, "stderr": "", "exit_code": 0}
 
     def _run(self, verb: str, msg: dict[str, Any]) -> tuple[dict[str, Any], int]:
@@ -236,15 +241,23 @@ class Daemon:
         ws = entry.ws
         args = msg.get("args") or {}
         request = msg.get("request")
-        author = (msg.get("env") or {}).get("MEMSTORE_AUTHOR") or None
+        env = msg.get("env") or {}
+        episode = env.get("MEMSTORE_EPISODE") or None  # the client's, like MEMSTORE_AUTHOR
         with entry.using():
             if verb == "read":
-                return read(ws, request if isinstance(request, dict) else {}), 0
+                return read(ws, request if isinstance(request, dict) else {}, episode=episode), 0
+            if verb == "context":
+                from .guide import context
+
+                return context(ws, task=args.get("task"), limit=args.get("limit"), episode=episode), 0
             if verb == "show":
                 return api.show(ws, args.get("id")), 0
             if verb == "list":
                 return api.list_memories(ws, kind=args.get("kind"), scope=args.get("scope"),
                                          include_archived=bool(args.get("all")), limit=args.get("limit")), 0
+            from .episodes import default_author
+
+            author = env.get("MEMSTORE_AUTHOR") or default_author(ws, episode)
             try:
                 if verb == "write":
                     answer = api.write(ws, request if isinstance(request, dict) else {}, author=author)

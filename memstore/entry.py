@@ -34,7 +34,7 @@ from .wire import (
 )
 
 # CLI verbs the daemon runs from argv, and which of them change the store.
-REMOTE_VERBS = ("read", "write", "create", "update", "show", "list")
+REMOTE_VERBS = ("read", "write", "create", "update", "show", "list", "context")
 WRITING_VERBS = ("write", "create", "update")
 
 

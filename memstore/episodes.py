@@ -1,9 +1,13 @@
 """Episodes (SPEC §2): append-only JSONL logs of a work session, what ``event:`` evidence cites.
 
-``episodes/<YYYY-MM>/<ULID>.jsonl``: a header line, one line per event, a closing line. The
-current episode is remembered per clone in the store's ``.local/`` (gitignored), so every
-``memstore`` call in the repo (and its git hooks) knows where to log. ``Store`` does the
-writing (flock + O_APPEND, seq assigned under the lock); this module decides what to write.
+``episodes/<YYYY-MM>/<ULID>.jsonl``: a header line, one line per event, a closing line.
+
+Which episode a call logs to: the one it names (``--episode``, ``MEMSTORE_EPISODE``, or the
+episode an MCP session started), else the checkout's *current* episode, remembered in the
+store's ``.local/`` (gitignored) so a single agent's calls and the git hooks find it. Two agents
+in one checkout cannot share that fallback: a ``start`` while another agent's episode is open
+and active leaves the current one alone and tells the new agent to name its own. ``Store`` does
+the writing (flock + O_APPEND, seq assigned under the lock); this module decides what to write.
 """
 
 from __future__ import annotations
@@ -11,21 +15,26 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import time
 from pathlib import Path
 from typing import Any
 
-from . import ids
+from . import gitops, ids
 from .errors import InvalidRequest, NotFound
 from .files import atomic_write
 from .kinds import EPISODE_SOURCES
 from .model import utc_now
 from .secrets import Finding, redact
-from .store import Store, episode_rows
+from .store import Store, episode_rows, episode_tail
 from .workspace import Workspace
 
 CURRENT_FILE = "current_episode"
 GIT_DAY_FILE = "git_episode"
 DEFAULT_MAX_CHARS = 8000
+# An open current episode logged to within this long belongs to an agent at work: a second
+# `episode start` does not take it over. Older, it is taken to be abandoned (an agent that
+# stopped without `episode end`), and the new one replaces it as before.
+ACTIVE_SECONDS = 2 * 3600
 
 
 # -- where episodes live ------------------------------------------------------------------------
@@ -57,6 +66,18 @@ def _set_current(store: Store, episode_id: str | None) -> None:
         path.unlink(missing_ok=True)
     else:
         atomic_write(path, episode_id + "\n")
+
+
+def _active(path: Path | None) -> bool:
+    """Open and logged to within ACTIVE_SECONDS."""
+    if path is None:
+        return False
+    try:
+        if episode_tail(path)[1]:
+            return False
+        return time.time() - path.stat().st_mtime < ACTIVE_SECONDS
+    except OSError:
+        return False
 
 
 def find_episode(ws: Workspace, episode_id: str) -> tuple[Store, Path]:
@@ -137,8 +158,10 @@ def ref(episode_id: str, seq: int) -> str:
 
 # -- verbs ---------------------------------------------------------------------------------------------
 def start(ws: Workspace, *, agent: str | None = None, task: str | None = None, local: bool | None = None,
-          repo_name: str | None = None) -> dict[str, Any]:
-    """Open a new episode and make it the current one (an open one is left as it is, not closed)."""
+          repo_name: str | None = None, replace: bool = False) -> dict[str, Any]:
+    """Open a new episode. It becomes the checkout's current episode unless another agent's
+    episode is current, open and active (then ``current`` is false and ``warning`` says how to
+    name this one); ``replace`` makes it current anyway. An episode replaced stays open."""
     store = episode_store(ws)
     if not store.exists():
         store.init()
@@ -150,11 +173,20 @@ def start(ws: Workspace, *, agent: str | None = None, task: str | None = None, l
     header = {"episode": episode_id, "repo": repo_name, "agent": scrub(agent or "unknown", found),
               "task": scrub(task or "", found), "started": utc_now()}
     previous = current_id(store)
+    busy = previous is not None and not replace and _active(store.episode_path(previous))
     path = store.create_episode(header, local=local)
-    _set_current(store, episode_id)
+    if not busy:
+        _set_current(store, episode_id)
     answer: dict[str, Any] = {"ok": True, "episode": episode_id, "path": store.display_path(store.relpath(path)),
-                              "local_only": local, "cite_as": f"event:{episode_id}:<seq>"}
-    if previous and previous != episode_id:
+                              "local_only": local, "cite_as": f"event:{episode_id}:<seq>", "current": not busy,
+                              "env": f"MEMSTORE_EPISODE={episode_id}"}
+    if busy:
+        answer["in_use"] = previous
+        answer["warning"] = (
+            f"episode {previous} is open and active in this checkout (another agent at work?) and stays "
+            f"the current one; name yours on every call: set MEMSTORE_EPISODE={episode_id} or pass "
+            f"--episode {episode_id} (`--replace` makes it current instead)")
+    elif previous and previous != episode_id:
         answer["previous"] = previous
     if found:
         answer["redacted"] = _redacted_note(found)
@@ -237,28 +269,56 @@ def list_episodes(ws: Workspace, *, limit: int | None = None) -> dict[str, Any]:
 
 
 # -- logging done on behalf of other verbs ---------------------------------------------------------
-def log_read(ws: Workspace, request: dict[str, Any], answer: dict[str, Any]) -> None:
-    """Record a read in the current episode (source ``memstore``: the query and the ids returned),
-    so ``reflect`` knows which memories to vote on. Never fails the read it describes."""
+def log_read(ws: Workspace, request: dict[str, Any], answer: dict[str, Any], episode_id: str | None = None) -> None:
+    """Record a read in the episode named, else the current one (source ``memstore``: the query
+    and the ids returned), so ``reflect`` knows which memories to vote on. Never fails the read
+    it describes."""
     with contextlib.suppress(Exception):
         store = episode_store(ws)
-        if not store.exists() or current_id(store) is None:
+        if not episode_id and (not store.exists() or current_id(store) is None):
             return
         results = answer.get("results") or []
         shown = ", ".join(f"{r['kind']} {r['id'][:10]}" for r in results[:10]) or "no result"
         content = f"read ({request.get('mode', 'targeted')}) {json.dumps(request.get('query', ''))} -> {shown}"
-        log(ws, "memstore", content, extra={
+        log(ws, "memstore", content, episode_id=episode_id or None, extra={
             "op": "read", "query": request.get("query", ""), "mode": request.get("mode", "targeted"),
             "results": [r["id"] for r in results],
         })
 
 
-def git_episode(ws: Workspace) -> tuple[Store, str]:
-    """The episode git events go to: the current one, else a per-day ``git`` episode.
+def session_id(ws: Workspace, episode_id: str | None = None) -> str | None:
+    """The full id of the episode a call belongs to (the one named, else the current one), or None."""
+    with contextlib.suppress(InvalidRequest, NotFound):
+        return _resolve(ws, episode_id)[1].stem
+    return None
+
+
+def agent_of(ws: Workspace, episode_id: str | None = None) -> str | None:
+    """The agent named by the episode a call belongs to, for the ``author`` of what it writes;
+    None without an episode or when it named none ("unknown", "git")."""
+    with contextlib.suppress(InvalidRequest, NotFound):
+        # the header is the first row; episode_rows reads no symlink and no overlong line
+        header = next(episode_rows(_resolve(ws, episode_id)[1]), {})
+        agent = header.get("agent")
+        # A header is a line of a file (an episode may arrive through git): only a plausible
+        # name is taken, as long as a write's own `author` may be.
+        if isinstance(agent, str) and 0 < len(agent.strip()) <= 200 and agent not in ("unknown", "git"):
+            return agent.strip()
+    return None
+
+
+def git_episode(ws: Workspace, named: str | None = None) -> tuple[Store, str]:
+    """The episode git events go to: the one named (if open), else the current one, else a
+    per-day ``git`` episode.
 
     The per-day episode is always local-only: git already records commits, and a committed
     log that grows on every commit would leave the work tree dirty after each one."""
     store = episode_store(ws)
+    if named:
+        with contextlib.suppress(InvalidRequest, NotFound, OSError):
+            named_store, path = find_episode(ws, named)
+            if not episode_tail(path)[1]:
+                return named_store, path.stem
     cur = current_id(store)
     if cur is not None and store.episode_path(cur) is not None:
         return store, cur
@@ -275,3 +335,14 @@ def git_episode(ws: Workspace) -> tuple[Store, str]:
     atomic_write(state, f"{day} {episode_id}\n")
     return store, episode_id
 
+
+
+def default_author(ws: Workspace, episode_id: str | None = None) -> str | None:
+    """Who a write or vote is by when the request names no one (and MEMSTORE_AUTHOR is unset):
+    the agent of the episode the call belongs to, else ``git config user.name``."""
+    agent = agent_of(ws, episode_id)
+    if agent:
+        return agent
+    store = episode_store(ws)
+    where = store.worktree if store.worktree is not None else store.root
+    return gitops.user_name(where) if where.is_dir() else None

@@ -57,6 +57,15 @@ def toplevel(path: Path) -> Path | None:
     return Path(proc.stdout.strip())
 
 
+def user_name(cwd: Path) -> str | None:
+    """``git config user.name`` as seen from ``cwd`` (repo, then global config), or None."""
+    try:
+        proc = run(["config", "--get", "user.name"], cwd, check=False)
+    except GitError:
+        return None
+    return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+
 def init(path: Path) -> None:
     run(["init", "-q"], path)
 

@@ -170,15 +170,16 @@ def status(cwd: Path | None = None) -> dict[str, Any]:
 
 
 # -- what the hooks do ------------------------------------------------------------------------------------
-def run_hook(name: str, args: list[str], cwd: Path | None = None) -> int:
-    """The entry point the shims exec. pre-commit returns 1 to refuse; post-* always return 0."""
+def run_hook(name: str, args: list[str], cwd: Path | None = None, episode: str | None = None) -> int:
+    """The entry point the shims exec. pre-commit returns 1 to refuse; post-* always return 0.
+    ``episode``: the one the committing agent named (MEMSTORE_EPISODE reaches its git's hooks)."""
     if name not in HOOK_NAMES:
         sys.stderr.write(f"memstore: unknown hook {name!r} (one of {', '.join(HOOK_NAMES)})\n")
         return 0
     try:
         if name == "pre-commit":
             return _pre_commit(cwd)
-        _post_hook(name, args, cwd)
+        _post_hook(name, args, cwd, episode)
         return 0
     except Exception as exc:  # the hooks' one error boundary: git sees an exit code and one line
         if name != "pre-commit":  # fail open: git already did its work; memstore only takes notes
@@ -245,7 +246,7 @@ def git_event(name: str, args: list[str], worktree: Path) -> dict[str, Any] | No
                                         "paths": paths[:MAX_PATHS], "paths_total": len(paths)}}
 
 
-def _post_hook(name: str, args: list[str], cwd: Path | None) -> None:
+def _post_hook(name: str, args: list[str], cwd: Path | None, episode: str | None = None) -> None:
     from . import episodes
     from .workspace import open_workspace
 
@@ -255,7 +256,7 @@ def _post_hook(name: str, args: list[str], cwd: Path | None) -> None:
         return  # memstore is not set up in this repo: nothing to log
     event = git_event(name, args, store.worktree)
     if event is not None:
-        _, episode_id = episodes.git_episode(ws)
+        _, episode_id = episodes.git_episode(ws, episode)
         episodes.log(ws, "git", event["content"], episode_id=episode_id, extra={"git": event["git"]})
     # Nudge the index: a pull or checkout changes memory files; re-parsing them now (cheap, no
     # model) means the next read only has to embed what is new.

@@ -442,11 +442,11 @@ def result_json(ws: Workspace, hit: Hit, sc: Scope, util: tuple[float, float, in
 
 # -- the verb ----------------------------------------------------------------------------------------
 def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = None,
-         log_episode: bool = True) -> dict[str, Any]:
+         log_episode: bool = True, episode: str | None = None) -> dict[str, Any]:
     """Answer a read request (SPEC §3 read JSON). Empty results are a correct answer.
 
-    While an episode is open in the repo the read is logged to it (query and ids returned);
-    ``log_episode=False`` opts out (benchmarks, internal reads)."""
+    The read is logged (query and ids returned) to ``episode``, else to the repo's current
+    episode while one is open; ``log_episode=False`` opts out (benchmarks, internal reads)."""
     t0 = time.perf_counter()
     check_schema("read", request)
     check_decodable("query", request["query"])
@@ -538,7 +538,7 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     if log_episode:  # reads during an open episode are logged so `reflect` knows what to vote on
         from .episodes import log_read
 
-        log_read(ws, request, answer)
+        log_read(ws, request, answer, episode)
     return answer
 
 

@@ -147,10 +147,10 @@ def test_local_only_episodes_are_not_tracked_by_git(repo: Path, cli: Callable[..
     assert other["local_only"]
 
 
-def test_current_episode_is_per_clone_and_start_replaces_it(repo: Path) -> None:
+def test_current_episode_is_per_clone_and_replace_takes_it_over(repo: Path) -> None:
     ws = reopen(repo)
     first = episodes.start(ws, task="one")
-    second = episodes.start(ws, task="two")
+    second = episodes.start(ws, task="two", replace=True)
     assert second["previous"] == first["episode"]
     assert episodes.current_id(ws.store("repo")) == second["episode"]
     assert (repo / ".memory" / ".local" / "current_episode").read_text().strip() == second["episode"]

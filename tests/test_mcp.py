@@ -22,6 +22,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from memstore import client
+from memstore.mcp_server import SHORT_GUIDANCE
 from memstore.retrieve import GUIDANCE
 from memstore.schemas import load_schema
 
@@ -63,22 +64,37 @@ def ok(result: types.CallToolResult) -> dict[str, Any]:
 
 def test_tools_schemas_instructions_and_guide(repo: Path) -> None:
     async def script(s: ClientSession) -> dict[str, Any]:
-        tools = {t.name: t for t in (await s.list_tools()).tools}
+        listed = await s.list_tools()
+        tools = {t.name: t for t in listed.tools}
         guide = await s.call_tool("memory_guide", {})
         bad = await s.call_tool("episode_log", {"source": "robot", "content": "x"})
         unknown = await s.call_tool("memory_forget", {})
-        return {"tools": tools, "instructions": s.instructions, "guide": guide, "bad": bad, "unknown": unknown}
+        wire = listed.model_dump_json(by_alias=True, exclude_none=True)
+        return {"tools": tools, "instructions": s.instructions, "guide": guide, "bad": bad, "unknown": unknown,
+                "wire": wire}
 
-    got = run_mcp(repo, script)
+    got = run_mcp(repo, script, env={"MEMSTORE_MAX_TEXT_CHARS": "3000"})
     tools = got["tools"]
     assert set(tools) == {"memory_read", "memory_write", "memory_update", "memory_context", "memory_guide",
                           "episode_start", "episode_log", "episode_end", "memory_reflect"}
-    # One source of truth: the input schemas are the shipped request schemas.
+    # One source of truth: the input schemas are the shipped request schemas, in compact form
+    # (issue #15.4: the full ones, with $id and allOf, made the list ~15k characters).
     for verb in ("read", "write", "update"):
-        assert tools[f"memory_{verb}"].input_schema == load_schema(verb)
+        schema = tools[f"memory_{verb}"].input_schema
+        assert set(schema["properties"]) == set(load_schema(verb)["properties"])
+        assert schema["required"] == load_schema(verb)["required"]
+    for keyword in ('"$id"', '"$schema"', '"allOf"', '"$ref"', '"$defs"'):
+        assert keyword not in got["wire"]
+    assert len(got["wire"]) < 13_000  # 14,920 before
+    # memory.text may be as long as a write accepts, no longer
+    assert tools["memory_write"].input_schema["properties"]["memory"]["properties"]["text"]["maxLength"] == 3000
     assert "op" not in tools["memory_write"].input_schema.get("required", [])
-    assert tools["memory_read"].annotations.read_only_hint is True
+    # a read logs to the episode: not read-only; the guide and the reflection are
+    assert tools["memory_read"].annotations.read_only_hint is False
+    assert tools["memory_context"].annotations.read_only_hint is False
     assert tools["memory_write"].annotations.read_only_hint is False
+    assert tools["memory_guide"].annotations.read_only_hint is True
+    assert tools["memory_reflect"].annotations.read_only_hint is True
     assert got["instructions"].startswith(GUIDANCE)
     assert "memory_read" in got["instructions"]
     guide = got["guide"]
@@ -127,13 +143,15 @@ def test_write_read_vote_and_refusals(repo: Path, cli: Callable[..., Any]) -> No
     got = run_mcp(repo, script)
     problem, solution, tactic = got["problem"], got["solution"], got["tactic"]
     assert solution["path"].startswith(".memory/solutions/") and solution["mode"] == "commit"
-    # The MCP client's name is the default author (the SDK client calls itself "mcp").
+    # Not the MCP client library's name ("mcp"): no episode, no MEMSTORE_AUTHOR, no git user.name here.
     text = (repo / solution["path"]).read_text()
-    assert "author: mcp" in text
+    assert "author: unknown" in text
 
     found = {r["id"]: r for r in got["read"]["results"]}
     assert problem["id"] in found and solution["id"] in found and tactic["id"] in found
+    # the full guidance with the session's first read, a short reminder after it
     assert got["read"]["guidance"] == GUIDANCE
+    assert got["reread"]["guidance"] == SHORT_GUIDANCE and len(SHORT_GUIDANCE) < len(GUIDANCE) / 2
     assert "watch-out" in found[tactic["id"]]["note"]
     assert got["vote"]["effect"]["utility"]["votes"] == 1
     assert got["vote"]["path"].startswith(".memory/events/")
@@ -169,7 +187,8 @@ def test_write_read_vote_and_refusals(repo: Path, cli: Callable[..., Any]) -> No
 def test_episode_loop_over_mcp(repo: Path) -> None:
     async def script(s: ClientSession) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        out["start"] = ok(await s.call_tool("episode_start", {"task": "fix the flaky migration test"}))
+        out["start"] = ok(await s.call_tool("episode_start", {"agent": "claude-code",
+                                                              "task": "fix the flaky migration test"}))
         out["log"] = ok(await s.call_tool("episode_log", {"source": "tool", "content": "pytest: DuplicateColumn"}))
         out["empty_read"] = ok(await s.call_tool("memory_read", {"query": "DuplicateColumn on alembic upgrade"}))
         out["problem"] = ok(await s.call_tool("memory_write", {"memory": {
@@ -188,8 +207,11 @@ def test_episode_loop_over_mcp(repo: Path) -> None:
     assert got["read"]["results"][0]["id"] == got["problem"]["id"]
     assert got["context"]["episode"] == episode and got["context"]["query"] == "fix the flaky migration test"
     reflect = got["reflect"]
-    assert reflect["episode"] == episode and reflect["header"]["agent"] == "mcp"
-    assert got["problem"]["id"] in [r["id"] for r in reflect["reads"]]
+    assert reflect["episode"] == episode and reflect["header"]["agent"] == "claude-code"
+    assert "author: claude-code" in (repo / got["problem"]["path"]).read_text()
+    # read back in the session that wrote it: listed as written, not offered for a vote
+    assert got["problem"]["id"] not in [r["id"] for r in reflect["reads"]]
+    assert [m["id"] for m in reflect["written"]] == [got["problem"]["id"]]
     assert any(e["source"] == "memstore" and "read" in e["content"] for e in reflect["events"])
     assert got["end"]["outcome"] == "success"
     assert got["no_episode"].is_error and answer(got["no_episode"])["error"]["code"] == "not_found"
@@ -231,6 +253,7 @@ def test_reads_and_writes_go_through_a_running_daemon(tmp_path: Path, repo: Path
         before = client.status(env=env)["requests"]
 
         async def script(s: ClientSession) -> dict[str, Any]:
+            ok(await s.call_tool("episode_start", {"agent": "claude-code"}))
             written = ok(await s.call_tool("memory_write", {"memory": {
                 "kind": "problem", "scope": "repo", "text": PROBLEM, "evidence_refs": ["user:x"]}}))
             read = ok(await s.call_tool("memory_read", {"query": CLOSE}))
@@ -243,7 +266,8 @@ def test_reads_and_writes_go_through_a_running_daemon(tmp_path: Path, repo: Path
         assert got["read"]["results"][0]["id"] == got["written"]["id"]
         assert got["refused"].is_error and answer(got["refused"])["error"]["code"] == "missing_evidence"
         assert client.status(env=env)["requests"] >= before + 3
-        assert "author: mcp" in (repo / got["written"]["path"]).read_text()
+        # the daemon writes it with the session's episode's agent as author
+        assert "author: claude-code" in (repo / got["written"]["path"]).read_text()
         assert time.monotonic() - t0 < TIMEOUT
     finally:
         client.stop(env=env)

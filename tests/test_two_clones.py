@@ -138,7 +138,9 @@ def test_the_loop_across_two_clones(origin: dict[str, Any], cli: Callable[..., C
     assert reflect["episode"] == one["episode"] and reflect["header"]["agent"] == "agent-1"
     assert len(reflect["events"]) >= 5  # user, tool x3 and the logged reads
     assert {"problems met", "what worked", "what failed", "votes"} <= {c["item"] for c in reflect["checklist"]}
-    assert one["problem"] in [r["id"] for r in reflect["reads"]]
+    # read back in the session that wrote it: listed as written, not offered for a vote
+    assert one["problem"] in [m["id"] for m in reflect["written"]]
+    assert one["problem"] not in [r["id"] for r in reflect["reads"]]
     assert one["end"]["outcome"] == "success"
 
     commit_all(a, "agent 1: fix migration test, with memories")
