@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import heapq
 import json
-import os
 import re
 import sys
 from pathlib import Path
@@ -123,13 +122,12 @@ a memory by writing a new one that supersedes it, or archive it with `memstore u
 """
 
 
-def mcp_server_entry() -> dict[str, Any]:
+def mcp_server_entry(python: str | None = None, repo: Path | None = None) -> dict[str, Any]:
     """The MCP server entry for this install, by absolute path: an agent's MCP client starts it
-    without the shell's PATH, where a virtualenv's bare ``memstore`` is not found."""
-    script = Path(sys.executable).parent / "memstore"
-    if script.is_file() and os.access(script, os.X_OK):
-        return {"command": str(script), "args": ["mcp"]}
-    return {"command": sys.executable, "args": ["-m", "memstore", "mcp"]}
+    without the shell's PATH, where a virtualenv's bare ``memstore`` is not found. ``repo``
+    pins the checkout for clients that start the server in another folder."""
+    args = ["-m", "memstore", "mcp", *(["--repo", str(repo)] if repo is not None else [])]
+    return {"command": python or sys.executable, "args": args}
 
 
 def guide(ws: Workspace) -> dict[str, Any]:

@@ -43,7 +43,7 @@ from typing import Any
 from . import gitops, hooks
 from .errors import Conflict, InvalidFile, InvalidRequest
 from .files import atomic_write, read_untrusted
-from .guide import BEGIN, END, guide_text
+from .guide import BEGIN, END, guide_text, mcp_server_entry
 from .kinds import AGENTS
 
 SERVER = "memstore"
@@ -70,7 +70,7 @@ class Setup:
     write_mode: str
 
     def mcp_entry(self) -> dict[str, Any]:
-        return {"command": self.python, "args": ["-m", "memstore", "mcp", "--repo", str(self.repo)]}
+        return mcp_server_entry(self.python, self.repo)
 
     def hook_command(self, event: str) -> str:
         return f"{shlex.quote(self.python)}{HOOK_MARK}{event}"
