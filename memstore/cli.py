@@ -185,7 +185,7 @@ def _run(args: list[str], shown: dict[str, bool]) -> int:
 
         return serve(store=a.store, repo=a.repo)
     if a.cmd == "hooks" and a.hooks_cmd == "run":  # git's entry point: its own exit codes, stderr only
-        from .hooks import run_hook
+        from .githook import run_hook
 
         return run_hook(a.name, a.hook_args, episode=_episode())
     if a.cmd == "integrate" and a.hook:  # Claude Code's entry point: fails open, exit 0

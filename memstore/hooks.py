@@ -1,4 +1,5 @@
-"""Git hooks (SPEC §7): install / uninstall / status, and what each hook does when git runs it.
+"""Git hooks (SPEC §7): install / uninstall / status, and what a post-* hook records
+(``git_event``); running them is ``memstore.githook``, the surface git calls.
 
 Installed the way pre-commit installs itself: our hook files carry a marker line, a foreign
 hook already in place is moved to ``<hook>.legacy`` and called first by our shim (uninstall
@@ -6,9 +7,6 @@ puts it back), and ``core.hooksPath`` is refused unless the caller says to insta
 The shims live in the top-level ``hooks/`` folder (``memstore/_data/hooks`` in a wheel); at
 install time the absolute ``sys.executable`` is written into the copy in ``.git/hooks`` so a
 hook finds memstore even when git runs it with another PATH (``memstore`` on PATH is the fallback).
-
-``pre-commit`` fails closed (a commit with bad memory files is refused); the ``post-*`` hooks
-fail open (they log git events to the current episode and never break git).
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ from typing import Any
 
 from . import gitops
 from .data import data_text
-from .errors import Conflict, InvalidRequest, MemstoreError
+from .errors import Conflict, InvalidRequest
 from .kinds import HOOK_NAMES
 
 MARKER = "# memstore-hook:"
@@ -170,53 +168,6 @@ def status(cwd: Path | None = None) -> dict[str, Any]:
 
 
 # -- what the hooks do ------------------------------------------------------------------------------------
-def run_hook(name: str, args: list[str], cwd: Path | None = None, episode: str | None = None) -> int:
-    """The entry point the shims exec. pre-commit returns 1 to refuse; post-* always return 0.
-    ``episode``: the one the committing agent named (MEMSTORE_EPISODE reaches its git's hooks)."""
-    if name not in HOOK_NAMES:
-        sys.stderr.write(f"memstore: unknown hook {name!r} (one of {', '.join(HOOK_NAMES)})\n")
-        return 0
-    try:
-        if name == "pre-commit":
-            return _pre_commit(cwd)
-        _post_hook(name, args, cwd, episode)
-        return 0
-    except Exception as exc:  # the hooks' one error boundary: git sees an exit code and one line
-        if name != "pre-commit":  # fail open: git already did its work; memstore only takes notes
-            sys.stderr.write(f"memstore: {name} hook skipped: {type(exc).__name__}: {exc}\n")
-            return 0
-        # fail closed: a broken store must not slip into a commit
-        if isinstance(exc, MemstoreError):
-            sys.stderr.write(f"memstore: pre-commit: {exc.message}\n")
-        else:
-            sys.stderr.write(f"memstore: pre-commit failed ({type(exc).__name__}: {exc}); commit refused. "
-                             "Bypass once with `git commit --no-verify`.\n")
-        return 1
-
-
-def _pre_commit(cwd: Path | None) -> int:
-    from . import output
-    from .check import _store_prefix, run_check
-    from .workspace import open_workspace
-
-    ws = open_workspace(cwd=cwd)
-    store = ws.repo
-    if store is None or not store.exists() or store.worktree is None:
-        return 0
-    staged = gitops.run(["diff", "--cached", "--name-only", "--", _store_prefix(store)], store.worktree, check=False)
-    if not staged.stdout.strip():
-        return 0  # nothing under .memory/ in this commit: nothing to check
-    report = run_check(ws, staged=True, fix=True)
-    answer = report.to_json()
-    if report.fixed or not report.ok:
-        sys.stderr.write(output.pretty(answer, "check"))
-    if not report.ok:
-        sys.stderr.write("memstore: commit refused: fix the memory files above "
-                         "(or bypass once with `git commit --no-verify`)\n")
-        return 1
-    return 0
-
-
 def _git_lines(args: list[str], cwd: Path) -> list[str]:
     proc = gitops.run(args, cwd, check=False)
     return [line for line in proc.stdout.splitlines() if line.strip()] if proc.returncode == 0 else []
@@ -244,20 +195,3 @@ def git_event(name: str, args: list[str], worktree: Path) -> dict[str, Any] | No
     content = head.rstrip() + (f" ({len(paths)} file{'s' if len(paths) != 1 else ''}: {shown})" if paths else "")
     return {"content": content, "git": {"hook": name, "sha": sha, "branch": branch, "message": subject,
                                         "paths": paths[:MAX_PATHS], "paths_total": len(paths)}}
-
-
-def _post_hook(name: str, args: list[str], cwd: Path | None, episode: str | None = None) -> None:
-    from . import episodes
-    from .workspace import open_workspace
-
-    ws = open_workspace(cwd=cwd)
-    store = ws.repo
-    if store is None or not store.exists() or store.worktree is None:
-        return  # memstore is not set up in this repo: nothing to log
-    event = git_event(name, args, store.worktree)
-    if event is not None:
-        _, episode_id = episodes.git_episode(ws, episode)
-        episodes.log(ws, "git", event["content"], episode_id=episode_id, extra={"git": event["git"]})
-    # Nudge the index: a pull or checkout changes memory files; re-parsing them now (cheap, no
-    # model) means the next read only has to embed what is new.
-    ws.catalog("repo")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import CliResult, git, reopen, write_req
 
-from memstore import api, episodes, hooks
+from memstore import api, episodes, githook, hooks
 from memstore.errors import Conflict
 
 AWS_KEY = "AKIA" + "Q3EGRAV7PLM2XT5B"  # assembled so secret scanners leave this file alone
@@ -290,5 +290,5 @@ def test_a_failing_memstore_never_breaks_git_in_post_hooks(hooked: Path, tmp_pat
 def test_run_hook_swallows_errors_in_post_hooks(tmp_path: Path) -> None:
     outside = tmp_path / "not-a-repo"
     outside.mkdir()
-    assert hooks.run_hook("post-commit", [], cwd=outside) == 0
-    assert hooks.run_hook("pre-commit", [], cwd=outside) == 0  # no repo, no store: nothing to check
+    assert githook.run_hook("post-commit", [], cwd=outside) == 0
+    assert githook.run_hook("pre-commit", [], cwd=outside) == 0  # no repo, no store: nothing to check
