@@ -515,8 +515,7 @@ def _hooks_summary(answer: dict[str, Any]) -> dict[str, Any]:
 
 
 def render(answer: dict[str, Any]) -> str:
-    from .output import visible
-
+    """The answer on a terminal (``output.pretty`` makes control characters visible)."""
     verb = "integrated" if answer["action"] == "install" else "removed"
     out = [f"memstore {verb} for {answer['agent']} in {answer['repo']}"]
     for f in answer["files"]:
@@ -530,7 +529,7 @@ def render(answer: dict[str, Any]) -> str:
         out.append(f"  git hooks: {answer['git_hooks'].get('state')}")
     if answer.get("undo"):
         out.append(f"undo with `{answer['undo']}`")
-    return visible("\n".join(out)) + "\n"
+    return "\n".join(out) + "\n"
 
 
 def shell_command(python: str, *args: str) -> str:

@@ -27,7 +27,6 @@ from . import gitops
 from .errors import Conflict, GitError, InvalidFile, InvalidRequest, MemstoreError, NotFound, SecretError
 from .files import file_lock, private_dir
 from .model import DIR_KINDS
-from .output import visible
 from .secrets import find_secrets
 from .store import DEFAULT_CONFIG, GITIGNORE, INDEX_DIRNAME, LOCAL_DIRNAME, Store, episode_tail
 from .workspace import Workspace
@@ -170,7 +169,7 @@ def redact_url(url: str) -> str:
 def _checked_url(url: str, cwd: Path) -> str:
     """A remote URL git may be given, or ``bad_remote``: never an option, never a command."""
     if not url or url.startswith("-") or any(ord(c) < 0x20 or ord(c) == 0x7F for c in url):
-        raise InvalidRequest(f"{visible(url)!r} is not a git remote URL", code="bad_remote", field="remote",
+        raise InvalidRequest(f"{url!r} is not a git remote URL", code="bad_remote", field="remote",
                              hint="give a URL git can clone: https://..., git@host:path, ssh://..., or a path")
     if url.lower().startswith(_COMMAND_TRANSPORTS):
         raise InvalidRequest(f"{url.split('::')[0]}:: remotes run commands; memstore does not use them",
@@ -354,4 +353,4 @@ def render(answer: dict[str, Any]) -> str:
     if sync_part.get("offline"):
         lines.append(f"  {sync_part['unpushed']} commit(s) wait for the next sync")
     lines += [f"  warning: {w}" for w in sync_part.get("warnings", [])]
-    return visible("\n".join(lines)) + "\n"
+    return "\n".join(lines) + "\n"
