@@ -22,6 +22,7 @@ from .validate import (
     check_write_semantics,
     parse_refs,
     resolve_link,
+    resolve_relations,
     resolve_write_links,
 )
 from .workspace import Workspace
@@ -127,7 +128,7 @@ def update(ws: Workspace, request: dict[str, Any], *, author: str | None = None)
     kind = req["type"]
     mode = req.get("mode", "commit")
     refs_raw = req.get("evidence_refs") or []
-    if kind in ("archive", "fact_update_link") and not refs_raw:
+    if kind in ("archive", "fact_update_link", "link") and not refs_raw:
         raise SemanticError(f"{kind} needs at least one evidence ref", field="evidence_refs", code="missing_evidence")
     writer = req.get("author") or author or DEFAULT_AUTHOR
     stored = {"rationale": req.get("rationale") or "", "author": writer,
@@ -151,6 +152,14 @@ def update(ws: Workspace, request: dict[str, Any], *, author: str | None = None)
                 involved.append(problem)
         else:
             ev.archived = bool(req["archived"])
+    elif kind == "link":
+        # A typed link on a committed memory is an event: the memory's file never changes.
+        source = ws.find(req["memory_id"], field_name="memory_id")
+        relations = scope_links(ws).graph.relations
+        ((ev.relation, ev.target),) = resolve_relations(ws, [req["relation"]], source.scope, "relation",
+                                                        relations.get(source.id, []), source.id, relations)
+        ev.memory = source.id
+        involved.append(source)
     else:
         old = resolve_link(ws, req["old_fact_id"], "repo", "old_fact_id", ("fact",))
         change = resolve_link(ws, req["change_id"], old.scope, "change_id", ("change",))
@@ -197,6 +206,9 @@ def _effect(links: LinkIndex, ev: Event) -> dict[str, Any]:
     if ev.type == "archive" and ev.memory:
         with links.trying(ev):
             return {"memory_id": ev.memory, "archived": ev.memory in g.archived}
+    if ev.type == "link" and ev.memory:
+        with links.trying(ev):
+            return {"memory_id": ev.memory, "relations": [{"type": t, "id": i} for t, i in g.relations[ev.memory]]}
     assert ev.old_fact is not None
     head_before = g.head(ev.old_fact)
     with links.trying(ev):
