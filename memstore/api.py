@@ -11,6 +11,7 @@ from .errors import IntegrityError as LinkError
 from .errors import InvalidRequest, NoStore, SemanticError
 from .graph import Graph, LinkIndex, build_graph
 from .model import Event, Memory, utc_now
+from .relations import relation_lists
 from .scopeview import ScopeView, scope_view
 from .store import Store
 from .trust import CONTENT_TRUST
@@ -229,6 +230,7 @@ def describe(ws: Workspace, mem: Memory, graph: Graph, memories: dict[str, Memor
         "head": graph.head(mem.id) if mem.kind == "fact" else None,
         "archived": mem.id in graph.archived,
         "utility": {"global": round(graph.utility_global(mem.id), 4), "votes": graph.vote_count(mem.id)},
+        "relations": relation_lists(mem.id, graph, memories, active_only=False),
     }
     if mem.id_derived:
         data["derived"]["id_is_provisional"] = True
