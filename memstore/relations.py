@@ -52,15 +52,16 @@ def anchors(ids: Collection[str], graph: Graph) -> dict[str, str]:
             if kind in ATTACHING and other in ids and other != mid:
                 out[mid] = other
                 break
-    for mid in list(out):  # a loop of attachments (hand-made) places none of its members
+    looped: set[str] = set()  # a loop of attachments (hand-made) places none of its members
+    for mid in out:
         seen = {mid}
         cur = out.get(mid)
         while cur is not None and cur not in seen:
             seen.add(cur)
             cur = out.get(cur)
-        if cur is not None:
-            out.pop(mid, None)
-    return out
+        if cur == mid:
+            looped.add(mid)
+    return {mid: other for mid, other in out.items() if mid not in looped}
 
 
 def root_of(mid: str, attached: Mapping[str, str]) -> str:

@@ -12,6 +12,9 @@ import pytest
 from conftest import CliResult, git, reopen, store_files, write_req
 
 from memstore import api
+from memstore.graph import Graph
+from memstore.output import pretty
+from memstore.relations import anchors, place
 from memstore.review import branch_diff, render_text
 
 UTC_FACT = "The billing API returns every timestamp in UTC with a trailing Z."
@@ -136,6 +139,24 @@ def test_a_link_update_needs_evidence(repo: Path, cli: Callable[..., CliResult])
     assert store_files(repo) == before
 
 
+def test_a_global_memory_may_not_link_a_repo_memory(repo: Path, cli: Callable[..., CliResult]) -> None:
+    local = _write(repo, "fact", UTC_FACT)
+    before = store_files(repo)
+    req = write_req("preference", PARSE_PREF, scope="global",
+                    links={"relations": [{"type": "depends_on", "id": local}]})
+    rc, out, _ = cli("write", "--json", "-", cwd=repo, input=json.dumps(req))
+    assert rc == 2 and out["error"]["code"] == "global_to_repo"
+    assert store_files(repo) == before and not (repo.parent / "home" / ".memory").exists()
+
+
+def test_attachments_chain_and_a_hand_made_loop_places_nobody() -> None:
+    g = Graph(relations={"b": [("elaborates_on", "a")], "c": [("depends_on", "b")], "a": [("relates_to", "c")],
+                         "x": [("depends_on", "y")], "y": [("elaborates_on", "x")]})
+    attached = anchors(["c", "x", "y", "b", "a"], g)
+    assert attached == {"b": "a", "c": "b"}  # the x <-> y loop is cut
+    assert place(["c", "x", "y", "b", "a"], attached) == ["a", "b", "c", "x", "y"]
+
+
 # -- old files ---------------------------------------------------------------------------------------
 def test_an_old_file_with_related_still_reads_as_relates_to(repo: Path, cli: Callable[..., CliResult]) -> None:
     utc = _write(repo, "fact", UTC_FACT)
@@ -188,6 +209,11 @@ def test_a_contradicting_pair_is_a_dispute_until_one_side_is_archived(repo: Path
     assert all(s["author"] and s["created"] and s["evidence"] == ["user:the user said so"] for s in dispute["sides"])
     assert "settle it against the current code" in dispute["guidance"] and "change" in dispute["guidance"]
     assert "see disputes" in out["guidance"]
+    text = pretty(out, "read")  # what a person sees on a terminal
+    assert f"DISPUTE {utc[:10]} vs {local[:10]}" in text and "by Test Author" not in text
+    assert text.index("DISPUTE") < text.index(f"  fact {local[:10]} by ")
+    _, shown, _ = cli("show", utc, cwd=repo)
+    assert f"  contradicts <- {local}" in pretty(shown, "show")
     code, report, _ = cli("check", cwd=repo)
     assert code == 0 and [p["code"] for p in report["problems"]] == ["open_dispute"]
     # settled against the code: the UTC fact was wrong
