@@ -145,9 +145,10 @@ def _check_memory(ws: Workspace, store: Store, mem: Memory, known: dict[str, Mem
                 report.add("error", shown, "wrong_kind", f"links.via_change points at a {other.kind}")
             elif key == "related" and target in archived:
                 report.add("warning", shown, "archived_link", f"links.related: {target} is archived")
+    related = set(mem.link_list("related"))
     for kind, target in mem.relations():
-        if ("relates_to", target) in [(kind, t) for t in mem.link_list("related")]:
-            continue  # reported above
+        if kind == "relates_to" and target in related:
+            continue  # checked above as links.related
         _check_relation(shown, mem.scope, mem.id, kind, target, known, archived, report, "links.relations")
     _check_evidence(ws, store, shown, mem.evidence, known, report)
 
