@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 from . import __version__
 from .errors import InvalidRequest, UsageError
-from .kinds import EVENT_TYPES, KINDS, RELATION_TYPES, SCOPES
+from .kinds import EVENT_TYPES, KINDS, SCOPES
 from .wire import verb_of
 
 
@@ -149,8 +149,8 @@ def _write_request(a: argparse.Namespace, src: Inputs) -> dict[str, Any]:
 def _relation(value: str, flag: str) -> dict[str, str]:
     kind, sep, target = value.partition(":")
     if not sep:
-        raise InvalidRequest(f"{flag} takes TYPE:ID (TYPE one of {', '.join(RELATION_TYPES)}), not {value!r}",
-                             code="usage")
+        raise InvalidRequest(f"{flag} takes TYPE:ID, e.g. contradicts:01jd8x4k (types: relates_to, elaborates_on, "
+                             f"depends_on, contradicts), not {value!r}", code="usage")
     return {"type": kind, "id": target}
 
 

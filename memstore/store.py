@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import gitops, ids
+from . import gitops, ids, kinds
 from .config import Config
 from .errors import Conflict, InvalidFile, NoStore
 from .files import (
@@ -31,7 +31,7 @@ from .files import (
     safe_yaml,
 )
 from .index.layout import real_dir
-from .model import DIR_KINDS, EVENT_TYPES, KIND_DIRS, KINDS, RELATION_TYPES, SCOPES, Event, Memory
+from .model import DIR_KINDS, EVENT_TYPES, KIND_DIRS, KINDS, SCOPES, Event, Memory
 
 STORE_DIRNAME = ".memory"
 INDEX_DIRNAME = ".index"
@@ -98,8 +98,9 @@ def _relations(value: Any) -> None:
     for i, item in enumerate(value):
         if not isinstance(item, dict) or set(item) != {"type", "id"} or not isinstance(item["id"], str):
             raise InvalidFile(f"links.relations[{i}] must be {{type, id}} with a memory id")
-        if item["type"] not in RELATION_TYPES:
-            raise InvalidFile(f"links.relations[{i}].type {item['type']!r} is not one of {', '.join(RELATION_TYPES)}")
+        if item["type"] not in kinds.RELATION_TYPES:
+            raise InvalidFile(f"links.relations[{i}].type {item['type']!r} is not one of "
+                              f"{', '.join(kinds.RELATION_TYPES)}")
         if len(item["id"]) > MAX_FIELD_CHARS:
             raise InvalidFile(f"links.relations[{i}].id is over {MAX_FIELD_CHARS} characters", code="too_large")
 
@@ -180,8 +181,8 @@ def event_from_file(relpath: str, text: str, scope: str = "") -> Event:
     if archived is not None and not isinstance(archived, bool):
         raise InvalidFile("archived must be true or false")
     relation = _opt_str(data.get("relation"))
-    if ev_type == "link" and relation not in RELATION_TYPES:
-        raise InvalidFile(f"a link event's relation {relation!r} is not one of {', '.join(RELATION_TYPES)}")
+    if ev_type == "link" and relation not in kinds.RELATION_TYPES:
+        raise InvalidFile(f"a link event's relation {relation!r} is not one of {', '.join(kinds.RELATION_TYPES)}")
     conf = data.get("confidence")
     return Event(
         id=ev_id,
