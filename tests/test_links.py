@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from conftest import CliResult, git, reopen, store_files, write_req
+from mcp.client.session import ClientSession
+from test_mcp import answer, ok, run_mcp
 
 from memstore import api
 from memstore.graph import Graph
@@ -279,3 +281,30 @@ def test_diff_shows_added_links_with_the_text_they_point_at(repo: Path) -> None:
     assert f"+ event {linked['id']}: link {pref} depends_on {utc}" in text
     assert f"  depends on {utc}:\n      > {UTC_FACT}" in text
     assert "relations=" not in text  # readable lines, not the raw mapping
+
+
+# -- MCP -----------------------------------------------------------------------------------------------
+@pytest.mark.model
+def test_mcp_carries_the_same_link_shapes(repo: Path) -> None:
+    async def script(s: ClientSession) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        utc = ok(await s.call_tool("memory_write", write_req("fact", UTC_FACT)))["id"]
+        local = ok(await s.call_tool("memory_write", write_req("fact", LOCAL_FACT)))["id"]
+        out["ids"] = [utc, local]
+        out["before"] = store_files(repo)
+        out["missing"] = await s.call_tool("memory_update", {
+            "type": "link", "memory_id": local, "relation": {"type": "contradicts", "id": "01m7zzzzzzzzzzzzzzzzzzzzzz"},
+            "evidence_refs": ["user:x"]})
+        out["files"] = store_files(repo)
+        out["link"] = ok(await s.call_tool("memory_update", {
+            "type": "link", "memory_id": local, "relation": {"type": "contradicts", "id": utc},
+            "evidence_refs": ["user:they disagree"]}))
+        out["read"] = ok(await s.call_tool("memory_read", {"query": "billing API timestamp time zone"}))
+        return out
+
+    got = run_mcp(repo, script)
+    utc, local = got["ids"]
+    assert got["missing"].is_error and answer(got["missing"])["error"]["code"] == "unknown_link"
+    assert got["files"] == got["before"]
+    assert got["link"]["type"] == "link"
+    assert [d["ids"] for d in got["read"]["disputes"]] == [[utc, local]]
