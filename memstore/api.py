@@ -11,6 +11,7 @@ from .errors import IntegrityError as LinkError
 from .errors import InvalidRequest, NoStore, SemanticError
 from .graph import Graph, LinkIndex, build_graph
 from .model import Event, Memory, utc_now
+from .relations import relation_lists
 from .scopeview import ScopeView, scope_view
 from .store import Store
 from .trust import CONTENT_TRUST
@@ -22,6 +23,7 @@ from .validate import (
     check_write_semantics,
     parse_refs,
     resolve_link,
+    resolve_relations,
     resolve_write_links,
 )
 from .workspace import Workspace
@@ -127,7 +129,7 @@ def update(ws: Workspace, request: dict[str, Any], *, author: str | None = None)
     kind = req["type"]
     mode = req.get("mode", "commit")
     refs_raw = req.get("evidence_refs") or []
-    if kind in ("archive", "fact_update_link") and not refs_raw:
+    if kind in ("archive", "fact_update_link", "link") and not refs_raw:
         raise SemanticError(f"{kind} needs at least one evidence ref", field="evidence_refs", code="missing_evidence")
     writer = req.get("author") or author or DEFAULT_AUTHOR
     stored = {"rationale": req.get("rationale") or "", "author": writer,
@@ -151,6 +153,14 @@ def update(ws: Workspace, request: dict[str, Any], *, author: str | None = None)
                 involved.append(problem)
         else:
             ev.archived = bool(req["archived"])
+    elif kind == "link":
+        # A typed link on a committed memory is an event: the memory's file never changes.
+        source = ws.find(req["memory_id"], field_name="memory_id")
+        relations = scope_links(ws).graph.relations
+        ((ev.relation, ev.target),) = resolve_relations(ws, [req["relation"]], source.scope, "relation",
+                                                        relations.get(source.id, []), source.id, relations)
+        ev.memory = source.id
+        involved.append(source)
     else:
         old = resolve_link(ws, req["old_fact_id"], "repo", "old_fact_id", ("fact",))
         change = resolve_link(ws, req["change_id"], old.scope, "change_id", ("change",))
@@ -197,6 +207,9 @@ def _effect(links: LinkIndex, ev: Event) -> dict[str, Any]:
     if ev.type == "archive" and ev.memory:
         with links.trying(ev):
             return {"memory_id": ev.memory, "archived": ev.memory in g.archived}
+    if ev.type == "link" and ev.memory:
+        with links.trying(ev):
+            return {"memory_id": ev.memory, "relations": [{"type": t, "id": i} for t, i in g.relations[ev.memory]]}
     assert ev.old_fact is not None
     head_before = g.head(ev.old_fact)
     with links.trying(ev):
@@ -217,6 +230,7 @@ def describe(ws: Workspace, mem: Memory, graph: Graph, memories: dict[str, Memor
         "head": graph.head(mem.id) if mem.kind == "fact" else None,
         "archived": mem.id in graph.archived,
         "utility": {"global": round(graph.utility_global(mem.id), 4), "votes": graph.vote_count(mem.id)},
+        "relations": relation_lists(mem.id, graph, memories, active_only=False),
     }
     if mem.id_derived:
         data["derived"]["id_is_provisional"] = True

@@ -22,7 +22,7 @@ from .files import atomic_write
 from .model import DIR_KINDS, Event, Memory
 from .store import Store
 
-CATALOG_VERSION = 3  # 3: files read by lstat, never through links; error codes; id conflicts
+CATALOG_VERSION = 4  # 3: files read by lstat, never through links; error codes; id conflicts; 4: typed links
 # Ids remembered in the change log across generations. A reader further behind than this (or
 # behind a full rebuild of the views) rebuilds its own views instead of applying the changes.
 LOG_LIMIT = 4096

@@ -4,6 +4,7 @@ is committed (SPEC §2, §7). Vanished evidence is *stale*, never invalid: code 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,9 @@ from typing import Any
 from . import gitops
 from .errors import InvalidFile, NoStore, NotFound
 from .files import dump_markdown, parse_markdown
+from .graph import Graph, archived_ids, build_graph
 from .model import KIND_DIRS, Event, Memory, parse_evidence, utc_now
+from .relations import open_disputes
 from .secrets import find_secrets
 from .staged import StagedStore, read_staged
 from .stale import owning_worktree
@@ -108,7 +111,7 @@ def _immutability(store: Store, report: Report, changed: dict[str, str], old: st
 
 
 def _check_memory(ws: Workspace, store: Store, mem: Memory, known: dict[str, Memory], report: Report,
-                  strict_ids: bool) -> None:
+                  strict_ids: bool, archived: Collection[str] = ()) -> None:
     shown = store.display_path(mem.path)
     if mem.id_derived:
         report.add("error" if strict_ids else "warning", shown, "missing_id",
@@ -140,7 +143,29 @@ def _check_memory(ws: Workspace, store: Store, mem: Memory, known: dict[str, Mem
                 report.add("error", shown, "wrong_kind", f"links.supersedes points at a {other.kind}")
             elif key == "via_change" and other.kind != "change":
                 report.add("error", shown, "wrong_kind", f"links.via_change points at a {other.kind}")
+            elif key == "related" and target in archived:
+                report.add("warning", shown, "archived_link", f"links.related: {target} is archived")
+    related = set(mem.link_list("related"))
+    for kind, target in mem.relations():
+        if kind == "relates_to" and target in related:
+            continue  # checked above as links.related
+        _check_relation(shown, mem.scope, mem.id, kind, target, known, archived, report, "links.relations")
     _check_evidence(ws, store, shown, mem.evidence, known, report)
+
+
+def _check_relation(shown: str, scope: str, source: str, kind: str, target: str, known: dict[str, Memory],
+                    archived: Collection[str], report: Report, where: str) -> None:
+    """A typed link: to a memory that exists and may be linked from ``scope``, not to itself; one
+    to an archived memory is reported, not refused (archiving later is how disputes end)."""
+    other = known.get(target)
+    if target == source:
+        report.add("error", shown, "self_link", f"{where}: {kind} points at the memory itself")
+    elif other is None:
+        report.add("error", shown, "dangling_link", f"{where}: {kind} points at {target}, which does not exist")
+    elif scope == "global" and other.scope == "repo":
+        report.add("error", shown, "global_to_repo", f"{where}: a global memory may not link repo memory {target}")
+    elif target in archived:
+        report.add("warning", shown, "archived_link", f"{where}: {kind} points at {target}, which is archived")
 
 
 def _check_evidence(ws: Workspace, store: Store, shown: str, refs: list[str], known: dict[str, Memory],
@@ -176,14 +201,23 @@ def check_memory(ws: Workspace, store: Store, mem: Memory, *, strict_ids: bool =
         known.update(ws.catalog(scope).memories)
     known.setdefault(mem.id, mem)
     report = Report()
-    _check_memory(ws, store, mem, known, report, strict_ids)
+    archived = archived_ids(ev for scope in ws.scopes() for ev in ws.catalog(scope).events.values())
+    _check_memory(ws, store, mem, known, report, strict_ids, archived)
     return report.problems
 
 
-def _check_event(ws: Workspace, store: Store, ev: Event, known: dict[str, Memory], report: Report) -> None:
+def _check_event(ws: Workspace, store: Store, ev: Event, known: dict[str, Memory], report: Report,
+                 archived: Collection[str] = ()) -> None:
     shown = store.display_path(ev.path)
     wanted: list[tuple[str, str | None, tuple[str, ...] | None]] = []
-    if ev.type in ("utility_vote", "archive"):
+    if ev.type == "link":
+        wanted.append(("memory", ev.memory, None))
+        if ev.target:
+            _check_relation(shown, store.scope, ev.memory or "", ev.relation or "", ev.target, known, archived,
+                            report, "target")
+        else:
+            report.add("error", shown, "missing_link", "target is required")
+    elif ev.type in ("utility_vote", "archive"):
         wanted.append(("memory", ev.memory, None))
         if ev.type == "utility_vote":
             if ev.vote is None or not -1.0 <= ev.vote <= 1.0:
@@ -287,8 +321,12 @@ def run_check(ws: Workspace, *, staged: bool = False, base: str | None = None, f
             if store.worktree is not None and store.scope == "repo":
                 views[store.scope] = read_staged(store, _store_prefix(store))
     known: dict[str, Memory] = {}
+    events: list[Event] = []
     for scope in ws.scopes():
-        known.update(views[scope].memories if scope in views else ws.catalog(scope).memories)
+        records = views[scope] if scope in views else ws.catalog(scope)
+        known.update(records.memories)
+        events += records.events.values()
+    graph = build_graph(known, events)
     for store in stores:
         view = views.get(store.scope)
         cat = ws.catalog(store.scope) if view is None else None
@@ -340,12 +378,28 @@ def run_check(ws: Workspace, *, staged: bool = False, base: str | None = None, f
                                          "message": f"wrote id {mem.id} and created"})
                     fixed_paths.append(store.root / mem.path)
                     mem.id_derived = False
-            _check_memory(ws, store, mem, known, report, strict_ids=staged or base is not None)
+            _check_memory(ws, store, mem, known, report, strict_ids=staged or base is not None,
+                          archived=graph.archived)
         for ev in sorted(records.events.values(), key=lambda e: e.path):
             if scope_to is not None and ev.path not in scope_to:
                 continue
             report.checked += 1
-            _check_event(ws, store, ev, known, report)
+            _check_event(ws, store, ev, known, report, graph.archived)
         if fixed_paths and cat is not None:
             cat.refresh()
+        _open_disputes(store, graph, known, report, scope_to)
     return report
+
+
+def _open_disputes(store: Store, graph: Graph, known: dict[str, Memory], report: Report,
+                   scope_to: set[str] | None) -> None:
+    """A dispute both of whose sides are still active is knowledge nobody has settled: reported
+    on the newer side (a warning: settling it takes a look at the code, not a fix to a file)."""
+    for older, newer in open_disputes(graph, known):
+        mem = known[newer]
+        if mem.scope != store.scope or (scope_to is not None and mem.path not in scope_to
+                                        and known[older].path not in scope_to):
+            continue
+        report.add("warning", store.display_path(mem.path), "open_dispute",
+                   f"{newer} and {older} contradict each other and both are active: settle it against the code "
+                   "and record the outcome with a change (archive or supersede the side that lost)")

@@ -129,6 +129,8 @@ def _write_request(a: argparse.Namespace, src: Inputs) -> dict[str, Any]:
             links[key] = value
     if a.via_change:
         links["via_change"] = a.via_change
+    if a.link:
+        links["relations"] = [_relation(value, "--link") for value in a.link]
     text = src.read_stdin() if a.text == "-" else a.text
     memory: dict[str, Any] = {"text": text, "scope": a.scope, "kind": a.kind, "evidence_refs": a.evidence or []}
     for key in ("confidence", "rationale", "author"):
@@ -144,11 +146,19 @@ def _write_request(a: argparse.Namespace, src: Inputs) -> dict[str, Any]:
     return req
 
 
+def _relation(value: str, flag: str) -> dict[str, str]:
+    kind, sep, target = value.partition(":")
+    if not sep:
+        raise InvalidRequest(f"{flag} takes TYPE:ID, e.g. contradicts:01jd8x4k (types: relates_to, elaborates_on, "
+                             f"depends_on, contradicts), not {value!r}", code="usage")
+    return {"type": kind, "id": target}
+
+
 def _update_request(a: argparse.Namespace, src: Inputs) -> dict[str, Any]:
     if a.json:
         return _check_op(_read_json(a.json, src), ("update",))
     if not a.type:
-        raise InvalidRequest("give --type (utility_vote|archive|fact_update_link) or --json FILE|-", code="usage")
+        raise InvalidRequest("give --type (utility_vote|archive|fact_update_link|link) or --json FILE|-", code="usage")
     req: dict[str, Any] = {"op": "update", "mode": "dry_run" if a.dry_run else "commit", "type": a.type}
     pairs = (("memory_id", a.memory), ("problem_id", a.problem), ("vote", a.vote), ("old_fact_id", a.old_fact),
              ("change_id", a.change), ("new_fact_id", a.new_fact), ("confidence", a.confidence),
@@ -156,6 +166,8 @@ def _update_request(a: argparse.Namespace, src: Inputs) -> dict[str, Any]:
     req.update({k: v for k, v in pairs if v is not None})
     if a.type == "archive":
         req["archived"] = not a.unarchive
+    if a.link:
+        req["relation"] = _relation(a.link, "--link")
     req["evidence_refs"] = a.evidence or []
     return req
 
@@ -243,13 +255,16 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
         s.add_argument("--change-target", metavar="ID", action="append", help="links.change_targets (changes)")
         s.add_argument("--supersedes", metavar="ID", action="append", help="older fact(s) this fact replaces")
         s.add_argument("--via-change", metavar="ID")
+        s.add_argument("--link", metavar="TYPE:ID", action="append",
+                       help="a typed link (links.relations): relates_to, elaborates_on, depends_on or contradicts")
         s.add_argument("--evidence", metavar="REF", action="append",
                        help="event:EP:SEQ, commit:SHA, file:PATH[@REV][#La-Lb], memory:ID, user:QUOTE, url:URL")
         s.add_argument("--tag", action="append")
         s.add_argument("--dry-run", action="store_true", help="run every check, write nothing")
         s.add_argument("--allow-duplicate", action="store_true", help="skip the near-duplicate refusal")
 
-    s = sub.add_parser("update", help="vote on, archive, or link (fact -> change -> fact) existing memories")
+    s = sub.add_parser("update", help="vote on, archive, or link (fact -> change -> fact, typed links) existing "
+                       "memories")
     s.add_argument("--json", metavar="FILE", help="the request as JSON from FILE, or - for stdin")
     s.add_argument("--type", choices=EVENT_TYPES)
     s.add_argument("--memory", metavar="ID")
@@ -259,6 +274,7 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
     s.add_argument("--old-fact", metavar="ID")
     s.add_argument("--change", metavar="ID")
     s.add_argument("--new-fact", metavar="ID")
+    s.add_argument("--link", metavar="TYPE:ID", help="with --type link: the typed link to add from --memory")
     s.add_argument("--confidence", type=finite_float)
     s.add_argument("--rationale")
     s.add_argument("--author")

@@ -12,7 +12,7 @@ from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .model import Event, Memory
+from .model import RELATION_TYPES, Event, Memory
 
 # Votes without evidence count half (SPEC §4): attribution without a pointer is weaker.
 UNEVIDENCED_WEIGHT = 0.5
@@ -37,6 +37,11 @@ class Graph:
     changes_for: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # target -> changes
     superseded_by: dict[str, str] = field(default_factory=dict)  # old fact -> new fact
     votes: dict[str, list[Vote]] = field(default_factory=lambda: defaultdict(list))  # memory -> votes
+    # Typed links (links.relations, ``related``, link events): memory -> [(type, target)], its
+    # file's first, then its events' in order; and target -> [(type, source)], sorted. Targets
+    # are kept whether or not they exist: ``show`` and ``check`` name the missing ones.
+    relations: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    related_from: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
 
     def head(self, fact_id: str) -> str:
         """Follow supersession to the current fact; cycle-safe (a hand-made cycle stops)."""
@@ -97,7 +102,16 @@ def _event_target(ev: Event) -> str | None:
         return ev.memory if ev.type == "archive" or ev.vote is not None else None
     if ev.type == "fact_update_link" and ev.old_fact and ev.new_fact:
         return ev.old_fact
+    if ev.type == "link" and ev.memory and ev.target and ev.relation in RELATION_TYPES:
+        return ev.memory
     return None
+
+
+def _names(ev: Event) -> tuple[str | None, ...]:
+    """The other memories an event names, whose coming and going can change what it does."""
+    if ev.type == "fact_update_link":
+        return (ev.new_fact, ev.change)
+    return (ev.target,) if ev.type == "link" else ()
 
 
 def acts_on(ev: Event, mid: str, memories: Mapping[str, Memory]) -> bool:
@@ -109,8 +123,8 @@ def acts_on(ev: Event, mid: str, memories: Mapping[str, Memory]) -> bool:
     mem = memories.get(mid)
     if mem is not None and mem.scope != ev.scope:
         return False
-    if ev.scope == "global" and ev.type == "fact_update_link":
-        return all((m := memories.get(name or "")) is None or m.scope == "global" for name in (ev.new_fact, ev.change))
+    if ev.scope == "global" and ev.type in ("fact_update_link", "link"):
+        return all((m := memories.get(name or "")) is None or m.scope == "global" for name in _names(ev))
     return True
 
 
@@ -149,12 +163,16 @@ class LinkIndex:
         self._links: dict[str, tuple[str, ...]] = {}  # memory -> its targets, as last applied
         self._linked_from: dict[str, set[str]] = defaultdict(set)  # target -> memories naming it
         self._deciding: dict[str, set[Hashable]] = defaultdict(set)  # memory -> events on its state
-        self._naming: dict[str, set[Hashable]] = defaultdict(set)  # memory -> fact links naming it
+        self._naming: dict[str, set[Hashable]] = defaultdict(set)  # memory -> fact/typed links naming it
         self._build(events)
 
     def _build(self, events: Mapping[Hashable, Event]) -> None:
         g, memories = self.graph, self.memories
+        relations: dict[str, list[tuple[str, str]]] = {}
         for mem in memories.values():
+            links = mem.links
+            if links and ("relations" in links or "related" in links):
+                relations[mem.id] = mem.relations()
             if mem.kind not in _LINKING:  # most of the memories: skip the call
                 continue
             targets = _targets(mem)
@@ -195,6 +213,9 @@ class LinkIndex:
             elif ev.type == "utility_vote":
                 # Only the latest vote per (memory, problem, author/episode) counts.
                 latest_vote[(target, ev.problem, ev.episode or ev.author)] = ev
+            elif ev.type == "link":
+                if target in memories:
+                    relations.setdefault(target, []).append((ev.relation or "", ev.target or ""))
             else:
                 assert ev.new_fact is not None
                 if target in memories and ev.new_fact in memories and target != ev.new_fact:
@@ -204,14 +225,21 @@ class LinkIndex:
         g.archived = {mid for mid, ev in latest_archive.items() if ev.archived}
         for (mid, problem, author), ev in latest_vote.items():
             g.votes[mid].append(_vote(mid, problem, author, ev))
+        incoming: dict[str, set[tuple[str, str]]] = defaultdict(set)
+        for mid, rels in relations.items():
+            rels = list(dict.fromkeys(rels))
+            if rels:
+                g.relations[mid] = rels
+                for kind, other in rels:
+                    incoming[other].add((kind, mid))
+        g.related_from = {other: sorted(pairs, key=_by_source) for other, pairs in incoming.items()}
 
     def _add_event(self, key: Hashable, ev: Event, target: str) -> None:
         self._events[key] = ev
         self._deciding[target].add(key)
-        if ev.type == "fact_update_link":
-            for name in (ev.new_fact, ev.change):
-                if name:
-                    self._naming[name].add(key)
+        for name in _names(ev):
+            if name:
+                self._naming[name].add(key)
 
     def _drop_event(self, key: Hashable) -> str | None:
         ev = self._events.pop(key, None)
@@ -219,7 +247,7 @@ class LinkIndex:
         if ev is None or target is None:
             return None
         self._deciding[target].discard(key)
-        for name in (ev.new_fact, ev.change) if ev.type == "fact_update_link" else ():
+        for name in _names(ev):
             if name:
                 self._naming[name].discard(key)
         return target
@@ -283,6 +311,7 @@ class LinkIndex:
                     successor = _newer(successor, other)
         archive: Event | None = None
         votes: dict[tuple[str | None, str], Event] = {}
+        relations = memories[mid].relations() if mid in memories else []
         events = self._events
         for key in sorted(self._deciding.get(mid, ()), key=lambda k: _order(events[k], k)):
             ev = events[key]
@@ -292,6 +321,9 @@ class LinkIndex:
                 archive = ev
             elif ev.type == "utility_vote":
                 votes[(ev.problem, ev.episode or ev.author)] = ev
+            elif ev.type == "link":
+                if mid in memories:
+                    relations.append((ev.relation or "", ev.target or ""))
             else:
                 assert ev.new_fact is not None
                 if mid in memories and ev.new_fact in memories and mid != ev.new_fact:
@@ -306,6 +338,24 @@ class LinkIndex:
             g.archived.add(mid)
         else:
             g.archived.discard(mid)
+        self._set_relations(mid, list(dict.fromkeys(relations)))
+
+    def _set_relations(self, mid: str, relations: list[tuple[str, str]]) -> None:
+        g = self.graph
+        old = g.relations.get(mid, [])
+        if old == relations:
+            return
+        for kind, other in old:
+            pairs = [p for p in g.related_from.get(other, []) if p != (kind, mid)]
+            _put(g.related_from, other, pairs)
+        for kind, other in relations:
+            g.related_from[other] = sorted({*g.related_from.get(other, []), (kind, mid)}, key=_by_source)
+        _put(g.relations, mid, relations)
+
+
+def _by_source(pair: tuple[str, str]) -> tuple[str, str]:
+    """Incoming typed links by their source's id (its age), then type."""
+    return pair[1], pair[0]
 
 
 def _put(table: dict[str, Any], key: str, value: Any) -> None:

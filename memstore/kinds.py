@@ -3,7 +3,7 @@ the thin CLI client can name them without loading anything else."""
 
 KINDS = ("problem", "solution", "failed_tactic", "fact", "preference", "change")
 SCOPES = ("repo", "global")
-EVENT_TYPES = ("utility_vote", "archive", "fact_update_link")
+EVENT_TYPES = ("utility_vote", "archive", "fact_update_link", "link")
 KIND_DIRS = {
     "problem": "problems",
     "solution": "solutions",
@@ -14,8 +14,12 @@ KIND_DIRS = {
 }
 DIR_KINDS = {v: k for k, v in KIND_DIRS.items()}
 EVIDENCE_KINDS = ("event", "commit", "file", "memory", "user", "url")
-LINK_KEYS = ("problem", "related", "change_targets", "supersedes", "via_change")
+LINK_KEYS = ("problem", "related", "relations", "change_targets", "supersedes", "via_change")
 LIST_LINKS = ("related", "change_targets", "supersedes")
+# Typed links between memories (links.relations): ``related`` is read as ``relates_to``.
+RELATION_TYPES = ("relates_to", "elaborates_on", "depends_on", "contradicts")
+# A memory that elaborates on or depends on another is shown next to it when both are read.
+ATTACHING = ("elaborates_on", "depends_on")
 EPISODE_SOURCES = ("user", "assistant", "tool", "git", "memstore", "note")  # who produced an episode event
 HOOK_NAMES = ("pre-commit", "post-commit", "post-merge", "post-checkout")  # the git hooks memstore installs
 AGENTS = ("claude", "codex", "cursor", "generic")  # what `memstore integrate` wires memstore into

@@ -7,9 +7,21 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .kinds import DIR_KINDS, EVENT_TYPES, EVIDENCE_KINDS, KIND_DIRS, KINDS, LINK_KEYS, LIST_LINKS, SCOPES
+from .kinds import (
+    ATTACHING,
+    DIR_KINDS,
+    EVENT_TYPES,
+    EVIDENCE_KINDS,
+    KIND_DIRS,
+    KINDS,
+    LINK_KEYS,
+    LIST_LINKS,
+    RELATION_TYPES,
+    SCOPES,
+)
 
 __all__ = [
+    "ATTACHING",
     "DIR_KINDS",
     "EVENT_TYPES",
     "EVIDENCE_KINDS",
@@ -17,6 +29,7 @@ __all__ = [
     "KIND_DIRS",
     "LINK_KEYS",
     "LIST_LINKS",
+    "RELATION_TYPES",
     "SCOPES",
     "Event",
     "EvidenceRef",
@@ -116,6 +129,19 @@ class Memory:
             return [value]
         return [v for v in (value or []) if isinstance(v, str)]
 
+    def relations(self) -> list[tuple[str, str]]:
+        """The typed links this file holds, as (type, target id) in file order, once each:
+        ``links.relations`` and the older ``related`` list (read as ``relates_to``)."""
+        links = self.links
+        if "relations" not in links and "related" not in links:  # most memories: no list built
+            return []
+        out: list[tuple[str, str]] = []
+        for item in links.get("relations") or ():
+            if isinstance(item, dict) and item.get("type") in RELATION_TYPES and isinstance(item.get("id"), str):
+                out.append((item["type"], item["id"]))
+        out += [("relates_to", target) for target in self.link_list("related")]
+        return list(dict.fromkeys(out))
+
     def frontmatter(self) -> dict[str, Any]:
         meta: dict[str, Any] = {
             "id": self.id,
@@ -160,13 +186,16 @@ class Event:
     rationale: str = ""
     evidence: list[str] = field(default_factory=list)
     episode: str | None = None
+    relation: str | None = None  # link: the type of the typed link from ``memory`` to ``target``
+    target: str | None = None
     path: str = ""
     # The store the event lies in ("" when not known): it acts only on that store's memories.
     scope: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"id": self.id, "type": self.type, "created": self.created, "author": self.author}
-        for key in ("memory", "problem", "vote", "archived", "old_fact", "change", "new_fact", "confidence"):
+        for key in ("memory", "relation", "target", "problem", "vote", "archived", "old_fact", "change", "new_fact",
+                    "confidence"):
             value = getattr(self, key)
             if value is not None:
                 data[key] = value

@@ -109,6 +109,10 @@ def _wrap(text: str, indent: str = "    ", width: int = 100) -> str:
     return "\n".join(lines)
 
 
+def _not_active(entry: dict[str, str]) -> str:
+    return f" ({entry['state']})" if entry.get("state", "active") != "active" else ""
+
+
 def _short(text: str, n: int = 90) -> str:
     one = " ".join(text.split())
     return one if len(one) <= n else one[: n - 1] + "…"
@@ -146,6 +150,11 @@ def pretty(answer: dict[str, Any], render: Render) -> str:
             out.append(f"  superseded by: {d['superseded_by']} (current: {d.get('head')})")
         if d.get("archived"):
             out.append("  archived")
+        rels = d.get("relations") or {}
+        for entry in rels.get("out", []):
+            out.append(f"  {entry['type']} -> {entry['id']}{_not_active(entry)}")
+        for entry in rels.get("in", []):
+            out.append(f"  {entry['type']} <- {entry['id']}{_not_active(entry)}")
         u = d.get("utility", {})
         out.append(f"  utility: {u.get('global', 0):+.2f} from {u.get('votes', 0)} vote(s)")
     elif render == "read":
@@ -158,13 +167,21 @@ def pretty(answer: dict[str, Any], render: Render) -> str:
             tag = "WATCH-OUT " if r["kind"] == "failed_tactic" else ""
             sup = f"  superseded by {r['links']['superseded_by']}" if r.get("links", {}).get("superseded_by") else ""
             stale = "  (stale: verify against the code)" if r.get("stale") else ""
-            out.append(f"\n{tag}{r['kind']} {r['id'][:10]}  score {r['score']:.2f}{sup}{stale}")
+            att = r.get("attached_to")
+            placed = f"  ({att['type'].replace('_', ' ')} {att['id'][:10]})" if att else ""
+            out.append(f"\n{tag}{r['kind']} {r['id'][:10]}  score {r['score']:.2f}{sup}{stale}{placed}")
             out.append(_wrap(r["text"]))
             out.append(f"    why: {', '.join(r.get('reasons', []))}")
             for h in r.get("history", []):
                 via = f", change {h['change'][:10]}" if h.get("change") else ""
                 out.append(f"    history: superseded {h['id'][:10]} (replaced by {h['superseded_by'][:10]}{via})")
                 out.append(_wrap(h["text"], indent="      "))
+        for dispute in answer.get("disputes", []):
+            out.append(f"\nDISPUTE {' vs '.join(i[:10] for i in dispute['ids'])}: {dispute['guidance']}")
+            for sd in dispute["sides"]:
+                out.append(f"  {sd['kind']} {sd['id'][:10]} by {sd.get('author') or '?'}, {sd.get('created') or '?'}, "
+                           f"evidence: {', '.join(sd.get('evidence', [])) or '-'}")
+                out.append(_wrap(sd["text"], indent="      "))
         st = answer.get("stats", {})
         out.append(f"\n{len(answer['results'])} result(s) from {st.get('candidates', 0)} candidates "
                    f"in {st.get('elapsed_ms', 0)} ms")

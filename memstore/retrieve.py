@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import ranking
+from . import ranking, relations
 from .config import Config
 from .errors import MemstoreError, NoStore
 from .files import file_lock
@@ -27,7 +27,7 @@ from .index.embedder import EmbedderUnavailable, get_embedder
 from .index.store_index import StoreIndex
 from .index.vectors import VectorIndex
 from .longquery import condense
-from .model import KINDS, Memory
+from .model import ATTACHING, KINDS, Memory
 from .neighbours import Neighbours
 from .rowspace import Rows, build_rows, current_matrix, keyword_rows, update_rows
 from .scopeview import ScopeView, scope_view
@@ -256,7 +256,8 @@ class Hit:
 def expand_links(hits: dict[str, Hit], sc: Scope, ok: set[str], up: UtilityParams, *,
                  problem_links: bool, update_links: bool) -> None:
     """Step 5 (mandatory, deterministic): problems pull their attempts, attempts their problem,
-    memories the changes that target them. (Superseded facts were folded into their heads.)"""
+    memories the changes that target them, and each side of a dispute the other (a contradiction
+    shown half is a silent hypothesis). (Superseded facts were folded into their heads.)"""
     g, mems = sc.graph, sc.memories
     queue = list(hits.values())
     while queue:
@@ -272,6 +273,8 @@ def expand_links(hits: dict[str, Hit], sc: Scope, ok: set[str], up: UtilityParam
         if update_links:
             for ch in g.changes_for.get(mem.id, []):
                 pulled.append((ch, f"link:change_of:{mem.id}"))
+        for other in relations.contradicting(mem.id, g):
+            pulled.append((other, f"link:contradicts:{mem.id}"))
         for target, why in pulled:
             if target not in ok or target not in mems:
                 continue
@@ -413,8 +416,17 @@ def select_groups(hits: list[Hit], limit: int) -> list[Hit]:
 ATTEMPT_ORDER = {"solution": 0, "failed_tactic": 1}
 
 
+def attach_groups(hits: list[Hit], graph: Graph) -> None:
+    """A memory that elaborates on or depends on another in the answer joins that one's group, so
+    selection keeps them together."""
+    by_id = {h.mem.id: h for h in hits}
+    attached = relations.anchors(by_id, graph)
+    for mid in attached:
+        by_id[mid].group = by_id[relations.root_of(mid, attached)].group
+
+
 def result_json(ws: Workspace, hit: Hit, sc: Scope, util: tuple[float, float, int],
-                predecessors: Mapping[str, list[str]]) -> dict[str, Any]:
+                predecessors: Mapping[str, list[str]], attached_to: dict[str, str] | None = None) -> dict[str, Any]:
     mem, g = hit.mem, sc.graph
     attempts = g.attempts.get(mem.id, [])
     data: dict[str, Any] = {
@@ -426,7 +438,9 @@ def result_json(ws: Workspace, hit: Hit, sc: Scope, util: tuple[float, float, in
             "failed_tactics": [a for a in attempts if sc.memories[a].kind == "failed_tactic"],
             "changes": list(g.changes_for.get(mem.id, [])),
             "superseded_by": g.superseded_by.get(mem.id),
+            "relations": relations.relation_lists(mem.id, g, sc.memories, active_only=True),
         },
+        "attached_to": attached_to,
         "utility": {"local": round(util[0], 4), "global": round(util[1], 4), "votes": util[2]},
         "stale": None,
         "evidence": mem.evidence,
@@ -515,17 +529,24 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
             continue  # firmly negative: it misled before in this context
         hit.score = hit.score * (1.0 + up.alpha * u[0] + up.beta * u[1])
         scored.append(hit)
+    attach_groups(scored, sc.graph)
     chosen = select_groups(scored, limit)
+    by_id = {h.mem.id: h for h in chosen}
+    attached = relations.anchors(by_id, sc.graph)
+    order = relations.place(list(by_id), attached) if attached else list(by_id)
     predecessors = predecessors_of(sc.graph) if any(h.mem.kind == "fact" for h in chosen) else {}
-    results = [result_json(ws, h, sc, utils[h.mem.id], predecessors) for h in chosen]
+    results = [result_json(ws, by_id[mid], sc, utils[mid], predecessors, _attachment(mid, attached, sc.graph))
+               for mid in order]
+    disputes = relations.disputes(order, sc.graph, sc.memories)
     from .stale import annotate  # fills "stale" for the returned results only
 
     annotate(ws, results, sc.memories)
     answer: dict[str, Any] = {
         "ok": True,
-        "guidance": GUIDANCE,
+        "guidance": GUIDANCE + (" " + relations.DISPUTE_RULE if disputes else ""),
         "content_trust": CONTENT_TRUST,
         "results": results,
+        "disputes": disputes,
         "stats": {
             "candidates": ranked.candidates,
             "elapsed_ms": round((time.perf_counter() - t0) * 1000, 1),
@@ -540,6 +561,15 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
 
         log_read(ws, request, answer, episode)
     return answer
+
+
+def _attachment(mid: str, attached: Mapping[str, str], graph: Graph) -> dict[str, str] | None:
+    """``{type, id}`` of the link that placed ``mid`` after another result, or None."""
+    target = attached.get(mid)
+    if target is None:
+        return None
+    kind = next(k for k, other in graph.relations.get(mid, ()) if other == target and k in ATTACHING)
+    return {"type": kind, "id": target}
 
 
 # -- duplicates and reindex ---------------------------------------------------------------------------

@@ -66,6 +66,7 @@ def branch_diff(ws: Workspace, rev: str | None = None) -> dict[str, Any]:
         changes.setdefault(path, st)  # committed, then removed from the work tree again
 
     cat = ws.catalog("repo")
+    known = {**(ws.catalog("global").memories if "global" in ws.scopes() else {}), **cat.memories}
     answer: dict[str, Any] = {"ok": True, "base": base, "merge_base": mb, "memories": [], "events": [],
                               "episodes": [], "problems": []}
     for path in sorted(changes):
@@ -87,11 +88,14 @@ def branch_diff(ws: Workspace, rev: str | None = None) -> dict[str, Any]:
                     target = cat.memories.get(ev.memory or ev.new_fact or "")
                     if target is not None:
                         data["target_text"] = target.text
+                    if ev.type == "link":
+                        data["link"] = _link(ev.relation or "", ev.target or "", known)
                     answer["events"].append({**entry, **data})
                 else:
                     mem = store.load_memory(rel)
                     answer["memories"].append({**entry, **mem.to_json(), "path": path,
-                                               "id_is_provisional": mem.id_derived})
+                                               "id_is_provisional": mem.id_derived,
+                                               "relations": [_link(k, t, known) for k, t in mem.relations()]})
             except (InvalidFile, OSError) as exc:
                 answer["problems"].append({**entry, "message": f"invalid: {getattr(exc, 'message', exc)}"})
         elif top == "episodes" and rel.endswith(".jsonl"):
@@ -112,6 +116,12 @@ def branch_diff(ws: Workspace, rev: str | None = None) -> dict[str, Any]:
     return answer
 
 
+def _link(kind: str, target: str, known: dict[str, Any]) -> dict[str, Any]:
+    """A typed link with the text it points at, so a reviewer sees what is claimed about what."""
+    other = known.get(target)
+    return {"type": kind, "id": target, "text": other.text if other is not None else None}
+
+
 # -- text rendering ----------------------------------------------------------------------------------
 def _wrap(text: str, indent: str = "    ") -> str:
     return "\n".join(textwrap.fill(p, 96, initial_indent=indent, subsequent_indent=indent) or indent
@@ -120,6 +130,12 @@ def _wrap(text: str, indent: str = "    ") -> str:
 
 def _flag(e: dict[str, Any]) -> str:
     return "" if e.get("committed") else "  [not committed]"
+
+
+def _render_link(link: dict[str, Any]) -> str:
+    word = link["type"].replace("_", " ")
+    what = _wrap(link["text"][:300], "      > ") if link.get("text") else "      (no such memory)"
+    return f"  {word} {link['id']}:\n{what}"
 
 
 def render_text(answer: dict[str, Any]) -> str:
@@ -132,8 +148,11 @@ def render_text(answer: dict[str, Any]) -> str:
                    f"confidence {m.get('confidence', '-')}]{_flag(m)}")
         out.append(f"  {m['path']}")
         out.append(_wrap(m["text"]))
-        if m.get("links"):
-            out.append("  links: " + ", ".join(f"{k}={json.dumps(v)}" for k, v in m["links"].items()))
+        plain = {k: v for k, v in (m.get("links") or {}).items() if k not in ("relations", "related")}
+        if plain:
+            out.append("  links: " + ", ".join(f"{k}={json.dumps(v)}" for k, v in plain.items()))
+        for link in m.get("relations", []):
+            out.append(_render_link(link))
         if m.get("evidence"):
             out.append("  evidence: " + ", ".join(m["evidence"]))
         if m.get("rationale"):
@@ -145,10 +164,13 @@ def render_text(answer: dict[str, Any]) -> str:
                 + (f" (problem {e['problem']})" if e.get("problem") else ""),
                 "archive": f"{'archive' if e.get('archived') else 'unarchive'} {e.get('memory')}",
                 "fact_update_link": f"fact {e.get('old_fact')} -> {e.get('new_fact')} via change {e.get('change')}",
+                "link": f"link {e.get('memory')} {e.get('relation')} {e.get('target')}",
                 }.get(e["type"], e["type"])
         out.append(f"\n+ event {e['id']}: {what}{_flag(e)}")
         if e.get("target_text"):
             out.append(_wrap(e["target_text"][:300], "    > "))
+        if e.get("link"):
+            out.append(_render_link(e["link"]))
         if e.get("rationale"):
             out.append(f"  rationale: {e['rationale']}")
         if e.get("evidence"):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import gitops, ids
+from . import gitops, ids, kinds
 from .config import Config
 from .errors import Conflict, InvalidFile, NoStore
 from .files import (
@@ -88,6 +88,23 @@ def _capped(value: Any, what: str) -> str:
     return text
 
 
+def _relations(value: Any) -> None:
+    """``links.relations`` must be a list of ``{type, id}``: a file from a clone is hostile input,
+    and a malformed entry is reported rather than silently dropped."""
+    if not isinstance(value, list):
+        raise InvalidFile("links.relations must be a list of {type, id}")
+    if len(value) > MAX_LIST_ITEMS:
+        raise InvalidFile(f"links.relations has {len(value)} items, over the cap of {MAX_LIST_ITEMS}", code="too_large")
+    for i, item in enumerate(value):
+        if not isinstance(item, dict) or set(item) != {"type", "id"} or not isinstance(item["id"], str):
+            raise InvalidFile(f"links.relations[{i}] must be {{type, id}} with a memory id")
+        if item["type"] not in kinds.RELATION_TYPES:
+            raise InvalidFile(f"links.relations[{i}].type {item['type']!r} is not one of "
+                              f"{', '.join(kinds.RELATION_TYPES)}")
+        if len(item["id"]) > MAX_FIELD_CHARS:
+            raise InvalidFile(f"links.relations[{i}].id is over {MAX_FIELD_CHARS} characters", code="too_large")
+
+
 def memory_from_file(relpath: str, text: str, scope: str) -> Memory:
     """Parse one memory file. Raises InvalidFile with a reason a person can act on."""
     meta, body = parse_markdown(text)
@@ -118,7 +135,9 @@ def memory_from_file(relpath: str, text: str, scope: str) -> Memory:
     if not isinstance(links, dict):
         raise InvalidFile("links must be a mapping")
     for key, value in links.items():
-        if isinstance(value, list):
+        if key == "relations":
+            _relations(value)
+        elif isinstance(value, list):
             _str_list(value, f"links.{key}")
     confidence = meta.get("confidence")
     if confidence is not None and (isinstance(confidence, bool) or not isinstance(confidence, int | float)
@@ -161,6 +180,9 @@ def event_from_file(relpath: str, text: str, scope: str = "") -> Event:
     archived = data.get("archived")
     if archived is not None and not isinstance(archived, bool):
         raise InvalidFile("archived must be true or false")
+    relation = _opt_str(data.get("relation"))
+    if ev_type == "link" and relation not in kinds.RELATION_TYPES:
+        raise InvalidFile(f"a link event's relation {relation!r} is not one of {', '.join(kinds.RELATION_TYPES)}")
     conf = data.get("confidence")
     return Event(
         id=ev_id,
@@ -179,6 +201,8 @@ def event_from_file(relpath: str, text: str, scope: str = "") -> Event:
         rationale=_capped(data.get("rationale"), "rationale"),
         evidence=_str_list(data.get("evidence"), "evidence"),
         episode=_opt_str(data.get("episode")),
+        relation=relation,
+        target=_opt_str(data.get("target")),
         path=relpath,
         scope=scope,
     )

@@ -7,6 +7,7 @@ gate passes. The duplicate gate lives with the index (it needs embeddings).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -175,7 +176,41 @@ def resolve_write_links(ws: Workspace, memory: dict[str, Any]) -> dict[str, Any]
             out[key] = list(dict.fromkeys(resolved))
     if links.get("via_change"):
         out["via_change"] = resolve_link(ws, links["via_change"], scope, "memory.links.via_change", ("change",)).id
+    relations = resolve_relations(ws, links.get("relations") or [], scope, "memory.links.relations",
+                                  [("relates_to", target) for target in out.get("related", [])])
+    if relations:
+        out["relations"] = [{"type": kind, "id": target} for kind, target in relations]
     return out
+
+
+def resolve_relations(ws: Workspace, items: list[dict[str, str]], scope: str, field: str,
+                      existing: list[tuple[str, str]], source: str | None = None,
+                      current: Mapping[str, list[tuple[str, str]]] | None = None) -> list[tuple[str, str]]:
+    """``{type, id}`` items resolved to full ids: each target exists and may be linked from
+    ``scope``, none is ``source`` itself, and none repeats a link in ``existing`` (the source's
+    links now), the items, or ``current`` (every memory's links now: a ``relates_to`` or
+    ``contradicts`` link reads the same from either end, so the mirror counts as a repeat)."""
+    seen = set(existing)
+    out: list[tuple[str, str]] = []
+    for i, item in enumerate(items):
+        where = f"{field}[{i}].id" if field.endswith("relations") else f"{field}.id"  # a list, or one
+        kind = item["type"]
+        target = resolve_link(ws, item["id"], scope, where, None).id
+        if target == source:
+            raise LinkError(f"{target} cannot be linked to itself", field=where, code="self_link")
+        if (kind, target) in seen:
+            raise LinkError(f"{source or 'the memory'} already {kind} {target}", field=where, code="duplicate_link")
+        mirrored = current is not None and kind in SYMMETRIC and (kind, source) in current.get(target, ())
+        if source is not None and mirrored:
+            raise LinkError(f"{target} already {kind} {source} (the link reads both ways)", field=where,
+                            code="duplicate_link")
+        seen.add((kind, target))
+        out.append((kind, target))
+    return out
+
+
+# Links that read the same from either end: one of them is enough.
+SYMMETRIC = ("relates_to", "contradicts")
 
 
 def check_evidence_exists(ws: Workspace, refs: list[EvidenceRef], scope: str, field: str) -> list[str]:

@@ -198,6 +198,29 @@ def test_write_through_daemon_is_visible_to_the_next_read(world: Env) -> None:
     assert rc == 4 and dup["error"]["code"] == "duplicate"
 
 
+def test_a_contradicting_pair_comes_back_as_a_dispute_through_the_daemon(world: Env) -> None:
+    """Both sides written and linked by the CLI through the daemon (the link as an update event
+    its warm graph takes in), then read back as one dispute."""
+    before = world.status()["requests"]
+    rc, utc, err = world.cli("write", "--kind", "fact", "--text", "gamma: the ledger service stores amounts in "
+                             "integer cents", "--evidence", "user:read the schema", cwd=world.repo_b)
+    assert rc == 0, err
+    rc, cents, err = world.cli("write", "--kind", "fact", "--text", "gamma: the ledger service stores amounts as "
+                               "floating point dollars", "--evidence", "user:saw a float column", cwd=world.repo_b)
+    assert rc == 0, err
+    rc, out, _ = world.cli("read", "gamma", "ledger", "service", "amounts", cwd=world.repo_b)
+    assert {utc["id"], cents["id"]} <= {r["id"] for r in out["results"]} and out["disputes"] == []
+    rc, linked, err = world.cli("update", "--type", "link", "--memory", cents["id"], "--link",
+                                f"contradicts:{utc['id']}", "--evidence", "user:they disagree", cwd=world.repo_b)
+    assert rc == 0 and linked["type"] == "link", err
+    rc, out, _ = world.cli("read", "gamma", "ledger", "service", "amounts", cwd=world.repo_b)
+    assert rc == 0
+    assert [d["ids"] for d in out["disputes"]] == [[utc["id"], cents["id"]]]
+    assert [s["evidence"] for s in out["disputes"][0]["sides"]] == [["user:read the schema"],
+                                                                    ["user:saw a float column"]]
+    assert world.status()["requests"] >= before + 5  # every call was the daemon's
+
+
 def test_survives_clients_that_die_mid_request(world: Env) -> None:
     path = str(world.rdir / client.SOCKET_NAME)
     # 1. half a request, then the connection closes

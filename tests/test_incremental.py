@@ -19,7 +19,7 @@ from memstore import api, ranking, retrieve, rowspace, scopeview
 from memstore.catalog import Catalog
 from memstore.graph import Graph, LinkIndex
 from memstore.index.vectors import VectorIndex
-from memstore.model import Event, Memory
+from memstore.model import RELATION_TYPES, Event, Memory
 from memstore.neighbours import Neighbours
 from memstore.watch import Watcher, _Handler
 from memstore.workspace import Workspace
@@ -32,7 +32,8 @@ def graph_data(g: Graph) -> tuple[Any, ...]:
     """A graph as plain data, list order included; empty entries do not count."""
     return (sorted(g.archived), {k: v for k, v in g.attempts.items() if v},
             {k: v for k, v in g.changes_for.items() if v}, dict(g.superseded_by),
-            {k: [asdict(v) for v in vs] for k, vs in g.votes.items() if vs})
+            {k: [asdict(v) for v in vs] for k, vs in g.votes.items() if vs}, dict(g.relations),
+            dict(g.related_from))
 
 
 # -- the link graph --------------------------------------------------------------------------------
@@ -49,12 +50,18 @@ def _random_history(seed: int) -> None:
             links["change_targets"] = [rng.choice(pool) for _ in range(rng.randint(0, 3))]  # repeats too
         elif kind == "fact" and rng.random() < 0.6:
             links["supersedes"] = [rng.choice([*pool, mid]) for _ in range(rng.randint(1, 2))]
+        if rng.random() < 0.4:  # typed links, the older ``related`` too, repeats and self-links
+            links["relations"] = [{"type": rng.choice(RELATION_TYPES), "id": rng.choice(pool)}
+                                  for _ in range(rng.randint(0, 3))]
+            if rng.random() < 0.3:
+                links["related"] = [rng.choice([*pool, mid])]
         return Memory(id=mid, kind=kind, text="x", scope=rng.choice(["repo", "repo", "global"]), links=links,
                       path=f"{KIND_DIRS[kind]}/{mid}-{rng.randint(0, 9)}.md")
 
     def event() -> Event:
         # Few ids and days: equal (created, id) pairs in two stores happen.
-        ev = Event(id=f"e{rng.randint(0, 20):02d}", type=rng.choice(["archive", "utility_vote", "fact_update_link"]),
+        ev = Event(id=f"e{rng.randint(0, 20):02d}",
+                   type=rng.choice(["archive", "utility_vote", "fact_update_link", "link"]),
                    created=f"2026-01-0{rng.randint(1, 3)}", author=rng.choice(["a", "b"]))
         if ev.type == "archive":
             ev.memory, ev.archived = rng.choice(pool), rng.random() < 0.7
@@ -62,6 +69,8 @@ def _random_history(seed: int) -> None:
             ev.memory, ev.vote = rng.choice(pool), rng.choice([1.0, -1.0, 0.5, None])
             ev.problem, ev.episode = rng.choice([None, *pool[:5]]), rng.choice([None, "ep1"])
             ev.evidence = rng.choice([[], ["user:x"]])
+        elif ev.type == "link":
+            ev.memory, ev.target, ev.relation = rng.choice(pool), rng.choice(pool), rng.choice(RELATION_TYPES)
         else:
             ev.old_fact, ev.new_fact, ev.change = rng.choice(pool), rng.choice(pool), rng.choice([None, *pool])
         return ev
