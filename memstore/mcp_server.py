@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidRequest, MemstoreError, SchemaError, error_answer
 from .kinds import EPISODE_SOURCES
+from .relations import DISPUTE_RULE
 
 if TYPE_CHECKING:
     import mcp_types
@@ -149,7 +150,9 @@ class Backend:
         if "guidance" in answer:
             self.reads += 1
             if self.reads > 1:
-                answer = {**answer, "guidance": SHORT_GUIDANCE}
+                # A dispute's instruction is about this answer, not a repeat: it always goes along.
+                short = SHORT_GUIDANCE + (" " + DISPUTE_RULE if answer.get("disputes") else "")
+                answer = {**answer, "guidance": short}
         return answer
 
 

@@ -300,6 +300,8 @@ def test_mcp_carries_the_same_link_shapes(repo: Path) -> None:
             "type": "link", "memory_id": local, "relation": {"type": "contradicts", "id": utc},
             "evidence_refs": ["user:they disagree"]}))
         out["read"] = ok(await s.call_tool("memory_read", {"query": "billing API timestamp time zone"}))
+        # later answers carry a short reminder, never without the dispute's instruction
+        out["again"] = ok(await s.call_tool("memory_read", {"query": "billing API timestamp time zone"}))
         return out
 
     got = run_mcp(repo, script)
@@ -308,3 +310,4 @@ def test_mcp_carries_the_same_link_shapes(repo: Path) -> None:
     assert got["files"] == got["before"]
     assert got["link"]["type"] == "link"
     assert [d["ids"] for d in got["read"]["disputes"]] == [[utc, local]]
+    assert got["again"]["disputes"] and "contradict" in got["again"]["guidance"]
