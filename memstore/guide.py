@@ -110,6 +110,10 @@ echo '{{"op": "update", "type": "utility_vote", "memory_id": "01jd8x4k2m", "vote
   "evidence_refs": ["event:01jd8w3q5r:6"]}}' | memstore update --json -
 ```
 A near-duplicate write is refused with the existing memory's id: vote for it instead.
+Link what you write to what it builds on: `"links": {{"relations": [{{"type": "elaborates_on", "id": "..."}}]}}`
+(`depends_on` for a preference or fact that holds only while another does; `contradicts` when it
+disagrees with a memory you read). A read shows contradicting memories as a `disputes` entry:
+settle it against the current code and record the outcome as a `change`.
 
 ### Kinds
 {kinds}
