@@ -31,6 +31,9 @@ def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
     if a.cmd != "init":  # init creates the store; anything else in a missing one is a typo
         require_store_dir(a.store)
     ws = open_workspace(store_dir=a.store)
+    from .progress import embed_progress
+
+    ws.progress = embed_progress(sys.stderr)  # a read or reindex that embeds many memories says so
     if a.cmd in FORWARDED:
         _autostart_config.append(ws.config)
     if a.cmd == "init":
