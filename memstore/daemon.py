@@ -92,8 +92,9 @@ def request_env(env: dict[str, str]) -> dict[str, str]:
 
 class Daemon:
     def __init__(self, rdir: Path, idle_seconds: float, evict_seconds: float = 600.0,
-                 progress: Callable[[Any, int, int], None] | None = None) -> None:
+                 progress: Callable[[Any, int, int], None] | None = None, warm: str | None = None) -> None:
         self.rdir = rdir
+        self.warm = warm  # a directory whose stores are opened at start and embedded (``serve --warm``)
         self.progress = progress  # an embedding progress bar, when run in the foreground on a terminal
         self.sock_path = rdir / client.SOCKET_NAME
         self.idle_seconds = idle_seconds
@@ -284,6 +285,20 @@ class Daemon:
             return answer, 0
 
     # -- embedding in the background --------------------------------------------------------------
+    def warm_stores(self, cwd: str) -> None:
+        """Open the workspace a client read from (with the client's environment, which this
+        process inherited, so its requests find this entry) and embed what has no vector yet:
+        the in-process read that started this daemon answered partially and left it to us."""
+        from .retrieve import open_scope, params_from_config
+
+        try:
+            entry = self.entry_for({"cwd": cwd, "env": client.forwarded_env()})
+            with entry.using():
+                entry.ws.embed_wait = 0.0  # the catalogs and keyword indexes now; vectors in slices
+                open_scope(entry.ws, True, params_from_config(entry.ws.config))
+            self.embed_behind(entry)
+        except Exception:  # only a head start: the first request opens the workspace anyway
+            log.exception("opening %s at start failed", cwd)
     def embed_behind(self, entry: Entry) -> None:
         """Start embedding the workspace's memories that have no vector yet (a read or a refresh
         ran out of its wait), unless that is under way already or nothing waits."""
@@ -421,6 +436,8 @@ class Daemon:
                 (self.rdir / "spawning").unlink()
             log.info("pid %d serving on %s (version %s, idle exit after %ss)", os.getpid(), self.sock_path,
                      self.version, self.idle_seconds)
+            if self.warm:
+                threading.Thread(target=self.warm_stores, args=(self.warm,), daemon=True).start()
             self._loop()
         finally:
             self.shutdown()
@@ -643,7 +660,7 @@ def _daemon_setting(name: str, default: float, env: dict[str, str] | None = None
     return float(config.get("daemon", name, default))
 
 
-def serve(idle_seconds: float | None = None) -> int:
+def serve(idle_seconds: float | None = None, warm: str | None = None) -> int:
     """Run the daemon in the foreground until idle, stopped or replaced."""
     try:
         rdir = client.ensure_runtime_dir()
@@ -658,7 +675,7 @@ def serve(idle_seconds: float | None = None) -> int:
     idle = float(idle_seconds) if idle_seconds is not None else float(default_idle_seconds())
     from .progress import embed_progress
 
-    daemon = Daemon(rdir, idle, _daemon_setting("evict_seconds", 600.0), embed_progress(sys.stderr))
+    daemon = Daemon(rdir, idle, _daemon_setting("evict_seconds", 600.0), embed_progress(sys.stderr), warm)
     try:
         return daemon.run()
     finally:

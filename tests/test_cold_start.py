@@ -120,6 +120,40 @@ def test_a_clone_is_answered_before_its_vectors_exist(tmp_path: Path) -> None:
         proc.wait(timeout=30)
 
 
+def test_a_first_read_without_a_daemon_answers_partially_and_the_daemon_it_starts_embeds_the_rest(
+        tmp_path: Path) -> None:
+    """No daemon runs yet: the CLI answers in-process, waiting no longer than a read through the
+    daemon would, and the daemon it starts (``serve --warm``) embeds the rest unasked."""
+    world = Env(tmp_path / "nodaemon")
+    old = dict(os.environ)
+    os.environ.update(world.env())
+    try:
+        origin = _origin(world.base, N)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    warm, cold = _clone(origin, "warm"), _clone(origin, "cold")
+    try:
+        rc, want, err = world.cli("read", QUERY, cwd=warm, MEMSTORE_DAEMON="0")
+        assert rc == 0 and "partial" not in want, err
+        rc, first, err = world.cli("read", QUERY, cwd=cold, MEMSTORE_READ_WAIT="0.2")
+        assert rc == 0, err
+        assert 0 < first["partial"]["embedded"] < N, first.get("partial")
+        assert _id(N // 2) in [r["id"] for r in first["results"]]
+
+        def done() -> list[dict[str, Any]] | None:
+            rc, status, _ = world.cli("daemon", "status", cwd=cold)
+            stores = _stores(status, cold) if rc == 0 and status.get("running") else []
+            return stores if stores and stores[0]["embedded"] == stores[0]["total"] else None
+
+        assert _poll(done, timeout=180, every=1.0), world.log()
+        rc, later, err = world.cli("read", QUERY, cwd=cold, MEMSTORE_READ_WAIT="0.2")
+        assert rc == 0 and "partial" not in later, err
+        assert _ranked(later) == _ranked(want)
+    finally:
+        world.cleanup()
+
+
 def _reindex_with_stderr_on(repo: Path, tty: bool) -> tuple[int, str, str]:
     """``memstore reindex`` with stderr piped, or on a pseudo-terminal: (exit code, stdout, stderr)."""
     cmd = [sys.executable, "-m", "memstore", "reindex"]

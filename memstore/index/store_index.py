@@ -291,9 +291,10 @@ class StoreIndex:
         return bool(self.pending) and self.semantic_ready
 
     def vector_counts(self) -> tuple[int, int]:
-        """(memories with a vector, memories) as of the last refresh."""
+        """(memories with a vector, memories). Counted from the vectors themselves: ``daemon
+        status`` asks from another thread, also while a first sync has not yet said what waits."""
         total = len(self.catalog.memories)
-        return total - (len(self.pending) if self.semantic_ready else 0), total
+        return min(len(self.vectors) if self.vectors is not None else 0, total), total
 
     def _disk_gen(self) -> int | None:
         """The generation of the index on disk, or None when there is none."""
