@@ -34,6 +34,10 @@ log = logging.getLogger("memstore.index")
 META_VERSION = 2
 EMBED_PIECE = 16  # texts encoded between looks at the clock: ~50 ms of short text, ~0.3 s of long
 SAVE_EVERY_S = 1.0  # new vectors reach the embedding cache at least this often: a kill loses little
+# A refresh with a time budget plans at most this many waiting memories: planning and looking up
+# every waiting memory costs ~20 ms per slice at 10k (2 ms with this cap), so ~200 ms of each
+# quarter-second slice at 100k.
+PLAN_WAITING = 1024
 
 # (store root, memories with a vector, memories): how far embedding has come, for a progress bar.
 Progress = Callable[[Any, int, int], None]
@@ -268,10 +272,18 @@ class StoreIndex:
         # a vector) can differ from the manifests (comparing all of them costs ~100 ms at 100k);
         # the first sync compares all.
         since = self.catalog.changes_since(self._synced_catalog_gen) if self._synced_catalog_gen >= 0 else None
-        kw, vec = self._plan(None if since is None else since[0] | set(self.pending))
+        carry: list[str] = []  # waiting memories left out of this plan: still waiting after it
+        ids = None
+        if since is not None:
+            head = self.pending
+            if budget is not None and len(head) > PLAN_WAITING:
+                head, carry = head[:PLAN_WAITING], head[PLAN_WAITING:]
+            ids = since[0] | set(head)
+            carry = [m for m in carry if m not in ids]
+        kw, vec = self._plan(ids)
         if not kw and (not vec or self.embedder is None or self.semantic_error):
             self._synced_catalog_gen = self.catalog.generation
-            self.pending = []
+            self.pending = carry
             return False
         with self._lock():
             disk = self._disk_gen()
@@ -279,7 +291,9 @@ class StoreIndex:
                 # Another process saved a newer index: start from it, it is probably closer.
                 self._load()
                 kw, vec = self._plan(None)
+                carry = []
             changed = self._sync(kw, vec, budget)
+            self.pending += carry
             if changed:
                 self._changed_on_disk()
         self._synced_catalog_gen = self.catalog.generation
