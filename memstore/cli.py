@@ -49,7 +49,7 @@ def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
         if not client.disabled() and ws.config.get("daemon", "autostart", True):
             # A daemon starts after this answer and embeds the rest (``serve --warm``): like a
             # read through it, this one waits at most daemon.read_wait_seconds for vectors.
-            ws.embed_wait = max(0.0, float(ws.config.get("daemon", "read_wait_seconds", 1.0)))
+            ws.embed_wait = ws.config.read_wait
         answer = read(ws, req or {})
         if "partial" in answer and not a.store:
             _warm_dir.append(os.getcwd())

@@ -99,6 +99,15 @@ class Config:
     def max_text_chars(self) -> int:
         return int(self.get("limits", "max_text_chars", 4000))
 
+    @property
+    def read_wait(self) -> float:
+        """``daemon.read_wait_seconds``: a number of seconds, 0 or more; anything else (a repo's
+        config comes with every clone) counts as the default."""
+        value = self.get("daemon", "read_wait_seconds", 1.0)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+            return float(DEFAULTS["daemon"]["read_wait_seconds"])
+        return max(0.0, float(value))
+
     def cap(self, key: str, default: int) -> int:
         """A ``limits`` cap on untrusted input: a positive int, never above its ceiling."""
         value = self.get("limits", key, default)

@@ -144,7 +144,7 @@ class Daemon:
                 ws.defer_saves = True  # saved by flush_all() when quiet, not after every write
                 ws.progress = self.progress
                 entry = Entry(ws)
-                entry.read_wait = max(0.0, float(ws.config.get("daemon", "read_wait_seconds", 1.0)))
+                entry.read_wait = ws.config.read_wait
                 ws.embed_wait = entry.read_wait
                 self.entries[key] = entry
                 log.info("workspace opened: repo=%s global=%s", key[0] or "-", key[1])

@@ -194,3 +194,26 @@ def test_reindex_shows_a_bar_on_a_terminal_and_nothing_when_piped(tmp_path: Path
     rc, out, err = _reindex_with_stderr_on(shown, tty=True)
     assert rc == 0, err
     assert "embedding" in err and "memories/s" in err and "\r" in err, err[-500:]
+
+
+def test_a_bad_read_wait_in_a_cloned_config_is_ignored_and_a_bad_variable_refused(tmp_path: Path) -> None:
+    """A repo's config.yaml comes with the clone: a read_wait_seconds that is no number counts as
+    the default. The user's own MEMSTORE_READ_WAIT that is no number is a clear error."""
+    world = Env(tmp_path / "badwait")
+    old = dict(os.environ)
+    os.environ.update(world.env())
+    try:
+        origin = _origin(world.base, 20)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    repo = _clone(origin, "repo")
+    (repo / ".memory" / "config.yaml").write_text("daemon:\n  read_wait_seconds: soon\n")
+    try:
+        rc, out, err = world.cli("read", QUERY, cwd=repo)
+        assert rc == 0, err
+        assert _id(10) in [r["id"] for r in out["results"]]
+        rc, out, err = world.cli("read", QUERY, cwd=repo, MEMSTORE_READ_WAIT="soon", MEMSTORE_DAEMON="0")
+        assert rc == 2 and out["error"]["code"] == "bad_config" and "MEMSTORE_READ_WAIT" in out["error"]["message"]
+    finally:
+        world.cleanup()
