@@ -21,8 +21,9 @@ The machine's load average is printed with the results: on a shared 2-core box i
 ``cold`` commits each generated store as ``.memory/`` of a git repo (kept under
 ``bench/.cache/perf/``), starts a daemon (model loaded, as on a machine that used memstore
 before), clones the repo, and times: the first CLI read in the clone, the time until every
-memory has a vector (``daemon status``), the daemon's peak RSS, and beside them, in the same
-run, ``python -c pass`` and a warm CLI read of the same clone.
+memory has a vector (``daemon status``), the daemon's peak RSS; then the same first read in a
+fresh clone with no daemon running (answered in-process; it starts the daemon); and beside
+them, in the same run, ``python -c pass``, warm CLI reads of the clone and the encoder alone.
 """
 
 from __future__ import annotations
@@ -614,14 +615,7 @@ def cold_run(n: int, reps: int) -> dict[str, Any]:
         row["first_read_ms"] = ms(first_s)
         row["first_read_partial"] = first.get("partial")
         row["first_read_results"] = len(first["results"])
-        seconds_done = None
-        while seconds_done is None and time.perf_counter() - t0 < 3600:
-            st = client.status(env=env)
-            stores = [s for w in st.get("workspaces", []) for s in w.get("stores", [])]
-            if stores and all(s["embedded"] == s["total"] for s in stores):
-                seconds_done = time.perf_counter() - t0
-            else:
-                time.sleep(0.5)
+        seconds_done = wait_all_vectors(env, t0)
         row["all_vectors_s"] = round(seconds_done, 1) if seconds_done is not None else None
         row["embed_rate_per_s"] = round(n / seconds_done) if seconds_done else None
         row["daemon_peak_rss_mb"] = client.status(env=env).get("peak_rss_mb")
@@ -638,8 +632,48 @@ def cold_run(n: int, reps: int) -> dict[str, Any]:
         except subprocess.TimeoutExpired:
             proc.kill()
         shutil.rmtree(work, ignore_errors=True)
+    row.update(cold_without_daemon(n, origin))
     row["encoder_alone_per_s"] = round(encode_rate(n))  # with the daemon gone: nothing else embeds
     return row
+
+
+def wait_all_vectors(env: dict[str, str], t0: float) -> float | None:
+    """Seconds from ``t0`` until ``daemon status`` shows every store's memories with a vector."""
+    while time.perf_counter() - t0 < 3600:
+        try:
+            st = client.status(env=env)
+        except OSError:
+            st = {}
+        stores = [s for w in st.get("workspaces", []) for s in w.get("stores", [])]
+        if stores and all(s["embedded"] == s["total"] for s in stores):
+            return time.perf_counter() - t0
+        time.sleep(0.5)
+    return None
+
+
+def cold_without_daemon(n: int, origin: Path) -> dict[str, Any]:
+    """The same clone when no daemon runs: the first read is answered in-process (waiting as a
+    daemon read would) and starts the daemon with ``--warm``, which embeds the rest."""
+    work = Path(tempfile.mkdtemp(prefix=f"mscold-nd-{n}-", dir="/tmp"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
+    env.update({"MEMSTORE_HOME": str(work / "global"), "MEMSTORE_RUNTIME_DIR": str(work / "run"),
+                "MEMSTORE_DAEMON": "1", "MEMSTORE_CODE_VERSION": client.code_version()})
+    out: dict[str, Any] = {}
+    try:
+        clone = work / "clone"
+        subprocess.run(["git", "clone", "-q", str(origin), str(clone)], check=True)
+        t0 = time.perf_counter()
+        first_s, text = timed_cli(["read", *QUERIES[0].split()], env, clone)
+        out["no_daemon_first_read_ms"] = ms(first_s)
+        out["no_daemon_first_read_partial"] = json.loads(text).get("partial")
+        client.wait_until_up(120, env=env)
+        done = wait_all_vectors(env, t0)
+        out["no_daemon_all_vectors_s"] = round(done, 1) if done is not None else None
+    finally:
+        client.stop(env=env)
+        time.sleep(1)
+        shutil.rmtree(work, ignore_errors=True)
+    return out
 
 
 def cold_main(argv: list[str]) -> int:
@@ -662,6 +696,8 @@ def cold_main(argv: list[str]) -> int:
             ("first_read_partial", "first read partial"), ("all_vectors_s", "all vectors s"),
             ("embed_rate_per_s", "memories/s"), ("encoder_alone_per_s", "floor: encoder alone texts/s"),
             ("daemon_peak_rss_mb", "daemon peak RSS MB"),
+            ("no_daemon_first_read_ms", "no daemon: first read ms"), ("no_daemon_first_read_partial", "partial"),
+            ("no_daemon_all_vectors_s", "all vectors s"),
             ("warm_read_p50_ms", "warm read p50 ms"), ("warm_read_p95_ms", "p95"),
             ("python_start_p50_ms", "floor python start ms")]
     print("| " + " | ".join(h for _, h in cols) + " |")

@@ -602,9 +602,12 @@ class Daemon:
 
 def _vector_stats(entry: Entry) -> list[dict[str, Any]]:
     """Per store the workspace has read: memories with a vector, memories, and whether the rest
-    is being embedded now (``daemon status``)."""
+    is being embedded now (``daemon status``). A store whose first sync is under way is left
+    out: its catalog may not be loaded yet, and 0 of 0 would read as done."""
     out: list[dict[str, Any]] = []
     for scope, si in list(entry.ws.indexes.items()):
+        if not si.synced:
+            continue
         embedded, total = si.vector_counts()
         out.append({"scope": scope, "root": str(si.store.root), "embedded": embedded, "total": total,
                     "embedding": entry.embedding and si.embedding_pending})

@@ -304,6 +304,11 @@ class StoreIndex:
         """Memories wait for a vector (a refresh with a budget ran out of time)."""
         return bool(self.pending) and self.semantic_ready
 
+    @property
+    def synced(self) -> bool:
+        """A first sync has completed: until then the catalog may still be empty."""
+        return self._synced_catalog_gen >= 0
+
     def vector_counts(self) -> tuple[int, int]:
         """(memories with a vector, memories). Counted from the vectors themselves: ``daemon
         status`` asks from another thread, also while a first sync has not yet said what waits."""
