@@ -14,6 +14,16 @@ that cache, measures, and prints one table; the last line is one JSON object.
 
 "cold" rebuild (no embedding cache) is measured at 1k only and extrapolated linearly.
 The machine's load average is printed with the results: on a shared 2-core box it matters.
+
+    python bench/perf.py cold                  # a teammate's first read after `git clone`, 1k and 10k
+    python bench/perf.py cold --sizes 100000   # the same at 100k (embeds for minutes)
+
+``cold`` commits each generated store as ``.memory/`` of a git repo (kept under
+``bench/.cache/perf/``), starts a daemon (model loaded, as on a machine that used memstore
+before), clones the repo, and times: the first CLI read in the clone, the time until every
+memory has a vector (``daemon status``), the daemon's peak RSS; then the same first read in a
+fresh clone with no daemon running (answered in-process; it starts the daemon); and beside
+them, in the same run, ``python -c pass``, warm CLI reads of the clone and the encoder alone.
 """
 
 from __future__ import annotations
@@ -536,7 +546,178 @@ def daemon_runs(root: Path, reps: int, n: int) -> dict[str, Any]:
     return out
 
 
+# -- cold: the first read after a clone -------------------------------------------------------------
+def git_origin(n: int) -> Path:
+    """A git repo whose committed ``.memory/`` holds the generated store of ``n`` (made once)."""
+    origin = CACHE / f"origin-{n}"
+    if (origin / ".complete").exists():
+        return origin
+    store = CACHE / f"store-{n}"
+    if not (store / ".complete").exists():
+        shutil.rmtree(store, ignore_errors=True)
+        t0 = time.perf_counter()
+        generate_store(store, n)
+        print(f"# generated {n} memories in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    shutil.rmtree(origin, ignore_errors=True)
+    origin.mkdir(parents=True)
+    shutil.copytree(store, origin / ".memory", ignore=shutil.ignore_patterns(".index", ".complete"))
+    git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], cwd=origin, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=origin, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", f"{n} memories"], cwd=origin, check=True)
+    (origin / ".complete").write_text(str(n))  # untracked: not part of any clone
+    return origin
+
+
+def python_start(reps: int = 10) -> list[float]:
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def encode_rate(n: int, count: int = 300) -> float:
+    """Texts/s of the embedder alone on this store's texts, in this process: the floor beside
+    the daemon's rate of embedding a clone (on a shared machine both move with the load)."""
+    from memstore.files import parse_markdown
+    from memstore.index.embedder import get_embedder
+
+    paths = sorted((CACHE / f"origin-{n}" / ".memory").glob("*/*.md"))
+    step = max(1, len(paths) // count)
+    texts = [parse_markdown(p.read_text(encoding="utf-8"))[1].strip() for p in paths[::step][:count]]
+    emb = get_embedder()
+    emb.encode(["warm up"])
+    t0 = time.perf_counter()
+    emb.encode(texts)
+    return len(texts) / (time.perf_counter() - t0)
+
+
+def cold_run(n: int, reps: int) -> dict[str, Any]:
+    origin = git_origin(n)
+    work = Path(tempfile.mkdtemp(prefix=f"mscold-{n}-", dir="/tmp"))
+    rdir = work / "run"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
+    env.update({"MEMSTORE_HOME": str(work / "global"), "MEMSTORE_RUNTIME_DIR": str(rdir), "MEMSTORE_DAEMON": "1",
+                "MEMSTORE_CODE_VERSION": client.code_version()})
+    row: dict[str, Any] = {"n": n}
+    log = open(work / "serve.out", "ab")  # noqa: SIM115
+    proc = subprocess.Popen([sys.executable, "-m", "memstore", "serve", "--idle", "900"], env=env,
+                            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    log.close()
+    try:
+        if not client.wait_until_up(120, env=env):
+            raise RuntimeError(f"daemon did not start: {(rdir / 'daemon.log').read_text()[-2000:]}")
+        t0 = time.perf_counter()
+        clone = work / "clone"
+        subprocess.run(["git", "clone", "-q", str(origin), str(clone)], check=True)
+        row["clone_s"] = round(time.perf_counter() - t0, 2)
+        t0 = time.perf_counter()
+        first_s, out = timed_cli(["read", *QUERIES[0].split()], env, clone)
+        first = json.loads(out)
+        row["first_read_ms"] = ms(first_s)
+        row["first_read_partial"] = first.get("partial")
+        row["first_read_results"] = len(first["results"])
+        seconds_done = wait_all_vectors(env, t0)
+        row["all_vectors_s"] = round(seconds_done, 1) if seconds_done is not None else None
+        row["embed_rate_per_s"] = round(n / seconds_done) if seconds_done else None
+        row["daemon_peak_rss_mb"] = client.status(env=env).get("peak_rss_mb")
+        warm = [timed_cli(["read", *QUERIES[i % len(QUERIES)].split()], env, clone)[0] for i in range(reps)]
+        last = json.loads(timed_cli(["read", *QUERIES[0].split()], env, clone)[1])
+        row["after_partial"] = last.get("partial")
+        row["warm_read_p50_ms"] = ms(pct(warm, 50))
+        row["warm_read_p95_ms"] = ms(pct(warm, 95))
+        row["python_start_p50_ms"] = ms(pct(python_start(), 50))
+    finally:
+        client.stop(env=env)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(work, ignore_errors=True)
+    row.update(cold_without_daemon(n, origin))
+    row["encoder_alone_per_s"] = round(encode_rate(n))  # with the daemon gone: nothing else embeds
+    return row
+
+
+def wait_all_vectors(env: dict[str, str], t0: float) -> float | None:
+    """Seconds from ``t0`` until ``daemon status`` shows every store's memories with a vector."""
+    while time.perf_counter() - t0 < 3600:
+        try:
+            st = client.status(env=env)
+        except OSError:
+            st = {}
+        stores = [s for w in st.get("workspaces", []) for s in w.get("stores", [])]
+        if stores and all(s["embedded"] == s["total"] for s in stores):
+            return time.perf_counter() - t0
+        time.sleep(0.5)
+    return None
+
+
+def cold_without_daemon(n: int, origin: Path) -> dict[str, Any]:
+    """The same clone when no daemon runs: the first read is answered in-process (waiting as a
+    daemon read would) and starts the daemon with ``--warm``, which embeds the rest."""
+    work = Path(tempfile.mkdtemp(prefix=f"mscold-nd-{n}-", dir="/tmp"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
+    env.update({"MEMSTORE_HOME": str(work / "global"), "MEMSTORE_RUNTIME_DIR": str(work / "run"),
+                "MEMSTORE_DAEMON": "1", "MEMSTORE_CODE_VERSION": client.code_version()})
+    out: dict[str, Any] = {}
+    try:
+        clone = work / "clone"
+        subprocess.run(["git", "clone", "-q", str(origin), str(clone)], check=True)
+        t0 = time.perf_counter()
+        first_s, text = timed_cli(["read", *QUERIES[0].split()], env, clone)
+        out["no_daemon_first_read_ms"] = ms(first_s)
+        out["no_daemon_first_read_partial"] = json.loads(text).get("partial")
+        client.wait_until_up(120, env=env)
+        done = wait_all_vectors(env, t0)
+        out["no_daemon_all_vectors_s"] = round(done, 1) if done is not None else None
+    finally:
+        client.stop(env=env)
+        time.sleep(1)
+        shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+def cold_main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="perf.py cold", description="the first read after a git clone")
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--json-out", type=Path)
+    a = ap.parse_args(argv)
+    import compileall  # as main() does: measure an installed package, not bytecode compiling
+
+    compileall.compile_dir(str(Path(client.__file__).parent), quiet=1)
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for n in a.sizes:
+        row = cold_run(n, a.reps)
+        rows.append(row)
+        print(f"# {json.dumps(row)}", file=sys.stderr, flush=True)
+    cols = [("n", "memories"), ("clone_s", "git clone s"), ("first_read_ms", "first read ms"),
+            ("first_read_partial", "first read partial"), ("all_vectors_s", "all vectors s"),
+            ("embed_rate_per_s", "memories/s"), ("encoder_alone_per_s", "floor: encoder alone texts/s"),
+            ("daemon_peak_rss_mb", "daemon peak RSS MB"),
+            ("no_daemon_first_read_ms", "no daemon: first read ms"), ("no_daemon_first_read_partial", "partial"),
+            ("no_daemon_all_vectors_s", "all vectors s"),
+            ("warm_read_p50_ms", "warm read p50 ms"), ("warm_read_p95_ms", "p95"),
+            ("python_start_p50_ms", "floor python start ms")]
+    print("| " + " | ".join(h for _, h in cols) + " |")
+    print("|" + "---|" * len(cols))
+    for r in rows:
+        print("| " + " | ".join("" if r.get(k) is None else str(r.get(k)) for k, _ in cols) + " |")
+    summary = {"load_avg": os.getloadavg()[0], "cpus": os.cpu_count(), "rows": rows}
+    if a.json_out:
+        a.json_out.write_text(json.dumps(summary, indent=2))
+    print(json.dumps(summary, separators=(",", ":")))
+    return 0
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["cold"]:
+        return cold_main(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
     ap.add_argument("--reps", type=int, default=30)

@@ -41,6 +41,9 @@ def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
     if a.cmd != "init":  # init creates the store; anything else in a missing one is a typo
         require_store_dir(a.store)
     ws = open_workspace(store_dir=a.store)
+    from .progress import embed_progress
+
+    ws.progress = embed_progress(sys.stderr)  # a read or reindex that embeds many memories says so
     if a.cmd in FORWARDED:
         _autostart_config.append(ws.config)
     if a.cmd == "init":
@@ -61,9 +64,17 @@ def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
     if a.cmd == "update":
         return api.update(ws, req or {}, author=_author(ws)), None
     if a.cmd == "read":
+        from . import client
         from .retrieve import read
 
-        return read(ws, req or {}, episode=_episode()), "read"
+        if not client.disabled() and ws.config.get("daemon", "autostart", True):
+            # A daemon starts after this answer and embeds the rest (``serve --warm``): like a
+            # read through it, this one waits at most daemon.read_wait_seconds for vectors.
+            ws.embed_wait = ws.config.read_wait
+        answer = read(ws, req or {}, episode=_episode())
+        if "partial" in answer and not a.store:
+            _warm_dir.append(os.getcwd())
+        return answer, "read"
     if a.cmd == "show":
         return api.show(ws, (args or {})["id"]), "show"
     if a.cmd == "list":
@@ -104,6 +115,7 @@ def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
 
 
 _autostart_config: list[Any] = []  # the Config an in-process forwardable verb ran with
+_warm_dir: list[str] = []  # where a read answered partially: the daemon started next embeds the rest
 
 
 def _maybe_autostart(a: argparse.Namespace) -> None:
@@ -116,7 +128,7 @@ def _maybe_autostart(a: argparse.Namespace) -> None:
     config = _autostart_config.pop()
     if client.disabled() or not config.get("daemon", "autostart", True):
         return
-    client.spawn(idle_seconds=config.get("daemon", "idle_seconds", None))
+    client.spawn(idle_seconds=config.get("daemon", "idle_seconds", None), warm=_warm_dir.pop() if _warm_dir else None)
 
 
 def _daemon_command(a: argparse.Namespace) -> int:
@@ -125,7 +137,7 @@ def _daemon_command(a: argparse.Namespace) -> int:
     if a.cmd == "serve":
         from .daemon import serve
 
-        return serve(a.idle)
+        return serve(a.idle, warm=a.warm)
     if a.action == "status":
         answer = client.status()
     elif a.action == "stop":

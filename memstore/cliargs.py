@@ -328,6 +328,8 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
     s = sub.add_parser("serve", help="run the per-user daemon in the foreground (the CLI starts it on demand)")
     s.add_argument("--idle", type=int, metavar="SECONDS", help="exit after this long without requests "
                    "(default: daemon.idle_seconds, MEMSTORE_DAEMON_IDLE)")
+    s.add_argument("--warm", metavar="DIR", help="open the stores seen from DIR at start and embed their memories "
+                   "that have no vector yet (the CLI passes this after a read it answered partially)")
     s = sub.add_parser("daemon", help="status, stop or restart the background daemon")
     s.add_argument("action", choices=("status", "stop", "restart"))
     s = sub.add_parser("mcp", help="serve memory_read/write/update, episodes and the guide as MCP tools over stdio")

@@ -152,7 +152,7 @@ def _clear_stale_socket(env: Any = None) -> None:
             _unlink_own(socket_path(env))
 
 
-def spawn(idle_seconds: int | None = None, env: Any = None) -> bool:
+def spawn(idle_seconds: int | None = None, env: Any = None, warm: str | None = None) -> bool:
     """Start a daemon in the background unless one is running or starting. Returns True if spawned.
 
     The daemon takes its lifetime lock first thing, so two clients racing here start at most
@@ -175,6 +175,8 @@ def spawn(idle_seconds: int | None = None, env: Any = None) -> bool:
         cmd = [sys.executable, "-m", "memstore", "serve"]
         if idle_seconds is not None:
             cmd += ["--idle", str(int(idle_seconds))]
+        if warm is not None:
+            cmd += ["--warm", warm]
         with open(os.devnull, "rb") as devnull_in, open(rdir / LOG_NAME, "ab") as log:
             subprocess.Popen(cmd, stdin=devnull_in, stdout=log, stderr=log, start_new_session=True,
                              close_fds=True, env=dict(os.environ if env is None else env))

@@ -22,7 +22,7 @@ DEFAULTS: dict[str, Any] = {
     "episodes": {"local_only": False, "max_event_chars": 8000},
     "limits": {"max_text_chars": 4000, "max_rationale_chars": 2000, "max_evidence": 50,
                "max_file_bytes": 256 * 1024, "max_files": 200_000, "max_listed_invalid": 50},
-    "daemon": {"autostart": True, "idle_seconds": 1800, "evict_seconds": 600},
+    "daemon": {"autostart": True, "idle_seconds": 1800, "evict_seconds": 600, "read_wait_seconds": 1.0},
     "duplicates": {"threshold": 0.95, "candidates": 5},
     "read": {},  # retrieval tuning; empty means the tuned defaults in ranking.RankingParams
 }
@@ -37,6 +37,7 @@ ENV_KEYS: dict[str, tuple[str | None, str, type]] = {
     "MEMSTORE_DAEMON": ("daemon", "autostart", bool),
     "MEMSTORE_DAEMON_IDLE": ("daemon", "idle_seconds", int),
     "MEMSTORE_DAEMON_EVICT": ("daemon", "evict_seconds", int),
+    "MEMSTORE_READ_WAIT": ("daemon", "read_wait_seconds", float),
     "MEMSTORE_GIT_STAGE": ("git", "stage", bool),
     "MEMSTORE_GIT_COMMIT": ("git", "commit", bool),
     "MEMSTORE_MAX_TEXT_CHARS": ("limits", "max_text_chars", int),
@@ -97,6 +98,15 @@ class Config:
     @property
     def max_text_chars(self) -> int:
         return int(self.get("limits", "max_text_chars", 4000))
+
+    @property
+    def read_wait(self) -> float:
+        """``daemon.read_wait_seconds``: a number of seconds, 0 or more; anything else (a repo's
+        config comes with every clone) counts as the default."""
+        value = self.get("daemon", "read_wait_seconds", 1.0)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+            return float(DEFAULTS["daemon"]["read_wait_seconds"])
+        return max(0.0, float(value))
 
     def cap(self, key: str, default: int) -> int:
         """A ``limits`` cap on untrusted input: a positive int, never above its ceiling."""

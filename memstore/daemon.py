@@ -21,6 +21,7 @@ import logging
 import os
 import socket
 import struct
+import sys
 import threading
 import time
 import traceback
@@ -42,6 +43,9 @@ GIT_CACHE_SECONDS = 30.0  # `git init` in a directory seen before becomes visibl
 RESYNC_SECONDS = 120.0  # safety net: re-walk watched stores even if inotify lost events
 FLUSH_SECONDS = 5.0  # save projections held in memory this long after the last check
 FILL_SLICE = 32  # neighbour lists filled per step when idle: ~10 ms at 100k memories, then a look for requests
+# Embedding in the background after a clone or a big pull goes in slices of this many seconds,
+# each under the workspace lock: a request waits at most one slice for it.
+EMBED_SLICE = 0.25
 
 
 @dataclass
@@ -52,6 +56,8 @@ class Entry:
     lock: threading.Lock = field(default_factory=threading.Lock)
     last_used: float = field(default_factory=time.monotonic)
     evicted: bool = False  # set under ``lock``: background work that still holds it skips it
+    embedding: bool = False  # a thread embeds this workspace's memories that have no vector yet
+    read_wait: float = 1.0  # daemon.read_wait_seconds of its config
 
     def roots(self) -> list[Path]:
         return [s.root for s in (self.ws.repo, self.ws.global_) if s is not None]
@@ -85,8 +91,11 @@ def request_env(env: dict[str, str]) -> dict[str, str]:
 
 
 class Daemon:
-    def __init__(self, rdir: Path, idle_seconds: float, evict_seconds: float = 600.0) -> None:
+    def __init__(self, rdir: Path, idle_seconds: float, evict_seconds: float = 600.0,
+                 progress: Callable[[Any, int, int], None] | None = None, warm: str | None = None) -> None:
         self.rdir = rdir
+        self.warm = warm  # a directory whose stores are opened at start and embedded (``serve --warm``)
+        self.progress = progress  # an embedding progress bar, when run in the foreground on a terminal
         self.sock_path = rdir / client.SOCKET_NAME
         self.idle_seconds = idle_seconds
         # A workspace unused this long is dropped with its indexes: the daemon lives for hours
@@ -133,7 +142,10 @@ class Daemon:
                 ws.change_counter = self._counter
                 ws.change_paths = lambda store, n: self.watcher.changes_since(store.root, n)
                 ws.defer_saves = True  # saved by flush_all() when quiet, not after every write
+                ws.progress = self.progress
                 entry = Entry(ws)
+                entry.read_wait = ws.config.read_wait
+                ws.embed_wait = entry.read_wait
                 self.entries[key] = entry
                 log.info("workspace opened: repo=%s global=%s", key[0] or "-", key[1])
             entry.last_used = time.monotonic()  # under the lock eviction takes: never evicted in use
@@ -162,6 +174,7 @@ class Daemon:
                     if store.scope in ws.indexes:  # only stores that were read have indexes to keep hot
                         store_index(ws, store.scope, params_from_config(ws.config)).refresh(walk=False)
                 log.info("refreshed %s in %.0f ms", store.root, (time.perf_counter() - t0) * 1000)
+            self.embed_behind(entry)  # a pull that brought many memories: their vectors, in slices
 
     # -- requests --------------------------------------------------------------------------------
     def handle(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -245,11 +258,21 @@ class Daemon:
         episode = env.get("MEMSTORE_EPISODE") or None  # the client's, like MEMSTORE_AUTHOR
         with entry.using():
             if verb == "read":
-                return read(ws, request if isinstance(request, dict) else {}, episode=episode), 0
+                # While the background embeds, a read answers at once (partial) rather than
+                # spending its own second on a backlog it cannot finish.
+                ws.embed_wait = 0.0 if entry.embedding else entry.read_wait
+                try:
+                    return read(ws, request if isinstance(request, dict) else {}, episode=episode), 0
+                finally:
+                    self.embed_behind(entry)
             if verb == "context":
                 from .guide import context
 
-                return context(ws, task=args.get("task"), limit=args.get("limit"), episode=episode), 0
+                ws.embed_wait = 0.0 if entry.embedding else entry.read_wait
+                try:
+                    return context(ws, task=args.get("task"), limit=args.get("limit"), episode=episode), 0
+                finally:
+                    self.embed_behind(entry)
             if verb == "show":
                 return api.show(ws, args.get("id")), 0
             if verb == "list":
@@ -278,11 +301,61 @@ class Daemon:
                 self.watcher.note(*written)
             return answer, 0
 
+    # -- embedding in the background --------------------------------------------------------------
+    def warm_stores(self, cwd: str) -> None:
+        """Open the workspace a client read from (with the client's environment, which this
+        process inherited, so its requests find this entry) and embed what has no vector yet:
+        the in-process read that started this daemon answered partially and left it to us."""
+        from .retrieve import open_scope, params_from_config
+
+        try:
+            entry = self.entry_for({"cwd": cwd, "env": client.forwarded_env()})
+            with entry.using():
+                entry.ws.embed_wait = 0.0  # the catalogs and keyword indexes now; vectors in slices
+                open_scope(entry.ws, True, params_from_config(entry.ws.config))
+            self.embed_behind(entry)
+        except Exception:  # only a head start: the first request opens the workspace anyway
+            log.exception("opening %s at start failed", cwd)
+    def embed_behind(self, entry: Entry) -> None:
+        """Start embedding the workspace's memories that have no vector yet (a read or a refresh
+        ran out of its wait), unless that is under way already or nothing waits."""
+        if not any(si.embedding_pending for si in list(entry.ws.indexes.values())):
+            return
+        with self._state:
+            if entry.embedding or entry.evicted:
+                return
+            entry.embedding = True
+        threading.Thread(target=self._embed_rest, args=(entry,), daemon=True).start()
+
+    def _embed_rest(self, entry: Entry) -> None:
+        """Embed in slices, letting requests in between; each slice's vectors reach the
+        embedding cache on disk as they are made, and the index is saved in the next pause."""
+        t0 = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                with entry.lock:
+                    if entry.evicted:
+                        return
+                    left = False
+                    for si in list(entry.ws.indexes.values()):
+                        if si.embedding_pending:
+                            si.refresh(walk=False, budget=EMBED_SLICE)
+                            left = left or si.embedding_pending
+                if not left:
+                    log.info("embedded the waiting memories in %.1f s", time.monotonic() - t0)
+                    return
+                time.sleep(0.005)  # the lock is not fair: a request waiting for it gets it now
+        except Exception:  # reads embed what they meet themselves; the daemon lives on
+            log.exception("embedding in the background failed")
+        finally:
+            with self._state:
+                entry.embedding = False
+
     def status(self) -> dict[str, Any]:
         now = time.monotonic()
         with self._entries_lock:
             workspaces = [{"repo": k[0] or None, "global": k[1], "idle_s": round(now - e.last_used, 1),
-                           **_near_stats(e.ws)} for k, e in self.entries.items()]
+                           "stores": _vector_stats(e), **_near_stats(e.ws)} for k, e in self.entries.items()]
         return {"ok": True, "running": True, "pid": os.getpid(), "version": self.version,
                 "socket": str(self.sock_path), "uptime_s": round(time.time() - self.started, 1),
                 "idle_seconds": self.idle_seconds, "evict_seconds": self.evict_seconds, "evicted": self.evicted,
@@ -380,6 +453,8 @@ class Daemon:
                 (self.rdir / "spawning").unlink()
             log.info("pid %d serving on %s (version %s, idle exit after %ss)", os.getpid(), self.sock_path,
                      self.version, self.idle_seconds)
+            if self.warm:
+                threading.Thread(target=self.warm_stores, args=(self.warm,), daemon=True).start()
             self._loop()
         finally:
             self.shutdown()
@@ -542,6 +617,20 @@ class Daemon:
         log.info("stopped")
 
 
+def _vector_stats(entry: Entry) -> list[dict[str, Any]]:
+    """Per store the workspace has read: memories with a vector, memories, and whether the rest
+    is being embedded now (``daemon status``). A store whose first sync is under way is left
+    out: its catalog may not be loaded yet, and 0 of 0 would read as done."""
+    out: list[dict[str, Any]] = []
+    for scope, si in list(entry.ws.indexes.items()):
+        if not si.synced:
+            continue
+        embedded, total = si.vector_counts()
+        out.append({"scope": scope, "root": str(si.store.root), "embedded": embedded, "total": total,
+                    "embedding": entry.embedding and si.embedding_pending})
+    return out
+
+
 def _near_stats(ws: Any) -> dict[str, Any]:
     """How far the association chain's neighbour lists are filled (``daemon status``)."""
     near = ws.read_cache.get("near")
@@ -591,7 +680,7 @@ def _daemon_setting(name: str, default: float, env: dict[str, str] | None = None
     return float(config.get("daemon", name, default))
 
 
-def serve(idle_seconds: float | None = None) -> int:
+def serve(idle_seconds: float | None = None, warm: str | None = None) -> int:
     """Run the daemon in the foreground until idle, stopped or replaced."""
     try:
         rdir = client.ensure_runtime_dir()
@@ -604,7 +693,9 @@ def serve(idle_seconds: float | None = None) -> int:
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if os.environ.get("MEMSTORE_DEBUG") else logging.INFO)
     idle = float(idle_seconds) if idle_seconds is not None else float(default_idle_seconds())
-    daemon = Daemon(rdir, idle, _daemon_setting("evict_seconds", 600.0))
+    from .progress import embed_progress
+
+    daemon = Daemon(rdir, idle, _daemon_setting("evict_seconds", 600.0), embed_progress(sys.stderr), warm)
     try:
         return daemon.run()
     finally:

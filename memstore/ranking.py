@@ -347,6 +347,7 @@ def rank(
     near: Neighbours | None = None,
     evidence: Mapping[int, tuple[float, float]] | None = None,
     named: bool = False,
+    unembedded: np.ndarray | None = None,
 ) -> Ranking:
     """The whole scoring path for one scope: gate -> lanes -> association -> fuse -> select.
 
@@ -360,17 +361,23 @@ def rank(
     row -> (share of the query's idf the memory covers, idf of the rarest query identifier it
     holds verbatim); a hit without an entry covers the whole query and holds no identifier.
     ``named``: the query is nothing but identifiers of the store (``raise_for_status``); the
-    memories that hold one verbatim then rank above all others.
+    memories that hold one verbatim then rank above all others. ``unembedded``: a boolean mask
+    of the rows whose vector is not made yet (their matrix rows are placeholders): they enter
+    through the keyword lane alone, with a stand-in similarity (``_stand_in``).
     """
     p = params or RankingParams()
     ex = _mask(exclude, len(kinds))
+    blind = None if unembedded is None or not unembedded.any() else unembedded
+    if blind is not None and ex is not None:
+        blind = blind & ~ex
     if ex is not None:
         keyword_hits = [(i, s) for i, s in keyword_hits if not ex[i]]
     kw = normalize_keyword(keyword_hits)
     kw_order = [i for i, _ in keyword_hits if i in kw]
     ev = evidence or {}
     verbatim = [i for i in kw_order if ev.get(i, (1.0, 0.0))[1] >= p.verbatim_idf]
-    if qvec is None or matrix.shape[0] == 0 or (ex is not None and bool(ex.all())):
+    no_vectors = blind is not None and bool((blind if ex is None else blind | ex).all())
+    if qvec is None or matrix.shape[0] == 0 or (ex is not None and bool(ex.all())) or no_vectors:
         # No similarity to gate on: a memory must carry most of the query's rare words, or one
         # of its rare identifiers, or the answer is empty (an unrelated query shares a word or
         # two with almost any store).
@@ -383,27 +390,37 @@ def rank(
     sims = cosine_all(qvec, matrix)
     if ex is not None:
         sims[ex] = -np.inf
+    if blind is not None:
+        sims[blind] = -np.inf  # the gate, the semantic lane and the hops see only real vectors
     gate = query_gate(sims, kinds, novel=novelty(salient, doc_freq), params=p, mode=mode, offsets=offsets)
     if not gate.passed:
-        if not verbatim:
+        # Rows without a vector cannot be judged by the gate: they pass as the keyword-only
+        # path would pass them (most of the query's rare words).
+        alone = [i for i in kw_order if blind is not None and blind[i]
+                 and ev.get(i, (1.0, 0.0))[0] >= p.keyword_only_coverage]
+        if not verbatim and not alone:
             return Ranking([], gate, 0)
         # The store holds a rare identifier the query names: those memories are answered
         # (and only they), whatever the cosine says; embeddings blur identifiers.
-        gate = GateDecision(True, gate.top_similarity, gate.bar, "a rare query identifier occurs verbatim")
-        scored = fuse(sims, [], kw, [], p, extra=verbatim)
+        gate = GateDecision(True, gate.top_similarity, gate.bar,
+                            "a rare query identifier occurs verbatim" if verbatim else "keyword only (no vectors yet)")
+        scored = fuse(_stand_in(sims, blind, kw), [], kw, [], p, extra=[*verbatim, *alone])
         _prefer_verbatim(scored, verbatim, named)
+        _mark_unembedded(scored, blind)
         return Ranking(select(scored, kinds, p, mode, limit), gate, len(scored))
 
     if p.prf_weight > 0:
-        first = fuse(sims, top_k(sims, p.semantic_pool), kw, kw_order, p)
+        first = fuse(_stand_in(sims, blind, kw), top_k(sims, p.semantic_pool), kw, kw_order, p)
         top = sorted(first, key=lambda i: -first[i][0])[: p.prf_docs]
         qvec = expand_query(qvec, matrix, top, p.prf_weight)
         sims = cosine_all(qvec, matrix)
         if ex is not None:
             sims[ex] = -np.inf
+        if blind is not None:
+            sims[blind] = -np.inf
 
     semantic = top_k(sims, p.semantic_pool)
-    scored = fuse(sims, semantic, kw, kw_order, p, extra=verbatim)
+    scored = fuse(_stand_in(sims, blind, kw), semantic, kw, kw_order, p, extra=verbatim)
     if p.semantic_hops > 0 and p.hop_seeds > 0:
         seeds = sorted(scored.items(), key=lambda kv: -kv[1][0])[: p.hop_seeds]
         hops = association_chain(
@@ -417,7 +434,39 @@ def rank(
             else:
                 scored[i] = (rel, [why])
     _prefer_verbatim(scored, verbatim, named)
+    _mark_unembedded(scored, blind)
     return Ranking(select(scored, kinds, p, mode, limit), gate, len(scored))
+
+
+def _stand_in(sims: np.ndarray, blind: np.ndarray | None, kw: Mapping[int, float]) -> np.ndarray:
+    """``sims`` with a stand-in similarity for each keyword hit that has no vector yet: the mean
+    similarity of the keyword hits that have one, in this query. Zero would bury those rows
+    under every embedded one (the fused score is mostly similarity); the best similarity would
+    put keyword luck above meaning. The mean says "as close as what the keyword lane usually
+    finds for this query", and the fused keyword share then orders them among those rows.
+    With no embedded keyword hit to learn from, the mean of the semantic lane's best few."""
+    if blind is None:
+        return sims
+    out = sims.copy()
+    seen = [i for i in kw if not blind[i] and np.isfinite(sims[i])]
+    if seen:
+        base = float(np.mean(sims[seen]))
+    else:
+        best = [s for _, s in top_k(sims, 10, floor=float("-inf")) if np.isfinite(s)]
+        base = float(np.mean(best)) if best else 0.0
+    for i in kw:
+        if blind[i]:
+            out[i] = base
+    return out
+
+
+def _mark_unembedded(scored: dict[int, tuple[float, list[str]]], blind: np.ndarray | None) -> None:
+    """Say which results were found by the keyword lane alone because their vector is not made yet."""
+    if blind is None:
+        return
+    for i, (_, reasons) in scored.items():
+        if blind[i]:
+            reasons.append("no-vector-yet")
 
 
 def _prefer_verbatim(scored: dict[int, tuple[float, list[str]]], verbatim: Sequence[int], named: bool) -> None:

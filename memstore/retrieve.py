@@ -29,7 +29,7 @@ from .index.vectors import VectorIndex
 from .longquery import condense
 from .model import ATTACHING, KINDS, Memory
 from .neighbours import Neighbours
-from .rowspace import Rows, build_rows, current_matrix, keyword_rows, update_rows
+from .rowspace import Rows, build_rows, current_matrix, keyword_rows, partial_rows, update_rows
 from .scopeview import ScopeView, scope_view
 from .trust import CONTENT_TRUST, UNTRUSTED_RULE
 from .validate import check_decodable, check_schema
@@ -41,6 +41,8 @@ GUIDANCE = (
     "disagree, and treat failed tactics as watch-outs (avoid or reconsider unless the context changed). "
     "An empty result means nothing relevant is known. " + UNTRUSTED_RULE
 )
+PARTIAL_NOTE = ("Embedding of this store is still under way: memories without a vector yet were found by "
+                "keyword alone (recall is keyword-only for them; see `partial`).")
 WATCH_OUT = "watch-out: this was tried and failed here; avoid or reconsider unless the context changed"
 
 
@@ -91,6 +93,9 @@ def store_index(ws: Workspace, scope: str, params: ReadParams) -> StoreIndex:
         si = StoreIndex(ws.catalog(scope, refresh=False), get_embedder(), params.ranking)
         si.defer_saves = ws.defer_saves
         ws.indexes[scope] = si
+    # Taken on every call: the daemon shortens the wait while it embeds in the background.
+    si.embed_wait = ws.embed_wait
+    si.progress = ws.progress
     return si
 
 
@@ -495,14 +500,23 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
         err = next((si.semantic_error for si in sc.indexes if si.semantic_error), "embedder unavailable")
         warnings.append(f"semantic lane unavailable: {err}")
 
-    ok, rows = scoped_rows(ws, sc, kinds, filters.get("since"), tags, semantic)
+    waiting = [m for si in sc.indexes if si.embedding_pending for m in si.pending] if semantic else []
+    unembedded: np.ndarray | None = None
+    if waiting:
+        # Answer now with what has a vector; the daemon embeds the rest between requests.
+        ok = {m for m, mem in sc.memories.items() if allowed(mem, sc.graph, kinds, filters.get("since"), tags)}
+        rows, unembedded = partial_rows([si.vectors for si in sc.indexes if si.vectors is not None], waiting,
+                                        ok, sc.memories, get_embedder().dim)
+    else:
+        ok, rows = scoped_rows(ws, sc, kinds, filters.get("since"), tags, semantic)
     limit = int(request.get("limit") or rp.for_mode(rp.limit, mode))
     lane_b = keyword_lane(sc, query, rows, rp.keyword_pool)
     ranked = ranking.rank(
         qvec, rows.matrix, lane_b.hits, rows.kinds, evidence=lane_b.evidence, named=lane_b.named,
         salient=ranking.salient_terms(query), doc_freq=doc_freq_fn(sc),
         params=rp, mode=mode, limit=limit, ids=rows.ids, offsets=row_offsets(rows, rp),
-        exclude=rows.excluded if rows.excluded is not None else (), near=kept_neighbours(ws, sc, rows, rp),
+        exclude=rows.excluded if rows.excluded is not None else (),
+        near=None if waiting else kept_neighbours(ws, sc, rows, rp), unembedded=unembedded,
     )
     hits = {rows.ids[r.index]: Hit(sc.memories[rows.ids[r.index]], r.score, list(r.reasons),
                                    group_key(sc.memories[rows.ids[r.index]])) for r in ranked.results}
@@ -554,6 +568,10 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
                      "bar": round(ranked.gate.bar, 4)},
         },
     }
+    if waiting:
+        counts = [si.vector_counts() for si in sc.indexes]
+        answer["partial"] = {"embedded": sum(c[0] for c in counts), "total": sum(c[1] for c in counts)}
+        answer["guidance"] = f"{GUIDANCE} {PARTIAL_NOTE}"
     if warnings:
         answer["warnings"] = warnings
     if log_episode:  # reads during an open episode are logged so `reflect` knows what to vote on

@@ -72,6 +72,25 @@ def build_rows(vectors: list[VectorIndex], ok: set[str], memories: Mapping[str, 
                 tuple(len(seg) for seg in segments), buffer, row_tokens(vectors))
 
 
+def partial_rows(vectors: list[VectorIndex], waiting: list[str], ok: set[str], memories: Mapping[str, Memory],
+                 dim: int) -> tuple[Rows, np.ndarray]:
+    """The row space while some memories wait for their vector: the stores' rows, then one
+    placeholder (zero) row per waiting memory, and the mask of those. Built for each read and
+    never kept (the rows change with every slice of embedding); no neighbour lists follow it."""
+    rows = build_rows(vectors, ok, memories, dim)
+    extra = [m for m in dict.fromkeys(waiting) if m not in rows.pos and m in memories]
+    ids = [*rows.ids, *extra]
+    kinds = [*rows.kinds, *(memories[m].kind for m in extra)]
+    matrix = np.zeros((len(ids), dim), dtype=np.float32)
+    matrix[:len(rows.ids)] = rows.matrix
+    assert rows.excluded is not None
+    excluded = np.concatenate([rows.excluded, np.fromiter((m not in ok for m in extra), dtype=bool, count=len(extra))])
+    unembedded = np.zeros(len(ids), dtype=bool)
+    unembedded[len(rows.ids):] = True
+    out = Rows(ids, kinds, matrix, {m: i for i, m in enumerate(ids)}, excluded, _codes(kinds))
+    return out, unembedded
+
+
 def update_rows(old: Rows, vectors: list[VectorIndex], ok: set[str], memories: Mapping[str, Memory],
                 changed: Iterable[str], dim: int) -> Rows | None:
     """``old`` brought in line with the vector indexes and the memories in ``changed``; None when

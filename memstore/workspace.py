@@ -38,6 +38,11 @@ class Workspace:
     # Long-lived processes keep projections in memory and save them with ``flush()``; the files
     # stay the truth, so an unsaved projection only costs the next process some catching up.
     defer_saves: bool = False
+    # Seconds a read may wait for memories to be embedded before it answers with the keyword
+    # lane standing in for the rest (``partial``); None: it waits for all (an in-process call,
+    # which has no later moment to embed them in). ``progress`` reports the embedding.
+    embed_wait: float | None = None
+    progress: Callable[[Any, int, int], None] | None = None
     _walked_at: dict[str, int] = field(default_factory=dict)
     # Files this workspace created since its last look at each store: re-read at the next look
     # even when a watcher has not reported them yet (it does so a few milliseconds later).

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +31,15 @@ from .vectors import VectorIndex
 log = logging.getLogger("memstore.index")
 
 META_VERSION = 2
-EMBED_CHUNK = 2048
+EMBED_PIECE = 16  # texts encoded between looks at the clock: ~50 ms of short text, ~0.3 s of long
+SAVE_EVERY_S = 1.0  # new vectors reach the embedding cache at least this often: a kill loses little
+# A refresh with a time budget plans at most this many waiting memories: planning and looking up
+# every waiting memory costs ~20 ms per slice at 10k (2 ms with this cap), so ~200 ms of each
+# quarter-second slice at 100k.
+PLAN_WAITING = 1024
+
+# (store root, memories with a vector, memories): how far embedding has come, for a progress bar.
+Progress = Callable[[Any, int, int], None]
 
 
 def doc_key(mem: Memory) -> str:
@@ -65,6 +74,12 @@ class StoreIndex:
         self._keys: dict[str, tuple[Memory, str, str]] = {}  # id -> (parsed memory, doc key, text key)
         self._lock_depth = 0
         self._on_disk: dict[str, tuple[int, int, int] | None] = {}
+        # Seconds a refresh may spend embedding before it returns with memories still without a
+        # vector (``pending``); None: it embeds them all. The daemon bounds it so a read after a
+        # clone or a big pull answers at once, and embeds the rest between requests.
+        self.embed_wait: float | None = None
+        self.progress: Progress | None = None
+        self.pending: list[str] = []  # memories in the catalog whose vector is not made yet
 
     # -- loading -------------------------------------------------------------------------------
     @property
@@ -234,11 +249,15 @@ class StoreIndex:
         self._note_written()
 
     # -- syncing ---------------------------------------------------------------------------------
-    def refresh(self, *, walk: bool = True) -> bool:
+    def refresh(self, *, walk: bool = True, budget: float | None = -1.0) -> bool:
         """Bring the projections in line with the files. Returns True if anything changed.
 
         ``walk=False``: the caller has just refreshed the catalog (or a file watcher vouches
-        that nothing changed), so skip its stat walk and only sync the projections to it."""
+        that nothing changed), so skip its stat walk and only sync the projections to it.
+        ``budget``: seconds it may spend embedding (default ``embed_wait``; None: no bound);
+        what is left stays in ``pending`` for the next refresh."""
+        if budget is not None and budget < 0:
+            budget = self.embed_wait
         if not self._loaded:
             self._load()
         elif self.keyword is not None and self.keyword.damaged():
@@ -246,14 +265,24 @@ class StoreIndex:
             self._heal_keyword(RuntimeError("its files were deleted or changed on disk"))
         if walk:
             self.catalog.refresh()
-        if self.catalog.generation == self._synced_catalog_gen:
+        if self.catalog.generation == self._synced_catalog_gen and not self.embedding_pending:
             return False
-        # Only the memories the catalog changed since the last sync can differ from the
-        # manifests (comparing all of them costs ~100 ms at 100k); the first sync compares all.
+        # Only the memories the catalog changed since the last sync (and those still waiting for
+        # a vector) can differ from the manifests (comparing all of them costs ~100 ms at 100k);
+        # the first sync compares all.
         since = self.catalog.changes_since(self._synced_catalog_gen) if self._synced_catalog_gen >= 0 else None
-        kw, vec = self._plan(None if since is None else since[0])
+        carry: list[str] = []  # waiting memories left out of this plan: still waiting after it
+        ids = None
+        if since is not None:
+            head = self.pending
+            if budget is not None and len(head) > PLAN_WAITING:
+                head, carry = head[:PLAN_WAITING], head[PLAN_WAITING:]
+            ids = since[0] | set(head)
+            carry = [m for m in carry if m not in ids]
+        kw, vec = self._plan(ids)
         if not kw and (not vec or self.embedder is None or self.semantic_error):
             self._synced_catalog_gen = self.catalog.generation
+            self.pending = carry
             return False
         with self._lock():
             disk = self._disk_gen()
@@ -261,11 +290,29 @@ class StoreIndex:
                 # Another process saved a newer index: start from it, it is probably closer.
                 self._load()
                 kw, vec = self._plan(None)
-            changed = self._sync(kw, vec)
+                carry = []
+            changed = self._sync(kw, vec, budget)
+            self.pending += carry
             if changed:
                 self._changed_on_disk()
         self._synced_catalog_gen = self.catalog.generation
         return changed
+
+    @property
+    def embedding_pending(self) -> bool:
+        """Memories wait for a vector (a refresh with a budget ran out of time)."""
+        return bool(self.pending) and self.semantic_ready
+
+    @property
+    def synced(self) -> bool:
+        """A first sync has completed: until then the catalog may still be empty."""
+        return self._synced_catalog_gen >= 0
+
+    def vector_counts(self) -> tuple[int, int]:
+        """(memories with a vector, memories). Counted from the vectors themselves: ``daemon
+        status`` asks from another thread, also while a first sync has not yet said what waits."""
+        total = len(self.catalog.memories)
+        return min(len(self.vectors) if self.vectors is not None else 0, total), total
 
     def _disk_gen(self) -> int | None:
         """The generation of the index on disk, or None when there is none."""
@@ -374,7 +421,7 @@ class StoreIndex:
                 vec[mid] = text
         return kw, vec
 
-    def _sync(self, kw: dict[str, str | None], vec: dict[str, str | None]) -> bool:
+    def _sync(self, kw: dict[str, str | None], vec: dict[str, str | None], budget: float | None = None) -> bool:
         assert self.keyword is not None and self.vectors is not None
         mems = self.catalog.memories
         changed = False
@@ -386,17 +433,26 @@ class StoreIndex:
             )
             _patch(self.state.kw_manifest, kw)
             changed = True
+        # Replaced at the end, never emptied before: ``daemon status`` reads it meanwhile.
+        pending: list[str] = []
         if vec and self.embedder is not None and self.semantic_error is None:
             upsert = [m for m, key in vec.items() if key is not None]
+            deadline = None if budget is None else time.monotonic() + budget
             try:
-                vecs = self._embed([vec[m] or "" for m in upsert], [mems[m].text for m in upsert])
+                vecs, done = self._embed([vec[m] or "" for m in upsert], [mems[m].text for m in upsert],
+                                         deadline, with_vector=len(mems) - len(upsert))
             except EmbedderUnavailable as exc:
                 self.semantic_error = str(exc)
             else:
-                self.vectors.remove([m for m, key in vec.items() if key is None])
-                self.vectors.add(upsert, vecs)
-                _patch(self.state.vec_manifest, vec)
+                ready = [m for m, ok in zip(upsert, done, strict=True) if ok]
+                pending = [m for m, ok in zip(upsert, done, strict=True) if not ok]
+                waiting = set(pending)
+                # A memory whose text changed keeps no stale vector while it waits for its new one.
+                self.vectors.remove([m for m, key in vec.items() if key is None or m in waiting])
+                self.vectors.add(ready, vecs[done])
+                _patch(self.state.vec_manifest, {m: None if m in waiting else key for m, key in vec.items()})
                 changed = True
+        self.pending = pending
         return changed
 
     def embedding_cache(self) -> EmbeddingCache:
@@ -405,18 +461,39 @@ class StoreIndex:
             self._cache = EmbeddingCache(self.dir / "embeddings", self.embedder.model_id, self.embedder.dim)
         return self._cache
 
-    def _embed(self, keys: list[str], texts: list[str]) -> np.ndarray:
+    def _embed(self, keys: list[str], texts: list[str], deadline: float | None,
+               with_vector: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """The texts' vectors, from the cache or the model, and which of them are done: all,
+        or (with a ``deadline``) those cached or embedded before it. ``with_vector``: memories
+        of the store that already have one (for the progress report)."""
         assert self.embedder is not None
         cache = self.embedding_cache()
         out, missing = cache.get_many(keys)
-        # In chunks, each saved as it is done: embedding a large store takes minutes, and an
-        # interrupted build must not lose what it already paid for.
-        for start in range(0, len(missing), EMBED_CHUNK):
-            part = missing[start:start + EMBED_CHUNK]
-            fresh = self.embedder.encode([texts[i] for i in part])
-            out[part] = fresh
-            cache.put_many([keys[i] for i in part], fresh)
-        return out
+        done = np.ones(len(keys), dtype=bool)
+        done[missing] = False
+        total = with_vector + len(keys)
+        report = self.progress if missing else None
+        # Saved to the cache as it goes: embedding a large store takes minutes, and an
+        # interrupted build (a kill, a read's time bound) must not lose what it paid for.
+        unsaved: list[int] = []
+        saved_at = time.monotonic()
+        at = 0
+        try:
+            while at < len(missing) and (deadline is None or time.monotonic() < deadline):
+                part = missing[at:at + EMBED_PIECE]
+                out[part] = self.embedder.encode([texts[i] for i in part])
+                done[part] = True
+                unsaved += part
+                at += len(part)
+                if time.monotonic() - saved_at >= SAVE_EVERY_S:
+                    cache.put_many([keys[i] for i in unsaved], out[unsaved])
+                    unsaved, saved_at = [], time.monotonic()
+                if report is not None:
+                    report(self.store.root, with_vector + int(done.sum()), total)
+        finally:
+            if unsaved:
+                cache.put_many([keys[i] for i in unsaved], out[unsaved])
+        return out, done
 
     # -- queries -----------------------------------------------------------------------------------
     @property

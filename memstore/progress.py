@@ -1,0 +1,41 @@
+"""A progress bar for embedding, shown on a terminal and nowhere else.
+
+Embedding a store after a clone or a big pull takes seconds to minutes; a bar with rate and ETA
+says why the machine is busy. Piped or logged output gets nothing: a bar there is noise that
+tools would have to strip.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TextIO
+
+
+class EmbedBars:
+    """One bar per store being embedded, fed (store root, memories with a vector, memories)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self._bars: dict[Any, Any] = {}
+
+    def __call__(self, root: Any, done: int, total: int) -> None:
+        bar = self._bars.get(root)
+        if bar is None:
+            if done >= total:
+                return
+            from tqdm import tqdm  # imported only when there is something to show
+
+            bar = self._bars[root] = tqdm(total=total, initial=done, unit=" memories", desc="embedding",
+                                          file=self.stream, leave=False)
+        bar.update(done - bar.n)
+        if done >= total:
+            bar.close()
+            del self._bars[root]
+
+
+def embed_progress(stream: TextIO) -> EmbedBars | None:
+    """A bar on ``stream`` when it is a terminal; None otherwise."""
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):  # closed or not a real stream
+        tty = False
+    return EmbedBars(stream) if tty else None

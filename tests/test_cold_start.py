@@ -1,0 +1,219 @@
+"""A clone's first read: the daemon answers before every memory has a vector (keyword lane for
+the rest, ``partial`` in the answer), embeds the rest in the background, and then answers as a
+fully indexed store does. Progress bars appear on a terminal only. Real git clone, real daemon,
+real CLI subprocesses, real model."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import random
+import struct
+import subprocess
+import sys
+import termios
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_daemon import Env, _poll
+
+from memstore import api, gitops
+from memstore.ids import ALPHABET
+from memstore.workspace import open_workspace
+
+pytestmark = [pytest.mark.model, pytest.mark.slow]
+
+N = 400
+TARGET = "The zanzibar frobnicator rotates its quillwort tokens every night at 02:00 UTC."
+QUERY = "zanzibar frobnicator quillwort tokens"
+WORDS = ["cache", "worker", "queue", "schema", "index", "migration", "deploy", "token", "session", "build",
+         "config", "retry", "timeout", "client", "server", "router", "handler", "fixture", "module", "parser"]
+
+
+def _id(i: int) -> str:
+    return "01m6gbcm3h832wbgwh16z" + "".join(ALPHABET[(i >> (5 * k)) & 31] for k in range(4, -1, -1))
+
+
+def _fact(i: int, text: str) -> str:
+    return f"---\nid: {_id(i)}\nkind: fact\nscope: repo\ncreated: 2026-11-01T10:00:00Z\n---\n{text}\n"
+
+
+def _origin(base: Path, n: int) -> Path:
+    """A repo whose committed store holds ``n`` memories (written as files, as a teammate's
+    commits bring them), one of them the TARGET."""
+    root = base / "origin"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=root, check=True)
+    gitops.toplevel.cache_clear()
+    api.init(open_workspace(cwd=root))
+    rng = random.Random(7)
+    facts = root / ".memory" / "facts"
+    for i in range(n):
+        text = TARGET if i == n // 2 else (
+            f"Note {i}: " + " ".join(rng.choice(WORDS) for _ in range(40)) + f" (case {i}).")
+        (facts / f"{_id(i)}.md").write_text(_fact(i, text))
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run(["git", "commit", "-q", "-m", "memories"], cwd=root, check=True)
+    return root
+
+
+def _clone(origin: Path, name: str) -> Path:
+    dest = origin.parent / name
+    subprocess.run(["git", "clone", "-q", str(origin), str(dest)], check=True)
+    return dest
+
+
+def _ranked(answer: dict[str, Any]) -> list[tuple[str, float]]:
+    return [(r["id"], r["score"]) for r in answer["results"]]
+
+
+def _stores(status: dict[str, Any], repo: Path) -> list[dict[str, Any]]:
+    root = str((repo / ".memory").resolve())
+    return [s for w in status["workspaces"] if w["repo"] == root for s in w["stores"]]
+
+
+def test_a_clone_is_answered_before_its_vectors_exist(tmp_path: Path) -> None:
+    world = Env(tmp_path / "cold")
+    old = dict(os.environ)
+    os.environ.update(world.env())
+    try:
+        origin = _origin(world.base, N)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    warm, cold = _clone(origin, "warm"), _clone(origin, "cold")
+    # The answer of a fully indexed store: in-process, which embeds everything before answering.
+    rc, want, err = world.cli("read", QUERY, cwd=warm, MEMSTORE_DAEMON="0")
+    assert rc == 0 and "partial" not in want, err
+    assert _id(N // 2) in [r["id"] for r in want["results"]]
+    proc = world.start("--idle", "600")
+    try:
+        rc, first, err = world.cli("read", QUERY, cwd=cold, MEMSTORE_READ_WAIT="0.2")
+        assert rc == 0, err
+        # Answered after at most the wait (plus one slice) of embedding, not after all of it.
+        assert 0 < first["partial"]["embedded"] < first["partial"]["total"] == N, first.get("partial")
+        assert "keyword-only" in first["guidance"]
+        hit = next(r for r in first["results"] if r["id"] == _id(N // 2))
+        assert hit["text"] == TARGET
+        # What was embedded is on disk already: a killed daemon would not pay for it again.
+        keys = next((cold / ".memory" / ".index" / "embeddings").glob("*.keys"))
+        assert len(keys.read_text().split()) >= first["partial"]["embedded"]
+
+        def done() -> list[dict[str, Any]] | None:
+            rc, status, _ = world.cli("daemon", "status", cwd=cold)
+            stores = _stores(status, cold) if rc == 0 else []
+            return stores if stores and stores[0]["embedded"] == stores[0]["total"] else None
+
+        stores = _poll(done, timeout=120, every=1.0)
+        assert stores == [{"scope": "repo", "root": str((cold / ".memory").resolve()), "embedded": N,
+                           "total": N, "embedding": False}], world.log()
+        rc, later, err = world.cli("read", QUERY, cwd=cold, MEMSTORE_READ_WAIT="0.2")
+        assert rc == 0, err
+        assert "partial" not in later and later["guidance"] == want["guidance"], later.get("partial")
+        assert _ranked(later) == _ranked(want)
+    finally:
+        world.cleanup()
+        proc.wait(timeout=30)
+
+
+def test_a_first_read_without_a_daemon_answers_partially_and_the_daemon_it_starts_embeds_the_rest(
+        tmp_path: Path) -> None:
+    """No daemon runs yet: the CLI answers in-process, waiting no longer than a read through the
+    daemon would, and the daemon it starts (``serve --warm``) embeds the rest unasked."""
+    world = Env(tmp_path / "nodaemon")
+    old = dict(os.environ)
+    os.environ.update(world.env())
+    try:
+        origin = _origin(world.base, N)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    warm, cold = _clone(origin, "warm"), _clone(origin, "cold")
+    try:
+        rc, want, err = world.cli("read", QUERY, cwd=warm, MEMSTORE_DAEMON="0")
+        assert rc == 0 and "partial" not in want, err
+        rc, first, err = world.cli("read", QUERY, cwd=cold, MEMSTORE_READ_WAIT="0.2")
+        assert rc == 0, err
+        assert 0 < first["partial"]["embedded"] < N, first.get("partial")
+        assert _id(N // 2) in [r["id"] for r in first["results"]]
+
+        def done() -> list[dict[str, Any]] | None:
+            rc, status, _ = world.cli("daemon", "status", cwd=cold)
+            stores = _stores(status, cold) if rc == 0 and status.get("running") else []
+            return stores if stores and stores[0]["embedded"] == stores[0]["total"] else None
+
+        assert _poll(done, timeout=180, every=1.0), world.log()
+        rc, later, err = world.cli("read", QUERY, cwd=cold, MEMSTORE_READ_WAIT="0.2")
+        assert rc == 0 and "partial" not in later, err
+        assert _ranked(later) == _ranked(want)
+    finally:
+        world.cleanup()
+
+
+def _reindex_with_stderr_on(repo: Path, tty: bool) -> tuple[int, str, str]:
+    """``memstore reindex`` with stderr piped, or on a pseudo-terminal: (exit code, stdout, stderr)."""
+    cmd = [sys.executable, "-m", "memstore", "reindex"]
+    if not tty:
+        proc = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+        return proc.returncode, proc.stdout, proc.stderr
+    master, slave = pty.openpty()
+    # A terminal has a size; a fresh pseudo-terminal says 0 columns, where a bar has no room.
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    chunks: list[bytes] = []
+
+    def drain() -> None:  # a full pty buffer would block the child
+        while True:
+            try:
+                data = os.read(master, 4096)
+            except OSError:
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    proc = subprocess.Popen(cmd, cwd=repo, stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL)
+    os.close(slave)
+    out, _ = proc.communicate(timeout=300)
+    reader.join(timeout=10)
+    os.close(master)
+    return proc.returncode, out.decode(), b"".join(chunks).decode(errors="replace")
+
+
+def test_reindex_shows_a_bar_on_a_terminal_and_nothing_when_piped(tmp_path: Path) -> None:
+    origin = _origin(tmp_path, 120)
+    piped, shown = _clone(origin, "piped"), _clone(origin, "shown")
+    rc, out, err = _reindex_with_stderr_on(piped, tty=False)
+    assert rc == 0 and json.loads(out)["stores"][0]["vectors"] == 120
+    assert err == ""  # nothing decorative where a program reads
+    rc, out, err = _reindex_with_stderr_on(shown, tty=True)
+    assert rc == 0, err
+    assert "embedding" in err and "memories/s" in err and "\r" in err, err[-500:]
+
+
+def test_a_bad_read_wait_in_a_cloned_config_is_ignored_and_a_bad_variable_refused(tmp_path: Path) -> None:
+    """A repo's config.yaml comes with the clone: a read_wait_seconds that is no number counts as
+    the default. The user's own MEMSTORE_READ_WAIT that is no number is a clear error."""
+    world = Env(tmp_path / "badwait")
+    old = dict(os.environ)
+    os.environ.update(world.env())
+    try:
+        origin = _origin(world.base, 20)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    repo = _clone(origin, "repo")
+    (repo / ".memory" / "config.yaml").write_text("daemon:\n  read_wait_seconds: soon\n")
+    try:
+        rc, out, err = world.cli("read", QUERY, cwd=repo)
+        assert rc == 0, err
+        assert _id(10) in [r["id"] for r in out["results"]]
+        rc, out, err = world.cli("read", QUERY, cwd=repo, MEMSTORE_READ_WAIT="soon", MEMSTORE_DAEMON="0")
+        assert rc == 2 and out["error"]["code"] == "bad_config" and "MEMSTORE_READ_WAIT" in out["error"]["message"]
+    finally:
+        world.cleanup()
