@@ -172,15 +172,17 @@ class Tool:
 # What a model needs from a schema is the shape, the names, the enums and the descriptions; the
 # regexes, size bounds and per-type conditions are for the verb's own gates, which check every
 # request in full and answer a readable error.
+# additionalProperties too: an unknown field is refused by the verb's own schema check, with a
+# clearer error than a client-side validator gives, and saying so costs every session tokens.
 _DROPPED = frozenset({"$schema", "$id", "title", "$defs", "allOf", "default", "uniqueItems", "pattern",
-                      "minItems", "maxItems", "minLength", "maxLength"})
+                      "minItems", "maxItems", "minLength", "maxLength", "additionalProperties"})
 
 
 def compact_schema(schema: dict[str, Any], max_text_chars: int) -> dict[str, Any]:
     """A shipped request schema as a tool's input schema: ``$ref``s inlined; no ``$id`` /
     ``$schema`` / ``allOf`` (the per-type requirements the update schema spells out with
-    if/then are in the ``type`` description); no patterns or size bounds but ``memory.text``'s,
-    which is what a write accepts (``limits.max_text_chars``)."""
+    if/then are in the ``type`` description); no patterns, size bounds or additionalProperties
+    but ``memory.text``'s bound, which is what a write accepts (``limits.max_text_chars``)."""
     defs = schema.get("$defs", {})
 
     def walk(node: Any, key: str | None = None) -> Any:
