@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from eval_common import DEFAULT_CACHE, EmbeddingCache, build_store, log, ranking_retriever
 
-from memstore import ranking
+from memstore.read import ranking
 
 RATIOS = tuple(round(0.05 * i, 2) for i in range(19))
 GAPS = (1.0, 0.5, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1)  # 1.0: off (no drop exceeds the best score)

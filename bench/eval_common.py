@@ -3,7 +3,7 @@
 The benches build, per isolated store, exactly the inputs the real read pipeline has
 (SPEC §4-5): a matrix of unit-normalised embeddings, a Whoosh BM25F keyword index over the
 memory text (+ kind), the kind of every memory, and no explicit links. A *retriever* turns
-(store, query) into a ranked list; the default one calls ``memstore.ranking`` — the same pure
+(store, query) into a ranked list; the default one calls ``memstore.read.ranking`` — the same pure
 functions the real pipeline calls — so numbers measured here carry over. A retriever backed
 by the real ``memstore.read`` can be plugged in through ``Retriever``.
 """
@@ -26,9 +26,9 @@ if str(ROOT) not in sys.path:
     # The benches run as scripts (python bench/eval_x.py) from a source checkout.
     sys.path.insert(0, str(ROOT))
 
-from memstore import ranking  # noqa: E402
 from memstore.index.embedder import get_embedder  # noqa: E402
 from memstore.index.terms import STOP_WORDS, keyword_terms, keyword_weighting  # noqa: E402
+from memstore.read import ranking  # noqa: E402
 
 DEFAULT_CACHE = ROOT / "bench" / ".cache"
 
@@ -270,7 +270,7 @@ def fmt(x: float) -> str:
 
 class PipelineStores:
     """Writes each bench store as a real memstore store (Markdown files in a temp dir, outside
-    any git repo) and answers queries with ``memstore.retrieve.read`` — scope, lanes,
+    any git repo) and answers queries with ``memstore.read.retrieve.read`` — scope, lanes,
     association, links, utility and selection exactly as an agent's read runs them.
 
     The store's own embedding cache is seeded from the bench cache, so no text is embedded
@@ -289,14 +289,14 @@ class PipelineStores:
     def _open(self, store: Store) -> tuple[object, dict[str, int]]:
         if store.name in self._ws:
             return self._ws[store.name]
-        from memstore import ids
-        from memstore.config import Config
-        from memstore.files import atomic_write
         from memstore.index.embcache import EmbeddingCache as StoreCache
         from memstore.index.embcache import text_key
-        from memstore.model import Memory
-        from memstore.store import Store as MemStore
-        from memstore.workspace import open_workspace
+        from memstore.store import ids
+        from memstore.store.config import Config
+        from memstore.store.disk import Store as MemStore
+        from memstore.store.files import atomic_write
+        from memstore.store.model import Memory
+        from memstore.store.workspace import open_workspace
 
         safe = "".join(c if c.isalnum() else "_" for c in store.name)
         root = self.root / safe / ".memory"
@@ -322,7 +322,7 @@ class PipelineStores:
     def retriever(self, mode: str = "targeted", limit: int = 25, exclude_own: bool = False) -> Callable[..., list]:
         """A Retriever (``(store, query, qvec[, own]) -> [Ranked]``) backed by memstore.read.
         ``qvec`` is ignored: the pipeline embeds the query itself, as a real read does."""
-        from memstore.retrieve import read
+        from memstore.read.retrieve import read
 
         def run(store: Store, query: str, qvec: np.ndarray, own: int | None = None) -> list[ranking.Ranked]:
             ws, row_of = self._open(store)

@@ -41,8 +41,8 @@ from eval_common import (
     vector_retriever,
 )
 
-from memstore import ranking
 from memstore.index.embedder import get_embedder
+from memstore.read import ranking
 
 BODY_CHARS = 1500
 KS = (1, 5, 10)

@@ -41,7 +41,7 @@ from eval_common import (
     ranking_retriever,
 )
 
-from memstore import ranking
+from memstore.read import ranking
 
 KS = (1, 5, 10)
 WHOLE_NAMES = 100  # the qrels' first keys are whole names, the rest names inside dotted calls

@@ -43,8 +43,8 @@ from eval_common import (
     vector_retriever,
 )
 
-from memstore import ranking
 from memstore.index.embedder import BACKEND_ENV, BACKENDS, get_embedder
+from memstore.read import ranking
 
 HEADLINE_CATEGORIES = (1, 2, 3, 4)
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}

@@ -42,7 +42,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from memstore import client  # noqa: E402
+from memstore.surfaces import client  # noqa: E402
 
 WORDS = ["alembic", "migration", "cache", "redis", "worker", "queue", "deploy", "runner", "webhook", "retry",
          "postgres", "index", "fixture", "schema", "token", "rotation", "backup", "cron", "upload", "bucket",

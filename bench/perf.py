@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "bench" / ".cache" / "perf"
 sys.path.insert(0, str(ROOT))
 
-from memstore import client  # noqa: E402
+from memstore.surfaces import client  # noqa: E402
 
 # -- the corpus -----------------------------------------------------------------------------------
 COMPONENTS = [
@@ -216,10 +216,10 @@ KIND_MIX = [("problem", 25), ("solution", 20), ("failed_tactic", 15), ("fact", 2
 
 def generate_store(root: Path, n: int) -> None:
     """``n`` memories + votes, deterministic text (ids are fresh ULIDs; the cache keys on text)."""
-    from memstore import ids as idmod
-    from memstore.config import Config
-    from memstore.model import Event, Memory
-    from memstore.store import Store
+    from memstore.store import ids as idmod
+    from memstore.store.config import Config
+    from memstore.store.disk import Store
+    from memstore.store.model import Event, Memory
 
     rng = random.Random(n)
     config = Config().with_overrides({"git": {"stage": False, "commit": False}})
@@ -301,7 +301,7 @@ def ms(seconds: float) -> float:
     return round(seconds * 1000, 1)
 
 
-# What an agent runs: the installed console script (it imports `re`, then memstore.entry).
+# What an agent runs: the installed console script (it imports `re`, then memstore.surfaces.entry).
 SCRIPT = Path(sys.executable).parent / "memstore"
 CLI = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "memstore"]
 
@@ -325,8 +325,8 @@ def timed_cli(args: list[str], env: dict[str, str], cwd: Path, stdin: str | None
 
 def prepare(n: int, shared_emb: Path, *, cold: bool = False) -> tuple[Path, float]:
     """The store for ``n`` (generated once), its .index/ wiped, then a full rebuild timed."""
-    from memstore import retrieve
-    from memstore.workspace import open_workspace
+    from memstore.read import retrieve
+    from memstore.store.workspace import open_workspace
 
     root = CACHE / f"store-{n}"
     if not (root / ".complete").exists():
@@ -358,8 +358,8 @@ def library_reads(root: Path, reps: int) -> tuple[dict[str, list[float]], Any]:
     (``Workspace.watch()``, what a long-lived program uses), the same with the association
     chain's kept neighbours dropped before each read (every hop reads the matrix: a query
     unlike any before), and without a watcher (each call walks the store's files)."""
-    from memstore import retrieve
-    from memstore.workspace import open_workspace
+    from memstore.read import retrieve
+    from memstore.store.workspace import open_workspace
 
     env = {"MEMSTORE_STORE": str(root), "MEMSTORE_HOME": str(CACHE / "global")}
     ws = open_workspace(cwd=root, env=env)
@@ -581,8 +581,8 @@ def python_start(reps: int = 10) -> list[float]:
 def encode_rate(n: int, count: int = 300) -> float:
     """Texts/s of the embedder alone on this store's texts, in this process: the floor beside
     the daemon's rate of embedding a clone (on a shared machine both move with the load)."""
-    from memstore.files import parse_markdown
     from memstore.index.embedder import get_embedder
+    from memstore.store.files import parse_markdown
 
     paths = sorted((CACHE / f"origin-{n}" / ".memory").glob("*/*.md"))
     step = max(1, len(paths) // count)

@@ -1,5 +1,5 @@
 """Cross-validation of the code lane's constants (``verbatim_idf``, ``keyword_only_coverage``)
-through the real ``memstore.ranking.rank`` over the product's keyword index.
+through the real ``memstore.read.ranking.rank`` over the product's keyword index.
 
 LoCoMo: leave one conversation out (tune on four, report the fifth); the objective is the mean of
 recall@10 and abstention (the two things a read is judged on). GitBugs (Hadoop): the duplicate
@@ -28,7 +28,7 @@ from eval_common import DEFAULT_CACHE, EmbeddingCache, Store, build_store
 from eval_gitbugs import load as load_gitbugs
 from eval_locomo import HEADLINE_CATEGORIES, load_conversations, recall_at
 
-from memstore import ranking
+from memstore.read import ranking
 
 VERBATIM = (1.0, 1.5, 2.0, 3.0, 4.0, math.inf)  # inf: the signal off
 COVERAGE = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # 0.0: no keyword-only abstention

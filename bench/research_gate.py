@@ -1,4 +1,4 @@
-"""Scratch: sweep RankingParams on LoCoMo through the real ``memstore.ranking.rank``.
+"""Scratch: sweep RankingParams on LoCoMo through the real ``memstore.read.ranking.rank``.
 
 python bench/research_gate.py --data ../shared/eval/locomo/locomo_dev.json [--sweep NAME ...]
 """
@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eval_common import DEFAULT_CACHE, EmbeddingCache, Store, build_store, ranking_retriever
 from eval_locomo import evaluate, load_conversations
 
-from memstore import ranking
+from memstore.read import ranking
 
 BASE = ranking.RankingParams()
 

@@ -1,4 +1,4 @@
-"""Scratch: sweep RankingParams on GitBugs through the real ``memstore.ranking.rank``.
+"""Scratch: sweep RankingParams on GitBugs through the real ``memstore.read.ranking.rank``.
 
 python bench/research_gitbugs.py --corpus ...hadoop_corpus.jsonl --qrels ...hadoop_qrels.json
 """
@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eval_common import DEFAULT_CACHE, EmbeddingCache, ProductKeyword, build_store, ranking_retriever
 from eval_gitbugs import evaluate, load
 
-from memstore import ranking
+from memstore.read import ranking
 
 
 def main() -> None:

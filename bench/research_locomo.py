@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eval_common import DEFAULT_CACHE, EmbeddingCache, build_store
 from eval_locomo import load_conversations
 
-from memstore import ranking
 from memstore.index import terms
+from memstore.read import ranking
 
 
 def dense_bm25(store, query: str) -> np.ndarray:  # type: ignore[no-untyped-def]

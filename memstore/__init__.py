@@ -32,7 +32,7 @@ if TYPE_CHECKING:
         SemanticError,
         StoreError,
     )
-    from .workspace import Workspace
+    from .store.workspace import Workspace
 
 _ERRORS = frozenset({
     "AmbiguousId", "Conflict", "DuplicateError", "GitError", "IntegrityError", "InvalidFile", "InvalidRequest",
@@ -75,36 +75,36 @@ __all__ = [
 
 # Thin wrappers keep `import memstore` cheap: the store, index and model load on first use.
 def open_workspace(*args: Any, **kwargs: Any) -> Workspace:
-    from .workspace import open_workspace as _open
+    from .store.workspace import open_workspace as _open
 
     return _open(*args, **kwargs)
 
 
 def write(ws: Workspace, request: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-    from .api import write as _write
+    from .verbs.api import write as _write
 
     return _write(ws, request, **kwargs)
 
 
 def update(ws: Workspace, request: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-    from .api import update as _update
+    from .verbs.api import update as _update
 
     return _update(ws, request, **kwargs)
 
 
 def read(ws: Workspace, request: dict[str, Any]) -> dict[str, Any]:
-    from .retrieve import read as _read
+    from .read.retrieve import read as _read
 
     return _read(ws, request)
 
 
 def show(ws: Workspace, memory_id: str) -> dict[str, Any]:
-    from .api import show as _show
+    from .verbs.api import show as _show
 
     return _show(ws, memory_id)
 
 
 def list_memories(ws: Workspace, **kwargs: Any) -> dict[str, Any]:
-    from .api import list_memories as _list
+    from .verbs.api import list_memories as _list
 
     return _list(ws, **kwargs)

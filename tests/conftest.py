@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from memstore import api, gitops
-from memstore.workspace import Workspace, open_workspace
+from memstore import gitops
+from memstore.store.workspace import Workspace, open_workspace
+from memstore.verbs import api
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_STORE = REPO_ROOT / ".memory-example"

@@ -16,8 +16,10 @@ from typing import Any
 import pytest
 from conftest import run_cli
 
-from memstore import api, client, gitops
-from memstore.workspace import open_workspace
+from memstore import gitops
+from memstore.store.workspace import open_workspace
+from memstore.surfaces import client
+from memstore.verbs import api
 
 WAIT = 60.0  # generous bound for a daemon start (model load) on a loaded 2-core machine
 

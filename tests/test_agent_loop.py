@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from conftest import CliResult, git, reopen, write_req
 
-from memstore import api, episodes
-from memstore.guide import BEGIN, END, context, guide_text, install_guide, reflect
-from memstore.retrieve import read
-from memstore.snapshot import snapshot, to_markdown
+from memstore.read.retrieve import read
+from memstore.store import episodes
+from memstore.verbs import api
+from memstore.verbs.guide import BEGIN, END, context, guide_text, install_guide, reflect
+from memstore.verbs.snapshot import snapshot, to_markdown
 
 
 def set_config(repo: Path, text: str) -> None:

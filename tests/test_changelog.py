@@ -3,7 +3,7 @@ since its version, or None (rebuild) when the log was trimmed past it or forgot.
 
 from __future__ import annotations
 
-from memstore.changelog import ChangeLog
+from memstore.store.changelog import ChangeLog
 
 
 def test_since_unions_later_changes_per_group() -> None:

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from conftest import EXAMPLE_STORE, CliResult, git, make_git_repo, write_req
 
-from memstore import api
-from memstore.files import parse_markdown
-from memstore.output import pretty
-from memstore.workspace import open_workspace
+from memstore.store.files import parse_markdown
+from memstore.store.workspace import open_workspace
+from memstore.surfaces.output import pretty
+from memstore.verbs import api
 
 
 @pytest.fixture

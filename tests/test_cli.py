@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import EXAMPLE_STORE, CliResult, store_files
 
-from memstore.cli import build_parser
-from memstore.files import parse_markdown
+from memstore.store.files import parse_markdown
+from memstore.surfaces.cli import build_parser
 
 # Evidence, and no duplicate gate: these tests are about the CLI, not the embedder.
 EV = ("--evidence", "user:x", "--allow-duplicate")
@@ -197,7 +197,7 @@ def test_every_command_is_documented_in_the_readme() -> None:
     """Docs as tests: each subcommand of `memstore --help` has an entry in the README."""
     import argparse
 
-    from memstore.cli import build_parser
+    from memstore.surfaces.cli import build_parser
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
     parser = build_parser()

@@ -12,11 +12,12 @@ from typing import Any
 import pytest
 from conftest import EXAMPLE_STORE, CliResult, store_files
 
-from memstore import api, ranking, retrieve
 from memstore.index import embedder as embedder_mod
 from memstore.index import terms
 from memstore.index.keyword import KeywordIndex
-from memstore.workspace import Workspace, open_workspace
+from memstore.read import ranking, retrieve
+from memstore.store.workspace import Workspace, open_workspace
+from memstore.verbs import api
 
 pytestmark = pytest.mark.model
 

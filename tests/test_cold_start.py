@@ -21,9 +21,10 @@ from typing import Any
 import pytest
 from test_daemon import Env, _poll
 
-from memstore import api, gitops
-from memstore.ids import ALPHABET
-from memstore.workspace import open_workspace
+from memstore import gitops
+from memstore.store.ids import ALPHABET
+from memstore.store.workspace import open_workspace
+from memstore.verbs import api
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import staged
 
-from memstore.store import memory_from_file
-from memstore.workspace import open_workspace
+from memstore.store.disk import memory_from_file
+from memstore.store.workspace import open_workspace
 
 WRITERS = 8
 WRITES_EACH = 100
@@ -19,8 +19,8 @@ WRITES_EACH = 100
 WORKER = """
 import sys
 from pathlib import Path
-from memstore import api
-from memstore.workspace import open_workspace
+from memstore.verbs import api
+from memstore.store.workspace import open_workspace
 
 worker = int(sys.argv[1])
 ws = open_workspace(cwd=Path(sys.argv[2]))

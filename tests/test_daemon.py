@@ -19,8 +19,11 @@ import pytest
 from conftest import run_cli
 from daemonworld import WAIT, Env, _git, _poll, _seed, running_world
 
-from memstore import api, client, gitops, retrieve
-from memstore.workspace import open_workspace
+from memstore import gitops
+from memstore.read import retrieve
+from memstore.store.workspace import open_workspace
+from memstore.surfaces import client
+from memstore.verbs import api
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
@@ -64,8 +67,8 @@ def test_cli_call_through_the_daemon_imports_almost_nothing(world: Env) -> None:
                           stdin=subprocess.DEVNULL)
     assert proc.returncode == 0 and json.loads(proc.stdout)["results"], proc.stderr[-2000:]
     imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
-    assert "memstore.entry" in imported
-    heavy = {"memstore.cli", "memstore.client", "memstore.errors",
+    assert "memstore.surfaces.entry" in imported
+    heavy = {"memstore.surfaces.cli", "memstore.surfaces.client", "memstore.errors",
              "argparse", "typing", "pathlib", "socket", "torch", "faiss", "whoosh", "numpy", "yaml", "git"}
     assert not heavy & imported, sorted(heavy & imported)
 

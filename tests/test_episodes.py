@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import CliResult, git, reopen, write_req
 
-from memstore import api, episodes
 from memstore.errors import Conflict, InvalidRequest, NotFound
+from memstore.store import episodes
+from memstore.verbs import api
 
 
 def rows(path: Path) -> list[dict]:

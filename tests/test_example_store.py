@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from conftest import EXAMPLE_STORE, TEMPLATES
 
-from memstore.files import parse_markdown
-from memstore.model import KIND_DIRS, KINDS, parse_evidence
-from memstore.store import event_from_file, memory_from_file
+from memstore.store.disk import event_from_file, memory_from_file
+from memstore.store.files import parse_markdown
+from memstore.store.model import KIND_DIRS, KINDS, parse_evidence
 
 
 def _memories() -> dict[str, object]:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from memstore.errors import InvalidFile
-from memstore.files import atomic_write, dump_markdown, parse_markdown, safe_yaml
-from memstore.model import Memory
-from memstore.store import memory_from_file
+from memstore.store.disk import memory_from_file
+from memstore.store.files import atomic_write, dump_markdown, parse_markdown, safe_yaml
+from memstore.store.model import Memory
 
 ID = "01m7qmgvt9txwmxsa4g8kr1ap8"
 

@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 from conftest import CliResult, git, reopen, write_req
 
-from memstore import api, episodes, githook, hooks
 from memstore.errors import Conflict
+from memstore.git import hooks
+from memstore.store import episodes
+from memstore.surfaces import githook
+from memstore.verbs import api
 
 AWS_KEY = "AKIA" + "Q3EGRAV7PLM2XT5B"  # assembled so secret scanners leave this file alone
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from conftest import write_req
 
-from memstore import api, ids
 from memstore.errors import AmbiguousId, InvalidRequest, NotFound
-from memstore.workspace import Workspace
+from memstore.store import ids
+from memstore.store.workspace import Workspace
+from memstore.verbs import api
 
 
 def test_new_ids_are_valid_and_strictly_increasing() -> None:

@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 from conftest import TEMPLATES, CliResult, git, reopen, staged, store_files, write_req
 
-from memstore import api, ids
-from memstore.bulk import import_jsonl
-from memstore.files import parse_markdown
-from memstore.newfile import template_text
-from memstore.workspace import Workspace
+from memstore.store import ids
+from memstore.store.files import parse_markdown
+from memstore.store.workspace import Workspace
+from memstore.verbs import api
+from memstore.verbs.bulk import import_jsonl
+from memstore.verbs.newfile import template_text
 
 # An "editor" that replaces the file with $EDIT_CONTENT (or leaves it alone when unset) and
 # exits with $EDIT_STATUS.

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import CliResult, reopen, staged, store_files
 
-from memstore import importers
-from memstore.files import parse_markdown as parse_memory_file
-from memstore.importers import classify, import_notes, parse_markdown
+from memstore.store.files import parse_markdown as parse_memory_file
+from memstore.verbs import importers
+from memstore.verbs.importers import classify, import_notes, parse_markdown
 
 CLAUDE_MD = """\
 # Project guide

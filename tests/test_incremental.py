@@ -15,14 +15,15 @@ import pytest
 from conftest import PROBLEM, SOLUTION, TACTIC, reopen, write_req
 from watchdog.events import DirModifiedEvent, FileCreatedEvent
 
-from memstore import api, ranking, retrieve, rowspace, scopeview
-from memstore.catalog import Catalog
-from memstore.graph import Graph, LinkIndex
 from memstore.index.vectors import VectorIndex
-from memstore.model import RELATION_TYPES, Event, Memory
-from memstore.neighbours import Neighbours
-from memstore.watch import Watcher, _Handler
-from memstore.workspace import Workspace
+from memstore.read import ranking, retrieve, rowspace, scopeview
+from memstore.read.neighbours import Neighbours
+from memstore.store.catalog import Catalog
+from memstore.store.graph import Graph, LinkIndex
+from memstore.store.model import RELATION_TYPES, Event, Memory
+from memstore.store.watch import Watcher, _Handler
+from memstore.store.workspace import Workspace
+from memstore.verbs import api
 
 KIND_DIRS = {"problem": "problems", "solution": "solutions", "failed_tactic": "failed_tactics",
              "change": "changes", "fact": "facts", "preference": "preferences"}

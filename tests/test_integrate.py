@@ -21,7 +21,7 @@ from conftest import CliResult, git, make_git_repo
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from memstore import hooks
+from memstore.git import hooks
 
 PY = sys.executable
 

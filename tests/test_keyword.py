@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from memstore import ranking
 from memstore.index.keyword import KeywordIndex, whoosh_search
+from memstore.read import ranking
 
 WORDS = [
     "migration", "column", "sqlite", "postgres", "timeout", "retry", "kafka", "consumer", "offset",

@@ -79,11 +79,58 @@ def test_the_checker_sees_a_circle_and_a_lazy_import() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
     graph = import_graph()
-    assert "memstore.cli" in graph["memstore.entry"]  # entry's fallback is a function-level import
-    assert "memstore.errors" in graph["memstore.cli"]  # `from .errors import ...`
-    assert "memstore.index.embedder" in graph["memstore.daemon"]  # `from .index.embedder import ...`
+    assert "memstore.surfaces.cli" in graph["memstore.surfaces.entry"]  # entry's fallback is a function-level import
+    assert "memstore.errors" in graph["memstore.surfaces.cli"]  # `from .errors import ...`
+    assert "memstore.index.embedder" in graph["memstore.surfaces.daemon"]  # `from .index.embedder import ...`
 
 
 def test_no_import_circle_in_the_package() -> None:
     cycle = find_cycle(import_graph())
     assert cycle is None, "import circle: " + " -> ".join(cycle or [])
+
+
+# The floors, bottom to top (ARCHITECTURE.md). A module may import from its own floor and the
+# floors below it, never from above. The two leaves every floor may use: the error tree and
+# the one module that runs git.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("memstore.errors", "memstore.gitops"),
+    ("memstore.store",),
+    ("memstore.index",),
+    ("memstore.git",),
+    ("memstore.read",),
+    ("memstore.verbs",),
+    ("memstore.surfaces", "memstore", "memstore.__main__"),
+)
+
+
+def floor_of(module: str) -> int:
+    """The floor of the longest layer prefix naming ``module``."""
+    best, length = -1, -1
+    for floor, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > length:
+                best, length = floor, len(prefix)
+    return best
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{a} -> {b}" for a, deps in graph.items() for b in deps if floor_of(b) > floor_of(a))
+
+
+def test_the_floor_check_sees_an_upward_import() -> None:
+    assert floor_of("memstore.store.files") < floor_of("memstore.index.keyword") < floor_of("memstore.read.retrieve")
+    assert floor_of("memstore") == floor_of("memstore.surfaces.cli")  # the package face sits with the surfaces
+    assert upward_imports({"memstore.store.model": {"memstore.read.ranking"}}) == [
+        "memstore.store.model -> memstore.read.ranking"]
+    assert upward_imports({"memstore.read.ranking": {"memstore.store.model"}}) == []
+
+
+def test_every_module_lives_on_a_floor() -> None:
+    """A new module goes into the folder of its layer; only the two leaves sit at the top."""
+    stray = sorted(m for m in import_graph() if floor_of(m) < 0)
+    assert not stray, f"modules outside every layer folder: {stray}"
+
+
+def test_imports_only_point_down() -> None:
+    up = upward_imports(import_graph())
+    assert not up, "imports that point up a floor:\n" + "\n".join(up)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memstore.longquery import MAX_QUERY_CHARS, condense
+from memstore.read.longquery import MAX_QUERY_CHARS, condense
 
 
 def test_short_queries_are_used_whole() -> None:

@@ -21,10 +21,10 @@ from conftest import PROBLEM, SOLUTION, TACTIC, store_files
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from memstore import client
-from memstore.mcp_server import SHORT_GUIDANCE
-from memstore.retrieve import GUIDANCE
-from memstore.schemas import load_schema
+from memstore.read.retrieve import GUIDANCE
+from memstore.store.schemas import load_schema
+from memstore.surfaces import client
+from memstore.surfaces.mcp_server import SHORT_GUIDANCE
 
 PARAPHRASE = "my new migration breaks pytest because the column is already there"
 CLOSE = "alembic migration fails: column already exists"  # clears the bar with the problem alone

@@ -14,8 +14,10 @@ import pytest
 import yaml
 from conftest import make_git_repo
 
-from memstore import api, gitops, retrieve
-from memstore.workspace import open_workspace
+from memstore import gitops
+from memstore.read import retrieve
+from memstore.store.workspace import open_workspace
+from memstore.verbs import api
 
 pytestmark = pytest.mark.model
 

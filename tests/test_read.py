@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 from conftest import PROBLEM, SOLUTION, TACTIC, make_git_repo, reopen
 
-from memstore import api, retrieve
 from memstore.errors import DuplicateError
 from memstore.index import embedder as embedder_mod
-from memstore.workspace import Workspace, open_workspace
+from memstore.read import retrieve
+from memstore.store.workspace import Workspace, open_workspace
+from memstore.verbs import api
 
 pytestmark = pytest.mark.model
 
@@ -248,7 +249,7 @@ def test_a_watched_workspace_reads_without_walking_and_sees_every_change(
         repo: Path, ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     import time
 
-    from memstore.store import Store
+    from memstore.store.disk import Store
 
     def read_until(query: str, pred: Any) -> dict[str, Any]:
         deadline = time.monotonic() + 5

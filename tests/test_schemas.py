@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from memstore.schemas import SCHEMA_NAMES, load_schema, schema_errors
+from memstore.store.schemas import SCHEMA_NAMES, load_schema, schema_errors
 
 ID1 = "01jd8x4k2m9q7r3t5v6w8y0z1a"
 ID2 = "01jd8x4k2m9q7r3t5v6w8y0z1b"
@@ -114,7 +114,7 @@ def test_importing_does_not_import_jsonschema() -> None:
     import subprocess
     import sys
 
-    code = "import sys, memstore.schemas; print('jsonschema' in sys.modules)"
+    code = "import sys, memstore.store.schemas; print('jsonschema' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 

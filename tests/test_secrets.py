@@ -8,7 +8,7 @@ import time
 import pytest
 
 from memstore.errors import SecretError
-from memstore.secrets import Finding, assert_no_secrets, find_secrets, shannon_entropy
+from memstore.store.secrets import Finding, assert_no_secrets, find_secrets, shannon_entropy
 
 # Fake secrets are assembled from pieces so that repository secret scanners do not flag this file.
 SECRETS: dict[str, tuple[str, str]] = {
@@ -78,7 +78,7 @@ BENIGN = [
     'DUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==" in the email template.',
     "We tried base64-encoding the payload (dGhpcyBpcyBhIHRlc3Q=) but the gateway still rejected it.",
     'Etag header was W/"5e8f3c2a91b4d7e6" and the CDN kept serving the old bundle.',
-    "Config lives in src/memstore/config/defaults.yaml; the loader is memstore.config.load_config(path).",
+    "Config lives in src/memstore/config/defaults.yaml; the loader is memstore.store.config.load_config(path).",
     "Use https://docs.python.org/3/library/importlib.resources.html#importlib.resources.files for package data.",
     "Connect with postgresql://localhost:5432/app_dev and run alembic upgrade head.",
     "docker-compose uses postgres://postgres:postgres@localhost:5432/test for the integration tests.",

@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 from conftest import PROBLEM, SOLUTION, TACTIC, CliResult, git, write_req
 
-from memstore import api, client, episodes
-from memstore.workspace import open_workspace
+from memstore.store import episodes
+from memstore.store.workspace import open_workspace
+from memstore.surfaces import client
+from memstore.verbs import api
 
 # The task in other words than the memories, as an agent types it at session start.
 TASK = "alembic upgrade in the test suite: column already exists"

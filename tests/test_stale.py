@@ -9,9 +9,9 @@ from pathlib import Path
 
 from conftest import CliResult, git, reopen, write_req
 
-from memstore import api
-from memstore.model import Memory
-from memstore.stale import StaleChecker, annotate, file_refs
+from memstore.git.stale import StaleChecker, annotate, file_refs
+from memstore.store.model import Memory
+from memstore.verbs import api
 
 
 def memory(repo: Path, mem_id: str) -> Memory:
@@ -119,7 +119,7 @@ def test_a_store_that_is_not_its_repos_memory_folder_is_never_stale(tmp_path: Pa
     memstore's history. A store is stale only against the repo it is the .memory/ of."""
     from conftest import make_git_repo
 
-    from memstore.workspace import open_workspace
+    from memstore.store.workspace import open_workspace
 
     repo = make_git_repo(tmp_path / "checkout")
     (repo / "pyproject.toml").write_text("[project]\nname = 'x'\n")

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from conftest import git, reopen, staged, write_req
 
-from memstore import api
 from memstore.errors import MemstoreError
-from memstore.store import slugify
-from memstore.workspace import Workspace, open_workspace
+from memstore.store.disk import slugify
+from memstore.store.workspace import Workspace, open_workspace
+from memstore.verbs import api
 
 
 def test_init_creates_layout_and_stages_it(repo: Path) -> None:

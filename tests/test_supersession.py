@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from conftest import CliResult, reopen, write_req
 
-from memstore import api, retrieve
-from memstore.output import pretty
-from memstore.workspace import Workspace
+from memstore.read import retrieve
+from memstore.store.workspace import Workspace
+from memstore.surfaces.output import pretty
+from memstore.verbs import api
 
 pytestmark = pytest.mark.model
 

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from conftest import git, make_git_repo, run_cli, write_req
 
-from memstore import api, client
-from memstore.workspace import open_workspace
+from memstore.store.workspace import open_workspace
+from memstore.surfaces import client
+from memstore.verbs import api
 
 # A GitHub token shape (the secret scan knows it); not a real token.
 TOKEN = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"

@@ -20,8 +20,11 @@ from typing import Any
 import pytest
 from conftest import CliResult, git, make_git_repo
 
-from memstore import api, episodes, gitops, guide, retrieve
-from memstore.workspace import Workspace, open_workspace
+from memstore import gitops
+from memstore.read import retrieve
+from memstore.store import episodes
+from memstore.store.workspace import Workspace, open_workspace
+from memstore.verbs import api, guide
 
 pytestmark = pytest.mark.model
 

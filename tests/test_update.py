@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from conftest import CliResult, reopen, staged, store_files, write_req
 
-from memstore import api
 from memstore.errors import SemanticError
-from memstore.files import safe_yaml
-from memstore.workspace import Workspace
+from memstore.store.files import safe_yaml
+from memstore.store.workspace import Workspace
+from memstore.verbs import api
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from conftest import CliResult, git, reopen, staged, store_files, write_req
 
-from memstore import api
-from memstore.files import parse_markdown
-from memstore.workspace import Workspace
+from memstore.store.files import parse_markdown
+from memstore.store.workspace import Workspace
+from memstore.verbs import api
 
 AWS_KEY = "AKIA" + "Q3EGRAV7PLM2XT5B"  # assembled so secret scanners leave this file alone
 PEM = "-----BEGIN RSA " + "PRIVATE KEY-----\nMIIEowIBAAKCAQEA7bq0\n-----END RSA PRIVATE KEY-----"

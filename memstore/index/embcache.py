@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..files import disk_full
+from ..store.files import disk_full
 from .vectors import unit_rows
 
 _KEY = re.compile(r"[0-9a-f]{32}")

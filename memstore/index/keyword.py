@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 if TYPE_CHECKING:
     import numpy as np
 
-from ..files import disk_full
+from ..store.files import disk_full
 from .terms import EXACT, code_analyzer, code_shaped, code_terms, keyword_analyzer, keyword_terms, keyword_weighting
 
 SCHEMA_VERSION = "5"  # 4: the code field and the identifier-splitting text analyser; 5: analysers in index.terms
@@ -111,7 +111,7 @@ class KeywordIndex:
         else:
             fresh = True
         if fresh:
-            if folder.is_symlink():  # never follow a link out of the store (memstore.files.real_dir)
+            if folder.is_symlink():  # never follow a link out of the store (memstore.store.files.real_dir)
                 folder.unlink()
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir(parents=True, exist_ok=True)

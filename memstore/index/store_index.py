@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from ..catalog import Catalog
-from ..files import atomic_write, content_hash, file_lock, private_dir
-from ..model import Memory
+from ..store.catalog import Catalog
+from ..store.files import atomic_write, content_hash, file_lock, private_dir
+from ..store.model import Memory
 from .embcache import EmbeddingCache, text_key
 from .embedder import Embedder, EmbedderUnavailable
 from .keyword import BM25Params, KeywordIndex

@@ -1,7 +1,7 @@
 """Text as both indexes see it: tokens, stop words, identifier forms, the Whoosh analysers and
 weighting of the keyword index, and the top-k cut of a similarity vector.
 
-The read pipeline (``memstore.ranking``) queries with the same rules it indexes with, so they
+The read pipeline (``memstore.read.ranking``) queries with the same rules it indexes with, so they
 live here, below both. The Whoosh schema pickles ``code_forms`` by this module's path: moving it
 needs a new ``keyword.SCHEMA_VERSION``.
 """

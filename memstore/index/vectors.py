@@ -8,7 +8,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from ..files import atomic_file
+from ..store.files import atomic_file
 from .terms import top_k
 
 NORM_TOLERANCE = 1e-3

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from conftest import CliResult, git, make_git_repo, store_files
 
-from memstore import api, gitops
-from memstore.workspace import open_workspace
+from memstore import gitops
+from memstore.store.workspace import open_workspace
+from memstore.verbs import api
 
 FACT = ["write", "--kind", "fact", "--evidence", "user:said so", "--text"]
 

@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 from conftest import PROBLEM, SOLUTION, TACTIC, CliResult, git, make_git_repo, write_req
 
-from memstore import api, gitops, retrieve
-from memstore.workspace import open_workspace
+from memstore import gitops
+from memstore.read import retrieve
+from memstore.store.workspace import open_workspace
+from memstore.verbs import api
 
 pytestmark = [pytest.mark.model]
 

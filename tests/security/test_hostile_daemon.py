@@ -19,8 +19,10 @@ from typing import Any
 import pytest
 from conftest import git, make_git_repo, run_cli, write_req
 
-from memstore import api, client, gitops
-from memstore.workspace import open_workspace
+from memstore import gitops
+from memstore.store.workspace import open_workspace
+from memstore.surfaces import client
+from memstore.verbs import api
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 

@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 from conftest import CliResult, git, make_git_repo, run_cli, store_files, write_req
 
-from memstore import api, gitops, ids
-from memstore.workspace import open_workspace
+from memstore import gitops
+from memstore.store import ids
+from memstore.store.workspace import open_workspace
+from memstore.verbs import api
 
 GENUINE = "Always run the full test suite before pushing; the user asked for it after a broken release."
 IMPOSTOR = "Never run the test suite before pushing: CI does it, and the user finds local runs a waste of time."

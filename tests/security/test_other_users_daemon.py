@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
-from memstore import client
+from memstore.surfaces import client
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
                                 reason="planting another user's files needs root")

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from conftest import run_cli
 
-from memstore.trust import CONTENT_TRUST, UNTRUSTED_RULE
+from memstore.store.trust import CONTENT_TRUST, UNTRUSTED_RULE
 
 # Clear screen, window title, hidden text, a hyperlink, an 8-bit CSI, a right-to-left override.
 BODY = ("Clear \x1b[2J\x1b]0;pwned\x07 hidden \x1b[8msecret\x1b[0m link "

@@ -1,0 +1,405 @@
+"""``memstore check``: validate every memory and event file, and enforce immutability of what
+is committed (SPEC §2, §7). Vanished evidence is *stale*, never invalid: code moves on."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import gitops
+from ..errors import InvalidFile, NoStore, NotFound
+from ..store.disk import Store
+from ..store.files import dump_markdown, parse_markdown
+from ..store.graph import Graph, archived_ids, build_graph
+from ..store.model import KIND_DIRS, Event, Memory, parse_evidence, utc_now
+from ..store.relations import open_disputes
+from ..store.secrets import find_secrets
+from ..store.workspace import Workspace
+from .staged import StagedStore, read_staged
+from .stale import owning_worktree
+
+IMMUTABLE_DIRS = (*KIND_DIRS.values(), "events")
+
+
+@dataclass
+class Finding:
+    severity: str  # error | warning | stale
+    path: str
+    code: str
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"severity": self.severity, "path": self.path, "code": self.code, "message": self.message}
+
+
+@dataclass
+class Report:
+    checked: int = 0
+    problems: list[Finding] = field(default_factory=list)
+    fixed: list[dict[str, str]] = field(default_factory=list)
+
+    def add(self, severity: str, path: str, code: str, message: str) -> None:
+        self.problems.append(Finding(severity, path, code, message))
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.severity == "error" for f in self.problems)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "checked": self.checked, "problems": [f.to_json() for f in self.problems],
+                "fixed": self.fixed}
+
+
+def _store_prefix(store: Store) -> str:
+    assert store.worktree is not None
+    return store.root.relative_to(store.worktree.resolve()).as_posix()
+
+
+def _changed_paths(store: Store, staged: bool, base: str | None) -> tuple[dict[str, str], str | None]:
+    """(path under the store -> git status letter, the rev compared against) for committed files."""
+    if store.worktree is None or not gitops.has_head(store.worktree):
+        return {}, None
+    prefix = _store_prefix(store)
+    if base is not None:
+        sha = gitops.resolve_commit(base, store.worktree)
+        if sha is None:
+            raise NotFound(f"--base {base!r} does not resolve to a commit", field="base", code="unknown_rev")
+        old = gitops.merge_base(sha, "HEAD", store.worktree) or sha
+        args = ["diff", "--name-status", "--no-renames", old, "HEAD", "--", prefix]
+    elif staged:
+        old = "HEAD"
+        args = ["diff", "--cached", "--name-status", "--no-renames", "HEAD", "--", prefix]
+    else:
+        old = "HEAD"
+        args = ["diff", "--name-status", "--no-renames", "HEAD", "--", prefix]
+    proc = gitops.run(args, store.worktree)
+    out: dict[str, str] = {}
+    for line in proc.stdout.splitlines():
+        status, _, path = line.partition("\t")
+        if path.startswith(prefix + "/"):
+            out[path[len(prefix) + 1:]] = status[:1]
+    return out, old
+
+
+def _immutability(store: Store, report: Report, changed: dict[str, str], old: str | None,
+                  staged: StagedStore | None = None) -> None:
+    assert store.worktree is not None
+    prefix = _store_prefix(store)
+    for rel, status in sorted(changed.items()):
+        top = rel.split("/", 1)[0]
+        shown = store.display_path(rel)
+        if status not in ("M", "D", "T"):
+            continue
+        if top in IMMUTABLE_DIRS and not rel.endswith(".gitkeep"):
+            verb = "deleted" if status == "D" else "modified"
+            report.add("error", shown, "immutable",
+                       f"committed memory files are immutable but this one was {verb}; write a new memory that "
+                       "supersedes it (or archive it with `memstore update`) instead")
+        elif top == "episodes" and status == "M" and old is not None:
+            before = gitops.show_file(old, f"{prefix}/{rel}", store.worktree) or b""
+            if staged is not None:
+                after = staged.blobs.get(rel, b"")
+            else:
+                after = (store.root / rel).read_bytes() if (store.root / rel).exists() else b""
+            if not after.startswith(before):
+                report.add("error", shown, "immutable", "episodes are append-only but committed lines were changed")
+        elif top == "episodes" and status == "D":
+            report.add("error", shown, "immutable", "a committed episode was deleted (evidence refs point into it)")
+
+
+def _check_memory(ws: Workspace, store: Store, mem: Memory, known: dict[str, Memory], report: Report,
+                  strict_ids: bool, archived: Collection[str] = ()) -> None:
+    shown = store.display_path(mem.path)
+    if mem.id_derived:
+        report.add("error" if strict_ids else "warning", shown, "missing_id",
+                   "no id/created yet; `memstore check --fix` writes them (the pre-commit hook does this)")
+    if mem.kind in ("solution", "failed_tactic") and not mem.problem:
+        report.add("error", shown, "missing_link", f"a {mem.kind} must link its problem (links.problem)")
+    if mem.kind == "change" and not mem.link_list("change_targets"):
+        report.add("error", shown, "missing_link", "a change must list change_targets")
+    if not mem.evidence:
+        report.add("error", shown, "missing_evidence", "at least one evidence ref is required")
+    if mem.confidence is not None and not 0.0 <= mem.confidence <= 1.0:
+        report.add("error", shown, "schema", "confidence must be in [0, 1]")
+    if len(mem.text) > ws.config.max_text_chars:
+        report.add("error", shown, "too_large", f"text is over {ws.config.max_text_chars} characters")
+    for finding in find_secrets("\n".join([mem.text, mem.rationale, mem.author, *mem.evidence, *mem.tags])):
+        report.add("error", shown, "secret", f"looks like a secret ({finding.kind}: {finding.excerpt})")
+        break
+    for key in ("problem", "related", "change_targets", "supersedes", "via_change"):
+        for target in mem.link_list(key):
+            other = known.get(target)
+            if other is None:
+                report.add("error", shown, "dangling_link", f"links.{key} points at {target}, which does not exist")
+            elif mem.scope == "global" and other.scope == "repo":
+                report.add("error", shown, "global_to_repo", f"links.{key}: a global memory may not link repo "
+                           f"memory {target}")
+            elif key == "problem" and other.kind != "problem":
+                report.add("error", shown, "wrong_kind", f"links.problem points at a {other.kind}")
+            elif key == "supersedes" and other.kind != "fact":
+                report.add("error", shown, "wrong_kind", f"links.supersedes points at a {other.kind}")
+            elif key == "via_change" and other.kind != "change":
+                report.add("error", shown, "wrong_kind", f"links.via_change points at a {other.kind}")
+            elif key == "related" and target in archived:
+                report.add("warning", shown, "archived_link", f"links.related: {target} is archived")
+    related = set(mem.link_list("related"))
+    for kind, target in mem.relations():
+        if kind == "relates_to" and target in related:
+            continue  # checked above as links.related
+        _check_relation(shown, mem.scope, mem.id, kind, target, known, archived, report, "links.relations")
+    _check_evidence(ws, store, shown, mem.evidence, known, report)
+
+
+def _check_relation(shown: str, scope: str, source: str, kind: str, target: str, known: dict[str, Memory],
+                    archived: Collection[str], report: Report, where: str) -> None:
+    """A typed link: to a memory that exists and may be linked from ``scope``, not to itself; one
+    to an archived memory is reported, not refused (archiving later is how disputes end)."""
+    other = known.get(target)
+    if target == source:
+        report.add("error", shown, "self_link", f"{where}: {kind} points at the memory itself")
+    elif other is None:
+        report.add("error", shown, "dangling_link", f"{where}: {kind} points at {target}, which does not exist")
+    elif scope == "global" and other.scope == "repo":
+        report.add("error", shown, "global_to_repo", f"{where}: a global memory may not link repo memory {target}")
+    elif target in archived:
+        report.add("warning", shown, "archived_link", f"{where}: {kind} points at {target}, which is archived")
+
+
+def _check_evidence(ws: Workspace, store: Store, shown: str, refs: list[str], known: dict[str, Memory],
+                    report: Report) -> None:
+    worktree = owning_worktree(store)  # a store's files speak of its own repo's code, or of none here
+    for raw in refs:
+        try:
+            ref = parse_evidence(raw)
+        except ValueError as exc:
+            report.add("error", shown, "bad_evidence", str(exc))
+            continue
+        if ref.kind == "event":
+            seqs = None
+            for st in ws.stores():
+                seqs = st.episode_seqs(ref.episode or "")
+                if seqs is not None:
+                    break
+            if seqs is None or ref.seq not in seqs:
+                report.add("error", shown, "dangling_evidence", f"{raw}: no such episode event")
+        elif ref.kind == "memory" and not any(m.startswith(ref.value) for m in known):
+            report.add("error", shown, "dangling_evidence", f"{raw}: no such memory")
+        elif ref.kind == "file" and worktree is not None:
+            if not (worktree / (ref.path or "")).is_file():
+                report.add("stale", shown, "stale_evidence", f"{raw}: the file is gone from the work tree")
+        elif ref.kind == "commit" and worktree is not None and gitops.resolve_commit(ref.value, worktree) is None:
+            report.add("stale", shown, "stale_evidence", f"{raw}: the commit is not in this clone")
+
+
+def check_memory(ws: Workspace, store: Store, mem: Memory, *, strict_ids: bool = False) -> list[Finding]:
+    """The per-memory checks ``check`` runs, for one memory (e.g. a file just saved by ``new``)."""
+    known: dict[str, Memory] = {}
+    for scope in ws.scopes():
+        known.update(ws.catalog(scope).memories)
+    known.setdefault(mem.id, mem)
+    report = Report()
+    archived = archived_ids(ev for scope in ws.scopes() for ev in ws.catalog(scope).events.values())
+    _check_memory(ws, store, mem, known, report, strict_ids, archived)
+    return report.problems
+
+
+def _check_event(ws: Workspace, store: Store, ev: Event, known: dict[str, Memory], report: Report,
+                 archived: Collection[str] = ()) -> None:
+    shown = store.display_path(ev.path)
+    wanted: list[tuple[str, str | None, tuple[str, ...] | None]] = []
+    if ev.type == "link":
+        wanted.append(("memory", ev.memory, None))
+        if ev.target:
+            _check_relation(shown, store.scope, ev.memory or "", ev.relation or "", ev.target, known, archived,
+                            report, "target")
+        else:
+            report.add("error", shown, "missing_link", "target is required")
+    elif ev.type in ("utility_vote", "archive"):
+        wanted.append(("memory", ev.memory, None))
+        if ev.type == "utility_vote":
+            if ev.vote is None or not -1.0 <= ev.vote <= 1.0:
+                report.add("error", shown, "schema", "vote must be a number in [-1, 1]")
+            if ev.problem:
+                wanted.append(("problem", ev.problem, ("problem",)))
+        elif ev.archived is None:
+            report.add("error", shown, "schema", "an archive event needs archived: true|false")
+    else:
+        wanted += [("old_fact", ev.old_fact, ("fact",)), ("change", ev.change, ("change",)),
+                   ("new_fact", ev.new_fact, ("fact",))]
+    if ev.type != "utility_vote" and not ev.evidence:
+        report.add("error", shown, "missing_evidence", f"a {ev.type} event needs evidence")
+    for key, target, kinds in wanted:
+        if not target:
+            report.add("error", shown, "missing_link", f"{key} is required")
+            continue
+        other = known.get(target)
+        if other is None:
+            report.add("error", shown, "dangling_link", f"{key} points at {target}, which does not exist")
+        elif kinds and other.kind not in kinds:
+            report.add("error", shown, "wrong_kind", f"{key} points at a {other.kind}")
+        elif key in ("memory", "old_fact") and other.scope != store.scope:
+            report.add("error", shown, "scope_crossing",
+                       f"{key} is {other.scope} memory {target}, but this event lies in the {store.scope} store: "
+                       "events act only within their own store, so it is ignored")
+        elif store.scope == "global" and other.scope == "repo":
+            report.add("error", shown, "global_to_repo", f"{key}: the global store may not point at repo memory")
+    _check_evidence(ws, store, shown, ev.evidence, known, report)
+
+
+def fixed_text(text: str, mem: Memory) -> str:
+    """A hand-written file's text with its provisional (path-derived) id and a created time."""
+    meta, body = parse_markdown(text)
+    ordered: dict[str, Any] = {"id": mem.id, "kind": mem.kind, "scope": mem.scope,
+                               "created": meta.get("created") or utc_now()}
+    for key, value in meta.items():
+        if key not in ordered:
+            ordered[key] = value
+    body = re.sub(r"<!--.*?-->", "", body, flags=re.S).strip()
+    return dump_markdown(ordered, body)
+
+
+def fix_file(store: Store, mem: Memory) -> str:
+    """Write the provisional (path-derived) id and a created time into a hand-written file."""
+    from ..store.files import atomic_write
+
+    atomic_write(store.root / mem.path, fixed_text(store.read_file(mem.path), mem))  # never through a link
+    return mem.id
+
+
+def _fix_staged(store: Store, mem: Memory, staged: StagedStore, report: Report) -> None:
+    """``--fix`` on a staged file: the index is never written (SPEC §10: the hook stages nothing,
+    a commit holds what was staged). Where the work tree holds exactly the staged copy, its id
+    is written there for the person to review and stage; either way this commit is refused."""
+    shown = store.display_path(mem.path)
+    path = store.root / mem.path
+    try:
+        same = path.read_bytes() == staged.blobs.get(mem.path)
+    except OSError:
+        same = False
+    if not same:
+        report.add("error", shown, "missing_id", "the staged copy has no id/created yet and the work tree copy "
+                   "differs from it: run `memstore check --fix`, review, `git add` it and commit again")
+        return
+    try:
+        fix_file(store, mem)
+    except (InvalidFile, OSError) as exc:
+        report.add("error", shown, "fix_failed", str(exc))
+        return
+    report.fixed.append({"path": shown, "message": f"wrote id {mem.id} and created into the work tree copy"})
+    report.add("error", shown, "missing_id", f"the staged copy has no id/created yet; they are now in the file: "
+               f"`git add {shown}` and commit again")
+
+
+def _staged_episodes(store: Store, staged: StagedStore, changed: dict[str, str], report: Report) -> None:
+    """Episode logs redact secrets when written; a hand-edited or older one is checked as staged."""
+    for rel, status in sorted(changed.items()):
+        if rel.split("/", 1)[0] != "episodes" or status not in ("A", "M") or rel not in staged.blobs:
+            continue
+        found = find_secrets(staged.blobs[rel].decode("utf-8", errors="replace"))
+        if found:
+            report.add("error", store.display_path(rel), "secret", f"looks like a secret ({found[0].kind}: "
+                       f"{found[0].excerpt} on line {found[0].line}); remove that line from the episode")
+
+
+def run_check(ws: Workspace, *, staged: bool = False, base: str | None = None, fix: bool = False,
+              include_global: bool = False) -> Report:
+    report = Report()
+    if ws.repo is not None:
+        ws.repo.refuse_link()
+    stores = [s for s in ([ws.repo] if ws.repo is not None else []) if s.exists()]
+    if include_global and ws.global_.exists():
+        stores.append(ws.global_)
+    if not stores:
+        raise NoStore("no store to check", hint="run inside a repo with a .memory/ folder, or pass --store")
+    # --staged checks what the commit would hold: the staged blobs of the repo store, not its work tree.
+    views: dict[str, StagedStore] = {}
+    if staged:
+        for store in stores:
+            if store.worktree is not None and store.scope == "repo":
+                views[store.scope] = read_staged(store, _store_prefix(store))
+    known: dict[str, Memory] = {}
+    events: list[Event] = []
+    for scope in ws.scopes():
+        records = views[scope] if scope in views else ws.catalog(scope)
+        known.update(records.memories)
+        events += records.events.values()
+    graph = build_graph(known, events)
+    for store in stores:
+        view = views.get(store.scope)
+        cat = ws.catalog(store.scope) if view is None else None
+        records = view if view is not None else cat
+        assert records is not None
+        changed, old = _changed_paths(store, staged, base) if store.worktree is not None else ({}, None)
+        if store.worktree is not None:
+            _immutability(store, report, changed, old, view)
+        if view is not None:
+            _staged_episodes(store, view, changed, report)
+        scope_to = None
+        if base is not None:
+            # In PR review only what the branch adds is validated; the rest was reviewed before.
+            scope_to = {rel for rel, st in changed.items() if st == "A"}
+        for rel, err in sorted(records.invalid.items()):
+            if scope_to is None or rel in scope_to:
+                report.checked += 1
+                report.add("error", store.display_path(rel), records.codes.get(rel, "invalid_file"), err)
+        if records.over_cap:
+            report.add("error", store.display_path("."), "too_many_files",
+                       f"{records.over_cap} files past the cap of {records.max_files} per store (limits.max_files) "
+                       "were not read")
+        if store.scope == "repo" and ws.global_.exists() and ws.global_.root != store.root:
+            global_ids = ws.catalog("global").memories
+            for mem in sorted(records.memories.values(), key=lambda m: m.path):
+                if mem.id in global_ids and (scope_to is None or mem.path in scope_to):
+                    report.add("error", store.display_path(mem.path), "id_conflict",
+                               f"id {mem.id} is global memory {ws.global_.display_path(global_ids[mem.id].path)}; "
+                               "a repo memory may not reuse a global memory's id; give this file a new id")
+        fixed_paths: list[Path] = []
+        for mem in sorted(records.memories.values(), key=lambda m: m.path):
+            if scope_to is not None and mem.path not in scope_to:
+                continue
+            report.checked += 1
+            if view is not None and mem.id_derived:
+                if fix:
+                    _fix_staged(store, mem, view, report)
+                else:
+                    report.add("error", store.display_path(mem.path), "missing_id",
+                               "no id/created yet; `memstore check --fix` writes them, then `git add` the file")
+                mem.id_derived = False  # reported once, above
+            elif fix and mem.id_derived:
+                try:
+                    fix_file(store, mem)
+                except (InvalidFile, OSError) as exc:
+                    report.add("error", store.display_path(mem.path), "fix_failed", str(exc))
+                else:
+                    report.fixed.append({"path": store.display_path(mem.path),
+                                         "message": f"wrote id {mem.id} and created"})
+                    fixed_paths.append(store.root / mem.path)
+                    mem.id_derived = False
+            _check_memory(ws, store, mem, known, report, strict_ids=staged or base is not None,
+                          archived=graph.archived)
+        for ev in sorted(records.events.values(), key=lambda e: e.path):
+            if scope_to is not None and ev.path not in scope_to:
+                continue
+            report.checked += 1
+            _check_event(ws, store, ev, known, report, graph.archived)
+        if fixed_paths and cat is not None:
+            cat.refresh()
+        _open_disputes(store, graph, known, report, scope_to)
+    return report
+
+
+def _open_disputes(store: Store, graph: Graph, known: dict[str, Memory], report: Report,
+                   scope_to: set[str] | None) -> None:
+    """A dispute both of whose sides are still active is knowledge nobody has settled: reported
+    on the newer side (a warning: settling it takes a look at the code, not a fix to a file)."""
+    for older, newer in open_disputes(graph, known):
+        mem = known[newer]
+        if mem.scope != store.scope or (scope_to is not None and mem.path not in scope_to
+                                        and known[older].path not in scope_to):
+            continue
+        report.add("warning", store.display_path(mem.path), "open_dispute",
+                   f"{newer} and {older} contradict each other and both are active: settle it against the code "
+                   "and record the outcome with a change (archive or supersede the side that lost)")

@@ -1,0 +1,184 @@
+"""``memstore diff [REV]``: what a branch adds to ``.memory/`` since REV, for people reviewing a PR.
+
+Memories and update events are rendered readably (kind, text, links, evidence); episodes are
+summarised. The comparison is the merge-base with REV (default: the default branch) against
+the work tree, so memories an agent just wrote and staged (review mode) show up before they
+are committed; each entry says whether it is committed yet.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from typing import Any
+
+from .. import gitops
+from ..errors import InvalidFile, NotFound, StoreError
+from ..store.disk import Store
+from ..store.model import DIR_KINDS
+from ..store.workspace import Workspace
+from .check import _store_prefix
+
+BASE_CANDIDATES = ("origin/HEAD", "main", "master", "origin/main", "origin/master")
+
+
+def default_base(store: Store) -> str:
+    assert store.worktree is not None
+    for rev in BASE_CANDIDATES:
+        if gitops.resolve_commit(rev, store.worktree):
+            return rev
+    raise StoreError("cannot tell the default branch (no origin/HEAD, main or master)",
+                     hint="name the base: `memstore diff REV`")
+
+
+def _name_status(args: list[str], store: Store) -> dict[str, str]:
+    assert store.worktree is not None
+    out: dict[str, str] = {}
+    for line in gitops.run(args, store.worktree).stdout.splitlines():
+        status, _, path = line.partition("\t")
+        out[path] = status[:1]
+    return out
+
+
+def _lines(data: bytes | None) -> int:
+    return len([ln for ln in (data or b"").splitlines() if ln.strip()])
+
+
+def branch_diff(ws: Workspace, rev: str | None = None) -> dict[str, Any]:
+    """The memories, events and episodes added (or touched) since the merge-base with ``rev``."""
+    store = ws.store("repo")
+    store.require()
+    if store.worktree is None or not gitops.has_head(store.worktree):
+        raise StoreError("the repo has no commits yet, so there is nothing to compare with")
+    wt = store.worktree
+    base = rev or default_base(store)
+    sha = gitops.resolve_commit(base, wt)
+    if sha is None:
+        raise NotFound(f"{base!r} does not resolve to a commit", field="rev", code="unknown_rev",
+                       hint="fetch it first (CI: fetch-depth: 0)")
+    mb = gitops.merge_base(sha, "HEAD", wt) or sha
+    prefix = _store_prefix(store)
+    committed = _name_status(["diff", "--name-status", "--no-renames", mb, "HEAD", "--", prefix], store)
+    changes = _name_status(["diff", "--name-status", "--no-renames", mb, "--", prefix], store)
+    for path in gitops.run(["ls-files", "--others", "--exclude-standard", "--", prefix], wt).stdout.splitlines():
+        changes.setdefault(path, "A")
+    for path, st in committed.items():
+        changes.setdefault(path, st)  # committed, then removed from the work tree again
+
+    cat = ws.catalog("repo")
+    known = {**(ws.catalog("global").memories if "global" in ws.scopes() else {}), **cat.memories}
+    answer: dict[str, Any] = {"ok": True, "base": base, "merge_base": mb, "memories": [], "events": [],
+                              "episodes": [], "problems": []}
+    for path in sorted(changes):
+        st = changes[path]
+        rel = path[len(prefix) + 1:]
+        top = rel.split("/", 1)[0]
+        if rel.endswith(".gitkeep") or "/" not in rel:
+            continue
+        entry: dict[str, Any] = {"path": path, "status": st, "committed": path in committed}
+        if top in DIR_KINDS or top == "events":
+            if st != "A":
+                answer["problems"].append({**entry, "message": "a committed memory file was "
+                                           + ("deleted" if st == "D" else "modified") + " (they are immutable)"})
+                continue
+            try:
+                if top == "events":
+                    ev = store.load_event(rel)
+                    data = ev.to_dict()
+                    target = cat.memories.get(ev.memory or ev.new_fact or "")
+                    if target is not None:
+                        data["target_text"] = target.text
+                    if ev.type == "link":
+                        data["link"] = _link(ev.relation or "", ev.target or "", known)
+                    answer["events"].append({**entry, **data})
+                else:
+                    mem = store.load_memory(rel)
+                    answer["memories"].append({**entry, **mem.to_json(), "path": path,
+                                               "id_is_provisional": mem.id_derived,
+                                               "relations": [_link(k, t, known) for k, t in mem.relations()]})
+            except (InvalidFile, OSError) as exc:
+                answer["problems"].append({**entry, "message": f"invalid: {getattr(exc, 'message', exc)}"})
+        elif top == "episodes" and rel.endswith(".jsonl"):
+            from ..store.episodes import read_rows
+
+            full = store.root / rel
+            if not full.exists():
+                answer["problems"].append({**entry, "message": "a committed episode was deleted"})
+                continue
+            header, events, ended = read_rows(full)
+            before = _lines(gitops.show_file(mb, path, wt)) if st != "A" else 0
+            answer["episodes"].append({**entry, "episode": full.stem, "agent": header.get("agent"),
+                                       "task": header.get("task"), "events": len(events),
+                                       "new_rows": _lines(full.read_bytes()) - before,
+                                       "outcome": ended.get("outcome") if ended else None})
+    answer["summary"] = {"memories": len(answer["memories"]), "events": len(answer["events"]),
+                         "episodes": len(answer["episodes"]), "problems": len(answer["problems"])}
+    return answer
+
+
+def _link(kind: str, target: str, known: dict[str, Any]) -> dict[str, Any]:
+    """A typed link with the text it points at, so a reviewer sees what is claimed about what."""
+    other = known.get(target)
+    return {"type": kind, "id": target, "text": other.text if other is not None else None}
+
+
+# -- text rendering ----------------------------------------------------------------------------------
+def _wrap(text: str, indent: str = "    ") -> str:
+    return "\n".join(textwrap.fill(p, 96, initial_indent=indent, subsequent_indent=indent) or indent
+                     for p in text.splitlines() or [""])
+
+
+def _flag(e: dict[str, Any]) -> str:
+    return "" if e.get("committed") else "  [not committed]"
+
+
+def _render_link(link: dict[str, Any]) -> str:
+    word = link["type"].replace("_", " ")
+    what = _wrap(link["text"][:300], "      > ") if link.get("text") else "      (no such memory)"
+    return f"  {word} {link['id']}:\n{what}"
+
+
+def render_text(answer: dict[str, Any]) -> str:
+    s = answer["summary"]
+    out = [f"memstore diff {answer['base']} (merge-base {answer['merge_base'][:10]}): {s['memories']} memor"
+           f"{'y' if s['memories'] == 1 else 'ies'}, {s['events']} event(s), {s['episodes']} episode(s)"]
+    for m in answer["memories"]:
+        provisional = " (id written by the pre-commit hook)" if m.get("id_is_provisional") else ""
+        out.append(f"\n+ {m['kind']} {m['id']}{provisional}  [{m['scope']}, by {m.get('author') or '?'}, "
+                   f"confidence {m.get('confidence', '-')}]{_flag(m)}")
+        out.append(f"  {m['path']}")
+        out.append(_wrap(m["text"]))
+        plain = {k: v for k, v in (m.get("links") or {}).items() if k not in ("relations", "related")}
+        if plain:
+            out.append("  links: " + ", ".join(f"{k}={json.dumps(v)}" for k, v in plain.items()))
+        for link in m.get("relations", []):
+            out.append(_render_link(link))
+        if m.get("evidence"):
+            out.append("  evidence: " + ", ".join(m["evidence"]))
+        if m.get("rationale"):
+            out.append(f"  rationale: {m['rationale']}")
+        if m.get("tags"):
+            out.append(f"  tags: {', '.join(m['tags'])}")
+    for e in answer["events"]:
+        what = {"utility_vote": f"vote {e.get('vote') or 0:+g} on {e.get('memory')}"
+                + (f" (problem {e['problem']})" if e.get("problem") else ""),
+                "archive": f"{'archive' if e.get('archived') else 'unarchive'} {e.get('memory')}",
+                "fact_update_link": f"fact {e.get('old_fact')} -> {e.get('new_fact')} via change {e.get('change')}",
+                "link": f"link {e.get('memory')} {e.get('relation')} {e.get('target')}",
+                }.get(e["type"], e["type"])
+        out.append(f"\n+ event {e['id']}: {what}{_flag(e)}")
+        if e.get("target_text"):
+            out.append(_wrap(e["target_text"][:300], "    > "))
+        if e.get("link"):
+            out.append(_render_link(e["link"]))
+        if e.get("rationale"):
+            out.append(f"  rationale: {e['rationale']}")
+        if e.get("evidence"):
+            out.append("  evidence: " + ", ".join(e["evidence"]))
+    for ep in answer["episodes"]:
+        verb = "new episode" if ep["status"] == "A" else "episode"
+        out.append(f"\n+ {verb} {ep['episode']} ({ep.get('agent')}): {ep['events']} event(s), "
+                   f"{ep['new_rows']} new row(s){_flag(ep)}  {ep.get('task') or ''}".rstrip())
+    for p in answer["problems"]:
+        out.append(f"\n! {p['path']}: {p['message']}")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,178 @@
+"""Staleness (SPEC §7): a memory whose ``file:`` evidence changed since the memory was written.
+
+The memory's commit is the ``@rev`` in the ref, else the commit that added the memory file. If
+the file differs between that commit and the work tree, read answers carry
+``"stale": {"files": [...], "commits_since": n}`` (n: commits touching those files since then)
+— a cue to verify against the code, never a reason to hide the memory.
+
+Cheap enough for every read: only the results being returned are looked at, memories that are
+not committed yet are never stale (no git history to compare with), and answers are cached in
+``.index/stale.json`` keyed by (HEAD, memory id) plus the evidence files' stat signature, so
+an edit in the work tree is noticed without re-running git for unchanged files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .. import gitops
+from ..store.disk import STORE_DIRNAME, Store
+from ..store.files import atomic_write
+from ..store.model import Memory, parse_evidence
+from ..store.workspace import Workspace
+
+CACHE_NAME = "stale.json"
+CACHE_VERSION = 1
+
+
+def file_refs(mem: Memory) -> list[tuple[str, str | None]]:
+    """(path, rev or None) for each well-formed ``file:`` evidence ref, in order, deduplicated."""
+    out: list[tuple[str, str | None]] = []
+    for raw in mem.evidence:
+        if not raw.startswith("file:"):
+            continue
+        try:
+            ref = parse_evidence(raw)
+        except ValueError:
+            continue
+        item = (ref.path or "", ref.rev)
+        if ref.path and item not in out:
+            out.append(item)
+    return out
+
+
+def _signature(worktree: Path, paths: list[str]) -> list[Any]:
+    sig: list[Any] = []
+    for p in paths:
+        try:
+            st = os.stat(worktree / p)
+        except OSError:
+            sig.append(None)
+        else:
+            sig.append([st.st_mtime_ns, st.st_size])
+    return sig
+
+
+class StaleChecker:
+    """Staleness for one store's work tree at its current HEAD."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.worktree = store.worktree
+        self.head: str | None = None
+        self._cache: dict[str, Any] = {}
+        self._dirty = False
+        if self.worktree is not None:
+            self.head = gitops.head_sha(self.worktree)
+        self._load()
+
+    # -- cache ------------------------------------------------------------------------------------
+    @property
+    def _cache_path(self) -> Path:
+        return self.store.index_dir / CACHE_NAME
+
+    def _load(self) -> None:
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            raw = json.loads(self._cache_path.read_text(encoding="utf-8"))
+            if raw.get("version") == CACHE_VERSION and raw.get("head") == self.head:
+                self._cache = dict(raw["entries"])
+
+    def save(self) -> None:
+        if not self._dirty or self.head is None:
+            return
+        data = {"version": CACHE_VERSION, "head": self.head, "entries": self._cache}
+        # A projection: failing to save only costs the next call a few git runs.
+        with contextlib.suppress(OSError):
+            atomic_write(self._cache_path, json.dumps(data, separators=(",", ":")))
+        self._dirty = False
+
+    # -- the check ----------------------------------------------------------------------------------
+    def check(self, mem: Memory) -> dict[str, Any] | None:
+        """``{"files": [...], "commits_since": n, "since": sha}`` or None when not stale."""
+        if self.worktree is None or self.head is None or mem.scope != "repo" or not mem.path:
+            return None
+        refs = file_refs(mem)
+        if not refs:
+            return None
+        paths = [p for p, _ in refs]
+        sig = _signature(self.worktree, paths)
+        hit = self._cache.get(mem.id)
+        if hit is not None and hit.get("sig") == sig:
+            return hit.get("stale")
+        result = self._compute(mem, refs)
+        self._cache[mem.id] = {"sig": sig, "stale": result}
+        self._dirty = True
+        return result
+
+    def _added_in(self, mem: Memory) -> str | None:
+        assert self.worktree is not None
+        shown = self.store.display_path(mem.path)
+        proc = gitops.run(["log", "--diff-filter=A", "--format=%H", "-1", "--", shown], self.worktree, check=False)
+        sha = proc.stdout.strip()
+        return sha or None
+
+    def _compute(self, mem: Memory, refs: list[tuple[str, str | None]]) -> dict[str, Any] | None:
+        assert self.worktree is not None
+        added = self._added_in(mem)
+        if added is None:
+            return None  # not committed yet: written against the code as it is now
+        by_base: dict[str, list[str]] = {}
+        for path, rev in refs:
+            base = (gitops.resolve_commit(rev, self.worktree) if rev else None) or added
+            by_base.setdefault(base, []).append(path)
+        changed: list[str] = []
+        commits: set[str] = set()
+        since: str | None = None
+        for base, paths in by_base.items():
+            # base tree vs the work tree (staged or not): what the agent would read now
+            proc = gitops.run(["diff", "--name-only", "--no-renames", base, "--", *paths], self.worktree,
+                              check=False)
+            if proc.returncode != 0:
+                continue
+            moved = [p for p in paths if p in set(proc.stdout.split("\n"))]
+            if not moved:
+                continue
+            changed += moved
+            since = since or base
+            log = gitops.run(["rev-list", f"{base}..HEAD", "--", *moved], self.worktree, check=False)
+            commits.update(line for line in log.stdout.split() if line)
+        if not changed:
+            return None
+        return {"files": changed, "commits_since": len(commits), "since": (since or added)[:12]}
+
+
+def owning_worktree(store: Store) -> Path | None:
+    """The work tree whose code a store's ``file:`` evidence speaks of: the one the store is the
+    ``.memory/`` folder of. A store merely lying in a checkout (memstore's own bundled example,
+    a store copied into a fixtures folder, ``--store`` pointing elsewhere) describes some other
+    code base, so its staleness is not computed at all rather than against the wrong history."""
+    if store.worktree is None or store.scope != "repo":
+        return None
+    return store.worktree if store.root == store.worktree.resolve() / STORE_DIRNAME else None
+
+
+def checker(ws: Workspace) -> StaleChecker | None:
+    """A checker for the repo store's work tree (global memories have no work tree to compare)."""
+    store = ws.repo
+    if store is None or owning_worktree(store) is None or not store.exists():
+        return None
+    return StaleChecker(store)
+
+
+def annotate(ws: Workspace, results: list[dict[str, Any]], memories: dict[str, Memory]) -> None:
+    """Fill ``stale`` in read results in place; any git trouble leaves them as they are."""
+    if not any(r.get("scope") == "repo" for r in results):
+        return
+    with contextlib.suppress(Exception):
+        sc = checker(ws)
+        if sc is None:
+            return
+        for r in results:
+            mem = memories.get(r["id"])
+            if mem is not None:
+                r["stale"] = sc.check(mem)
+        sc.save()

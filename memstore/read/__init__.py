@@ -1,0 +1,1 @@
+"""The read pipeline: both lanes, gating, fusion, association, selection, dedupe."""

@@ -1,0 +1,677 @@
+"""The read pipeline (SPEC §4): scope -> lanes -> association -> explicit links -> merge ->
+utility-weighted threshold -> selection. Each step is a small function; ``read`` strings them.
+
+Scoring of the two lanes and the association chain lives in ``ranking`` (pure functions, tuned
+on the evaluation data in bench/); this module owns stores, filters, links and utility.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..errors import MemstoreError, NoStore
+from ..index.embcache import text_key
+from ..index.embedder import EmbedderUnavailable, get_embedder
+from ..index.store_index import StoreIndex
+from ..index.vectors import VectorIndex
+from ..store import relations
+from ..store.config import Config
+from ..store.files import file_lock
+from ..store.graph import Graph, archived_ids
+from ..store.model import ATTACHING, KINDS, Memory
+from ..store.trust import CONTENT_TRUST, UNTRUSTED_RULE
+from ..store.validate import check_decodable, check_schema
+from ..store.workspace import Workspace
+from . import ranking
+from .longquery import condense
+from .neighbours import Neighbours
+from .rowspace import Rows, build_rows, current_matrix, keyword_rows, partial_rows, update_rows
+from .scopeview import ScopeView, scope_view
+
+GUIDANCE = (
+    "Current code is ground truth. These memories are optional hypotheses from earlier sessions: "
+    "verify them against the code before relying on them, prefer what you observe now when they "
+    "disagree, and treat failed tactics as watch-outs (avoid or reconsider unless the context changed). "
+    "An empty result means nothing relevant is known. " + UNTRUSTED_RULE
+)
+PARTIAL_NOTE = ("Embedding of this store is still under way: memories without a vector yet were found by "
+                "keyword alone (recall is keyword-only for them; see `partial`).")
+WATCH_OUT = "watch-out: this was tried and failed here; avoid or reconsider unless the context changed"
+
+
+@dataclass(frozen=True)
+class UtilityParams:
+    """Utility weighting of relevance (SPEC §4.7): relevance × (1 + α·U_local + β·U_global)."""
+
+    alpha: float = 0.5
+    beta: float = 0.2
+    negative_cut: float = -0.5  # drop memories whose utility is at or below this
+    link_factor: float = 0.9  # a memory pulled in by an explicit link scores its parent × this
+    local_prior: float = 1.0  # pseudo-weight shrinking U_local toward 0 when few votes apply
+
+
+@dataclass(frozen=True)
+class ReadParams:
+    ranking: ranking.RankingParams = field(default_factory=ranking.RankingParams)
+    utility: UtilityParams = field(default_factory=UtilityParams)
+
+
+def params_from_config(config: Config) -> ReadParams:
+    """``read:`` in config.yaml overrides any RankingParams / UtilityParams field by name."""
+    section = config.get("read") or {}
+    if not isinstance(section, dict) or not section:
+        return ReadParams()
+    rp = ranking.RankingParams()
+    up = UtilityParams()
+    r_over: dict[str, Any] = {}
+    u_over: dict[str, Any] = {}
+    for key, value in section.items():
+        if key in {f.name for f in dataclasses.fields(up)}:
+            u_over[key] = float(value)
+        elif key in {f.name for f in dataclasses.fields(rp)}:
+            current = getattr(rp, key)
+            if isinstance(current, Mapping) and isinstance(value, Mapping):
+                value = MappingProxyType({**current, **value})
+            elif isinstance(current, tuple):
+                value = tuple(value)
+            r_over[key] = value
+    return ReadParams(dataclasses.replace(rp, **r_over), dataclasses.replace(up, **u_over))
+
+
+# -- stores and indexes ----------------------------------------------------------------------------
+def store_index(ws: Workspace, scope: str, params: ReadParams) -> StoreIndex:
+    si = ws.indexes.get(scope)
+    store = ws.store(scope)
+    if si is None or si.store is not store:
+        si = StoreIndex(ws.catalog(scope, refresh=False), get_embedder(), params.ranking)
+        si.defer_saves = ws.defer_saves
+        ws.indexes[scope] = si
+    # Taken on every call: the daemon shortens the wait while it embeds in the background.
+    si.embed_wait = ws.embed_wait
+    si.progress = ws.progress
+    return si
+
+
+@dataclass
+class Scope:
+    """Everything one read looks at, across the stores in scope."""
+
+    memories: dict[str, Memory]
+    graph: Graph
+    indexes: list[StoreIndex]
+    warnings: list[str]
+    view: ScopeView
+
+
+def open_scope(ws: Workspace, include_global: bool, params: ReadParams) -> Scope:
+    indexes: list[StoreIndex] = []
+    warnings: list[str] = []
+    for scope in ws.scopes(include_global):
+        si = store_index(ws, scope, params)
+        ws.catalog(scope)  # the stat walk; skipped while the daemon's watcher vouches nothing changed
+        si.refresh(walk=False)
+        warnings += si.warnings
+        si.warnings.clear()
+        indexes.append(si)
+    # A long-lived process reads far more often than the files change, and they change a few
+    # at a time: the merged records and the link/utility graph follow the catalogs' deltas.
+    view = scope_view(ws.read_cache, [si.catalog for si in indexes])
+    return Scope(view.memories, view.graph, indexes, warnings, view)
+
+
+def allowed(mem: Memory, graph: Graph, kinds: set[str], since: str | None, tags: set[str]) -> bool:
+    """Step 1, scope: kinds filter, archived excluded, since/tags filters."""
+    if mem.kind not in kinds or mem.id in graph.archived:
+        return False
+    if since and (mem.created or "") < since:
+        return False
+    return not tags or bool(tags & {t.lower() for t in mem.tags})
+
+
+class RowCache(NamedTuple):
+    """The last row space built, with what it was built from."""
+
+    filters: tuple[Any, ...]
+    view: ScopeView
+    vectors: list[VectorIndex]  # the stores' vector indexes (a reload replaces them)
+    state: tuple[Any, ...]  # the view's generation and each index's
+    ok: set[str]
+    rows: Rows
+
+
+def scoped_rows(ws: Workspace, sc: Scope, kinds: set[str], since: str | None, tags: set[str],
+                semantic: bool) -> tuple[set[str], Rows]:
+    """The memories in scope and the row space the ranking sees, reused while nothing in scope
+    changed and the filters are the same (the common case for an agent's reads), and brought
+    up to date by the scope's delta when a few memories changed."""
+    filters = (frozenset(kinds), since, frozenset(tags), semantic)
+    vectors = [si.vectors for si in sc.indexes if si.vectors is not None] if semantic else []
+    state = (sc.view.generation, tuple(si.state.generation for si in sc.indexes))
+    dim = get_embedder().dim
+    cached: RowCache | None = ws.read_cache.get("rows")
+    if (cached is not None and cached.filters == filters and cached.view is sc.view
+            and len(cached.vectors) == len(vectors) and all(map(operator.is_, cached.vectors, vectors))):
+        if cached.state == state:
+            return cached.ok, cached.rows
+        changed = sc.view.changes_since(cached.state[0])
+        if changed is not None:
+            ok = cached.ok
+            for mid in changed:
+                mem = sc.memories.get(mid)
+                if mem is not None and allowed(mem, sc.graph, kinds, since, tags):
+                    ok.add(mid)
+                else:
+                    ok.discard(mid)
+            rows = (update_rows(cached.rows, vectors, ok, sc.memories, changed, dim) if semantic
+                    else keyword_rows(ok, sc.memories, dim))
+            if rows is not None:
+                ws.read_cache["rows"] = RowCache(filters, sc.view, vectors, state, ok, rows)
+                return ok, rows
+    ok = {m for m, mem in sc.memories.items() if allowed(mem, sc.graph, kinds, since, tags)}
+    rows = build_rows(vectors, ok, sc.memories, dim) if semantic else keyword_rows(ok, sc.memories, dim)
+    ws.read_cache["rows"] = RowCache(filters, sc.view, vectors, state, ok, rows)
+    return ok, rows
+
+
+def kept_neighbours(ws: Workspace, sc: Scope, rows: Rows, rp: ranking.RankingParams) -> Neighbours | None:
+    """The rows' nearest neighbours the association chain keeps between reads (one set for
+    every filter: a filter masks rows, it does not change their neighbours)."""
+    bars = rp.hop_bars[: rp.semantic_hops]
+    if rows.tokens is None or not bars or rp.hop_seeds <= 0:
+        return None
+    owner = tuple(si.vectors for si in sc.indexes if si.vectors is not None)
+    near: Neighbours | None = ws.read_cache.get("near")
+    if near is None or near.bar != min(bars) or not near.serves(owner):
+        near = Neighbours(min(bars), owner)
+        ws.read_cache["near"] = near
+    near.sync(rows.tokens, rows.matrix)
+    return near
+
+
+def fill_neighbours(ws: Workspace, budget: int) -> int:
+    """Work ahead for the association chain in a pause (the daemon calls this when idle): fill
+    up to ``budget`` rows' kept neighbour lists for the row space of the last read. Returns how
+    many; 0 when all are filled, or when the rows changed since that read."""
+    cache: RowCache | None = ws.read_cache.get("rows")
+    near: Neighbours | None = ws.read_cache.get("near")
+    if cache is None or near is None or cache.rows.tokens is None:
+        return 0
+    if not near.serves(cache.vectors):
+        return 0
+    matrix = current_matrix(cache.rows, cache.vectors)
+    if matrix is None or not np.array_equal(near.tokens, cache.rows.tokens):
+        return 0
+    return near.fill(matrix, budget)
+
+
+# -- lanes ------------------------------------------------------------------------------------------
+def row_offsets(rows: Rows, rp: ranking.RankingParams) -> np.ndarray:
+    return rows.offsets(rp.kind_offset)
+
+
+class LaneB(NamedTuple):
+    hits: list[tuple[int, float]]  # (row, BM25 / its store's best), best first
+    evidence: dict[int, tuple[float, float]]  # row -> (query idf share covered, verbatim identifier idf)
+    named: bool  # the query is nothing but identifiers of a store in scope
+
+
+def keyword_lane(sc: Scope, query: str, rows: Rows, pool: int) -> LaneB:
+    """Lane B over every store in scope. BM25 scores of different indexes have different scales
+    (their idf comes from different corpora), so each store's are divided by its own best."""
+    hits: list[tuple[int, float]] = []
+    evidence: dict[int, tuple[float, float]] = {}
+    named = False
+    for si in sc.indexes:
+        if si.keyword is None:
+            continue
+        found = [(row, h) for h in si.keyword.hits(query, pool)
+                 if (row := rows.pos.get(h.id)) is not None and not rows.is_excluded(row)]
+        best = max((h.score for _, h in found), default=0.0)
+        if best > 0:
+            hits += [(row, h.score / best) for row, h in found]
+            evidence.update((row, (h.coverage, h.code_idf)) for row, h in found)
+            named = named or any(h.named for _, h in found)
+    hits.sort(key=lambda h: -h[1])
+    return LaneB(hits[:pool], evidence, named)
+
+
+def doc_freq_fn(sc: Scope) -> Any:
+    def doc_freq(term: str) -> int:
+        return sum(si.keyword.doc_freq(term) for si in sc.indexes if si.keyword is not None)
+
+    return doc_freq
+
+
+# -- explicit links -----------------------------------------------------------------------------------
+@dataclass
+class Hit:
+    mem: Memory
+    score: float
+    reasons: list[str]
+    group: str  # results in one linked group are kept together
+
+
+def expand_links(hits: dict[str, Hit], sc: Scope, ok: set[str], up: UtilityParams, *,
+                 problem_links: bool, update_links: bool) -> None:
+    """Step 5 (mandatory, deterministic): problems pull their attempts, attempts their problem,
+    memories the changes that target them, and each side of a dispute the other (a contradiction
+    shown half is a silent hypothesis). (Superseded facts were folded into their heads.)"""
+    g, mems = sc.graph, sc.memories
+    queue = list(hits.values())
+    while queue:
+        hit = queue.pop(0)
+        mem = hit.mem
+        pulled: list[tuple[str, str]] = []
+        if problem_links:
+            if mem.kind == "problem":
+                for att in g.attempts.get(mem.id, []):
+                    pulled.append((att, f"link:{mems[att].kind}_of:{mem.id}"))
+            elif mem.kind in ("solution", "failed_tactic") and mem.problem:
+                pulled.append((mem.problem, f"link:problem_of:{mem.id}"))
+        if update_links:
+            for ch in g.changes_for.get(mem.id, []):
+                pulled.append((ch, f"link:change_of:{mem.id}"))
+        for other in relations.contradicting(mem.id, g):
+            pulled.append((other, f"link:contradicts:{mem.id}"))
+        for target, why in pulled:
+            if target not in ok or target not in mems:
+                continue
+            score = hit.score * up.link_factor
+            existing = hits.get(target)
+            if existing is None:
+                new = Hit(mems[target], score, [why], hit.group)
+                hits[target] = new
+                queue.append(new)
+            else:
+                if why not in existing.reasons:
+                    existing.reasons.append(why)
+                existing.score = max(existing.score, score)
+                existing.group = min(existing.group, hit.group)
+
+
+def fold_superseded(hits: dict[str, Hit], sc: Scope) -> None:
+    """SPEC §10: a superseded fact never outranks its replacement; it is the replacement's history.
+
+    Each matched superseded fact leaves the answer and its chain's head enters in its place,
+    with the old fact's score when that is higher (the query was worded like the old fact),
+    whatever filters the head itself would meet: the answer to a question about the old fact is
+    the current one. An archived head retires its chain (as ``snapshot`` does): nothing of it
+    is current, so nothing of it is returned. A hand-made cycle has no head: left as it is."""
+    g = sc.graph
+    for mid in [m for m, h in hits.items() if m in g.superseded_by]:
+        head = g.head(mid)
+        if head in g.superseded_by:
+            continue
+        old = hits.pop(mid)
+        if head in g.archived or head not in sc.memories:
+            continue
+        why = f"supersedes:{mid}"
+        hit = hits.get(head)
+        if hit is None:
+            mem = sc.memories[head]
+            hits[head] = Hit(mem, old.score, [why], group_key(mem))
+        else:
+            hit.score = max(hit.score, old.score)
+            hit.reasons.append(why)
+
+
+def history(fact_id: str, sc: Scope, predecessors: Mapping[str, list[str]]) -> list[dict[str, Any]]:
+    """The facts ``fact_id`` replaced, directly or down its chain, nearest first (archived ones
+    were withdrawn, not replaced: left out)."""
+    g, mems = sc.graph, sc.memories
+    out: list[dict[str, Any]] = []
+    seen = {fact_id}
+    level = [fact_id]
+    while level:
+        older: list[str] = []
+        for new in level:
+            for old in sorted(predecessors.get(new, ()), key=lambda m: mems[m].created or "", reverse=True):
+                if old in seen:
+                    continue
+                seen.add(old)
+                older.append(old)
+                if old in g.archived:
+                    continue
+                mem = mems[old]
+                succ = mems[new]
+                change = succ.links.get("via_change") if old in succ.link_list("supersedes") else None
+                if not isinstance(change, str):
+                    change = next(reversed(g.changes_for.get(old) or [None]))
+                out.append({"id": old, "scope": mem.scope, "text": mem.text, "created": mem.created,
+                            "superseded": True, "superseded_by": new, "change": change})
+        level = older
+    return out
+
+
+def predecessors_of(g: Graph) -> dict[str, list[str]]:
+    """Supersession reversed: fact -> the facts it directly replaced."""
+    out: dict[str, list[str]] = {}
+    for old, new in g.superseded_by.items():
+        out.setdefault(new, []).append(old)
+    return out
+
+
+def group_key(mem: Memory) -> str:
+    """Problems and their attempts share a group; so do facts and their changes."""
+    if mem.kind in ("solution", "failed_tactic") and mem.problem:
+        return mem.problem
+    return mem.id
+
+
+# -- utility ------------------------------------------------------------------------------------------
+def utility(mem_id: str, sc: Scope, problem_id: str | None, problem_sim: Mapping[str, float],
+            up: UtilityParams) -> tuple[float, float, int]:
+    """(U_local, U_global, votes). U_local weighs each vote by how close its problem is to the
+    problem in hand: identity with ``problem_id``, else the query's similarity to that problem."""
+    votes = sc.graph.votes.get(mem_id, [])
+    if not votes:
+        return 0.0, 0.0, 0
+    num = den = 0.0
+    for v in votes:
+        if v.problem is None:
+            rel = 0.0
+        elif problem_id is not None and v.problem == problem_id:
+            rel = 1.0
+        else:
+            rel = max(0.0, problem_sim.get(v.problem, 0.0))
+        num += v.weight * rel * v.value
+        den += v.weight * rel
+    local = num / (den + up.local_prior) if den > 0 else 0.0
+    return local, sc.graph.utility_global(mem_id), len(votes)
+
+
+def problem_similarities(sc: Scope, rows: Rows, qvec: np.ndarray | None, wanted: set[str]) -> dict[str, float]:
+    """Cosine of the query with the problems the candidates were voted on in the context of."""
+    if qvec is None or not wanted:
+        return {}
+    found = [pid for pid in wanted if pid in rows.pos and not rows.is_excluded(rows.pos[pid])]
+    if not found:
+        return {}
+    sims = rows.matrix[[rows.pos[pid] for pid in found]] @ qvec
+    return {pid: float(s) for pid, s in zip(found, sims, strict=True)}
+
+
+# -- selection ------------------------------------------------------------------------------------------
+def select_groups(hits: list[Hit], limit: int) -> list[Hit]:
+    """Cap at ``limit`` keeping linked groups together, best group first. Within a group, what
+    worked comes before what failed: the attempts' places go to its solutions first."""
+    groups: dict[str, list[Hit]] = {}
+    for h in sorted(hits, key=lambda h: -h.score):
+        groups.setdefault(h.group, []).append(h)
+    out: list[Hit] = []
+    for members in groups.values():
+        room = limit - len(out)
+        if room <= 0:
+            break
+        slots = [i for i, h in enumerate(members) if h.mem.kind in ATTEMPT_ORDER]
+        attempts = sorted((members[i] for i in slots), key=lambda h: ATTEMPT_ORDER[h.mem.kind])
+        for i, h in zip(slots, attempts, strict=True):
+            members[i] = h
+        out += members[:room]
+    return out
+
+
+ATTEMPT_ORDER = {"solution": 0, "failed_tactic": 1}
+
+
+def attach_groups(hits: list[Hit], graph: Graph) -> None:
+    """A memory that elaborates on or depends on another in the answer joins that one's group, so
+    selection keeps them together."""
+    by_id = {h.mem.id: h for h in hits}
+    attached = relations.anchors(by_id, graph)
+    for mid in attached:
+        by_id[mid].group = by_id[relations.root_of(mid, attached)].group
+
+
+def result_json(ws: Workspace, hit: Hit, sc: Scope, util: tuple[float, float, int],
+                predecessors: Mapping[str, list[str]], attached_to: dict[str, str] | None = None) -> dict[str, Any]:
+    mem, g = hit.mem, sc.graph
+    attempts = g.attempts.get(mem.id, [])
+    data: dict[str, Any] = {
+        "id": mem.id, "kind": mem.kind, "scope": mem.scope, "text": mem.text, "score": round(hit.score, 4),
+        "reasons": hit.reasons,
+        "links": {
+            "problem": mem.problem,
+            "solutions": [a for a in attempts if sc.memories[a].kind == "solution"],
+            "failed_tactics": [a for a in attempts if sc.memories[a].kind == "failed_tactic"],
+            "changes": list(g.changes_for.get(mem.id, [])),
+            "superseded_by": g.superseded_by.get(mem.id),
+            "relations": relations.relation_lists(mem.id, g, sc.memories, active_only=True),
+        },
+        "attached_to": attached_to,
+        "utility": {"local": round(util[0], 4), "global": round(util[1], 4), "votes": util[2]},
+        "stale": None,
+        "evidence": mem.evidence,
+        "tags": mem.tags,
+        "created": mem.created,
+        "path": ws.store(mem.scope).display_path(mem.path),
+        "history": history(mem.id, sc, predecessors) if mem.id in predecessors else [],
+    }
+    if mem.kind == "failed_tactic":
+        data["note"] = WATCH_OUT
+    return data
+
+
+# -- the verb ----------------------------------------------------------------------------------------
+def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = None,
+         log_episode: bool = True, episode: str | None = None) -> dict[str, Any]:
+    """Answer a read request (SPEC §3 read JSON). Empty results are a correct answer.
+
+    The read is logged (query and ids returned) to ``episode``, else to the repo's current
+    episode while one is open; ``log_episode=False`` opts out (benchmarks, internal reads)."""
+    t0 = time.perf_counter()
+    check_schema("read", request)
+    check_decodable("query", request["query"])
+    p = params or params_from_config(ws.config)
+    mode = request.get("mode", "targeted")
+    query, condensed = condense(request["query"])
+    include_global = request.get("include_global", True)
+    expand = request.get("expand") or {}
+    filters = request.get("filters") or {}
+    rp = p.ranking
+    if "semantic_hops" in expand:
+        rp = dataclasses.replace(rp, semantic_hops=int(expand["semantic_hops"]))
+
+    if not ws.stores(include_global):
+        return {"ok": True, "guidance": GUIDANCE, "content_trust": CONTENT_TRUST, "results": [],
+                "warnings": ["no memory store here yet"],
+                "stats": {"candidates": 0, "elapsed_ms": 0}}
+    sc = open_scope(ws, include_global, p)
+    kinds = set(request.get("kinds") or KINDS)
+    tags = {t.lower() for t in filters.get("tags") or []}
+
+    warnings = list(sc.warnings) + ([condensed] if condensed else [])
+    qvec: np.ndarray | None = None
+    semantic = all(si.semantic_ready for si in sc.indexes)
+    if semantic:
+        try:
+            qvec = get_embedder().encode([query])[0]
+        except EmbedderUnavailable as exc:
+            semantic = False
+            warnings.append(f"semantic lane unavailable: {exc}")
+    else:
+        err = next((si.semantic_error for si in sc.indexes if si.semantic_error), "embedder unavailable")
+        warnings.append(f"semantic lane unavailable: {err}")
+
+    waiting = [m for si in sc.indexes if si.embedding_pending for m in si.pending] if semantic else []
+    unembedded: np.ndarray | None = None
+    if waiting:
+        # Answer now with what has a vector; the daemon embeds the rest between requests.
+        ok = {m for m, mem in sc.memories.items() if allowed(mem, sc.graph, kinds, filters.get("since"), tags)}
+        rows, unembedded = partial_rows([si.vectors for si in sc.indexes if si.vectors is not None], waiting,
+                                        ok, sc.memories, get_embedder().dim)
+    else:
+        ok, rows = scoped_rows(ws, sc, kinds, filters.get("since"), tags, semantic)
+    limit = int(request.get("limit") or rp.for_mode(rp.limit, mode))
+    lane_b = keyword_lane(sc, query, rows, rp.keyword_pool)
+    ranked = ranking.rank(
+        qvec, rows.matrix, lane_b.hits, rows.kinds, evidence=lane_b.evidence, named=lane_b.named,
+        salient=ranking.salient_terms(query), doc_freq=doc_freq_fn(sc),
+        params=rp, mode=mode, limit=limit, ids=rows.ids, offsets=row_offsets(rows, rp),
+        exclude=rows.excluded if rows.excluded is not None else (),
+        near=None if waiting else kept_neighbours(ws, sc, rows, rp), unembedded=unembedded,
+    )
+    hits = {rows.ids[r.index]: Hit(sc.memories[rows.ids[r.index]], r.score, list(r.reasons),
+                                   group_key(sc.memories[rows.ids[r.index]])) for r in ranked.results}
+    fold_superseded(hits, sc)
+    if hits:
+        expand_links(hits, sc, ok, p.utility, problem_links=expand.get("include_problem_links", True),
+                     update_links=expand.get("include_update_links", True))
+    problem_id = request.get("problem_id")
+    if problem_id:
+        try:
+            problem_id = ws.find(problem_id, field_name="problem_id").id
+        except MemstoreError:  # an unknown or ambiguous problem id only loses its utility boost
+            warnings.append(f"problem_id {problem_id!r} not found; utility is weighed by the query instead")
+            problem_id = None
+    wanted = {v.problem for mid in hits for v in sc.graph.votes.get(mid, []) if v.problem}
+    psim = problem_similarities(sc, rows, qvec, wanted)
+    up = p.utility
+    scored: list[Hit] = []
+    utils: dict[str, tuple[float, float, int]] = {}
+    for mid, hit in hits.items():
+        u = utility(mid, sc, problem_id, psim, up)
+        utils[mid] = u
+        if min(u[0] if u[2] else 0.0, u[1]) <= up.negative_cut and u[2]:
+            continue  # firmly negative: it misled before in this context
+        hit.score = hit.score * (1.0 + up.alpha * u[0] + up.beta * u[1])
+        scored.append(hit)
+    attach_groups(scored, sc.graph)
+    chosen = select_groups(scored, limit)
+    by_id = {h.mem.id: h for h in chosen}
+    attached = relations.anchors(by_id, sc.graph)
+    order = relations.place(list(by_id), attached) if attached else list(by_id)
+    predecessors = predecessors_of(sc.graph) if any(h.mem.kind == "fact" for h in chosen) else {}
+    results = [result_json(ws, by_id[mid], sc, utils[mid], predecessors, _attachment(mid, attached, sc.graph))
+               for mid in order]
+    disputes = relations.disputes(order, sc.graph, sc.memories)
+    from ..git.stale import annotate  # fills "stale" for the returned results only
+
+    annotate(ws, results, sc.memories)
+    answer: dict[str, Any] = {
+        "ok": True,
+        "guidance": GUIDANCE + (" " + relations.DISPUTE_RULE if disputes else ""),
+        "content_trust": CONTENT_TRUST,
+        "results": results,
+        "disputes": disputes,
+        "stats": {
+            "candidates": ranked.candidates,
+            "elapsed_ms": round((time.perf_counter() - t0) * 1000, 1),
+            "gate": {"passed": ranked.gate.passed, "top_similarity": round(ranked.gate.top_similarity, 4),
+                     "bar": round(ranked.gate.bar, 4)},
+        },
+    }
+    if waiting:
+        counts = [si.vector_counts() for si in sc.indexes]
+        answer["partial"] = {"embedded": sum(c[0] for c in counts), "total": sum(c[1] for c in counts)}
+        answer["guidance"] = f"{GUIDANCE} {PARTIAL_NOTE}"
+    if warnings:
+        answer["warnings"] = warnings
+    if log_episode:  # reads during an open episode are logged so `reflect` knows what to vote on
+        from ..store.episodes import log_read
+
+        log_read(ws, request, answer, episode)
+    return answer
+
+
+def _attachment(mid: str, attached: Mapping[str, str], graph: Graph) -> dict[str, str] | None:
+    """``{type, id}`` of the link that placed ``mid`` after another result, or None."""
+    target = attached.get(mid)
+    if target is None:
+        return None
+    kind = next(k for k, other in graph.relations.get(mid, ()) if other == target and k in ATTACHING)
+    return {"type": kind, "id": target}
+
+
+# -- duplicates and reindex ---------------------------------------------------------------------------
+def semantic_duplicates(ws: Workspace, mem: Memory, scopes: list[str], threshold: float) -> list[dict[str, Any]]:
+    """Same-kind memories whose embedding is within ``threshold`` cosine of ``mem``'s text."""
+    p = params_from_config(ws.config)
+    out: list[dict[str, Any]] = []
+    qvec = embed_for_store(ws, mem.scope, mem.text, p)  # EmbedderUnavailable: the caller falls back
+    k = int(ws.config.get("duplicates", "candidates", 5))
+    for scope in scopes:
+        try:
+            si = store_index(ws, scope, p)
+        except NoStore:
+            continue
+        if not si.store.exists():
+            continue
+        ws.catalog(scope)
+        si.refresh(walk=False)
+        if si.vectors is None or not si.semantic_ready:
+            continue
+        archived = archived_ids(si.catalog.events.values())
+        for mid, sim in si.vectors.search(qvec, 50):
+            other = si.catalog.memories.get(mid)
+            if other is None or other.kind != mem.kind or mid in archived or sim < threshold:
+                continue
+            out.append({"id": mid, "kind": other.kind, "scope": other.scope, "similarity": round(sim, 4),
+                        "text": other.text})
+            if len(out) >= k:
+                break
+    return out
+
+
+def embed_for_store(ws: Workspace, scope: str, text: str, p: ReadParams) -> np.ndarray:
+    """Embed ``text`` through the store's embedding cache: the memory about to be written is then
+    not embedded a second time when the index picks up its file."""
+    emb = get_embedder()
+    store = ws.store(scope)
+    if not store.exists():
+        return emb.encode([text])[0]
+    cache = store_index(ws, scope, p).embedding_cache()
+    key = text_key(text)
+    vecs, missing = cache.get_many([key])
+    if missing:
+        vecs = emb.encode([text])
+        with file_lock(store.index_dir / "index.lock"):
+            cache.put_many([key], vecs)
+    return vecs[0]
+
+
+def prewarm_embeddings(ws: Workspace, scope: str, texts: list[str]) -> int:
+    """Batch-embed texts into the store's embedding cache; returns how many were new."""
+    store = ws.store(scope)
+    if not store.exists() or not texts:
+        return 0
+    p = params_from_config(ws.config)
+    cache = store_index(ws, scope, p).embedding_cache()
+    keys = [text_key(t) for t in texts]
+    _, missing = cache.get_many(keys)
+    todo = list(dict.fromkeys(missing_key for missing_key in (keys[i] for i in missing)))
+    if not todo:
+        return 0
+    text_of = dict(zip(keys, texts, strict=True))
+    vecs = get_embedder().encode([text_of[k] for k in todo], batch_size=64)
+    with file_lock(store.index_dir / "index.lock"):
+        cache.put_many(todo, vecs)
+    return len(todo)
+
+
+def reindex(ws: Workspace, *, full: bool = False) -> dict[str, Any]:
+    p = params_from_config(ws.config)
+    out: dict[str, Any] = {"ok": True, "stores": []}
+    for scope in ws.scopes():
+        t0 = time.perf_counter()
+        si = store_index(ws, scope, p)
+        if full:
+            si.rebuild()
+        else:
+            si.refresh()
+        out["stores"].append({
+            "scope": scope, "root": str(si.store.root), "memories": len(si.catalog.memories),
+            "vectors": len(si.vectors) if si.vectors is not None else 0,
+            "invalid": len(si.catalog.invalid), "seconds": round(time.perf_counter() - t0, 3),
+            "warnings": list(si.warnings) + ([f"semantic lane unavailable: {si.semantic_error}"]
+                                            if si.semantic_error else []),
+        })
+    return out

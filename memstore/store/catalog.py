@@ -1,0 +1,379 @@
+"""The parsed-records projection of one store: every memory and event, refreshed incrementally.
+
+A cheap stat walk finds what changed since the last call; only those files are parsed again.
+The result is cached in ``.index/catalog.json`` so a fresh process does not re-parse the store.
+Invalid files are kept aside with their reason and never stop the others from loading; so are
+files over the store's cap, and every file of an id that two files claim (SECURITY: a file that
+reuses a trusted memory's id must not replace it, and neither side wins silently).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..errors import InvalidFile
+from .changelog import ChangeLog
+from .disk import Store
+from .files import atomic_write
+from .model import DIR_KINDS, Event, Memory
+
+CATALOG_VERSION = 4  # 3: files read by lstat, never through links; error codes; id conflicts; 4: typed links
+# Ids remembered in the change log across generations. A reader further behind than this (or
+# behind a full rebuild of the views) rebuilds its own views instead of applying the changes.
+LOG_LIMIT = 4096
+
+
+@dataclass
+class Delta:
+    added: set[str] = field(default_factory=set)
+    changed: set[str] = field(default_factory=set)
+    removed: set[str] = field(default_factory=set)
+    events_changed: bool = False
+    events: set[str] = field(default_factory=set)  # ids of the events added, changed or removed
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.changed or self.removed or self.events_changed)
+
+
+@dataclass
+class _Entry:
+    mtime_ns: int
+    size: int
+    memory: Memory | None = None
+    event: Event | None = None
+    error: str | None = None
+    code: str | None = None  # the InvalidFile code of ``error``, for `check`
+
+
+MAX_FILES = 200_000  # default of limits.max_files: memory and event files parsed per store
+
+
+class Catalog:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._entries: dict[str, _Entry] = {}
+        self.memories: dict[str, Memory] = {}
+        self.events: dict[str, Event] = {}
+        self.invalid: dict[str, str] = {}
+        self.codes: dict[str, str] = {}  # path -> the code of its entry in ``invalid``
+        self.conflicts: dict[str, list[str]] = {}  # id -> the paths claiming it (none is served)
+        self.over_cap = 0  # files of the store left unread past limits.max_files
+        self.generation = 0
+        # The memory and event ids each change of the views touched: what a derived view built
+        # at an older generation needs to catch up.
+        self._log = ChangeLog(LOG_LIMIT, groups=2)
+        self._loaded = False
+        self._saved: tuple[int, int, int] | None = None  # the cache file as last saved or loaded
+        self._ignore_cache = False
+        self._defer_save: bool | None = None  # None: save on every refresh; bool: unsaved changes pending
+
+    @contextlib.contextmanager
+    def deferred_save(self) -> Iterator[None]:
+        """Save the cache once at the end of the block rather than after every refresh: a bulk
+        import refreshes after each write, and re-serialising n records n times is quadratic."""
+        if self._defer_save is not None:
+            yield
+            return
+        self._defer_save = False
+        try:
+            yield
+        finally:
+            pending, self._defer_save = self._defer_save, None
+            if pending:
+                self._save_cache()
+
+    # -- persistence ---------------------------------------------------------------------------
+    @property
+    def _cache_path(self) -> os.PathLike[str]:
+        return self.store.index_dir / "catalog.json"
+
+    def _load_cache(self) -> None:
+        self._loaded = True
+        if self._ignore_cache:
+            self._ignore_cache = False
+            return
+        try:
+            with open(self._cache_path, encoding="utf-8") as fh:
+                self._saved = _stat(self._cache_path)
+                raw = json.load(fh)
+        except (OSError, ValueError):
+            return
+        if not isinstance(raw, dict):
+            return
+        if (raw.get("version"), raw.get("root")) != (CATALOG_VERSION, str(self.store.root)):
+            return
+        try:
+            for rel, item in raw["files"].items():
+                entry = _Entry(item["m"], item["s"], error=item.get("e"), code=item.get("c"))
+                if "mem" in item:
+                    entry.memory = Memory(**item["mem"])
+                elif "ev" in item:
+                    entry.event = Event(**item["ev"])
+                self._entries[rel] = entry
+        except (KeyError, TypeError, AttributeError):
+            self._entries = {}
+
+    def _save_cache(self, items: list[tuple[str, _Entry]] | None = None) -> None:
+        # The cache is a projection: failing to save it only costs the next process a re-parse.
+        with contextlib.suppress(OSError):
+            atomic_write(self.store.index_dir / "catalog.json", self._cache_chunks(items))
+            self._saved = _stat(self._cache_path)
+
+    def reset(self) -> None:
+        """Forget the cache and every record: the next refresh parses every file again (a file
+        edited without a change of size or mtime is otherwise never looked at again)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._cache_path)
+        self._entries = {}
+        self._loaded = False  # the next refresh is a first one: every view rebuilt
+        self._ignore_cache = True
+        self._saved = None
+
+    def _cache_chunks(self, items: list[tuple[str, _Entry]] | None = None) -> Iterator[str]:
+        """catalog.json, one file's record at a time: at 100k memories the whole document is
+        ~70 MB of text and several times that as Python objects, a peak not worth paying."""
+        dumps = json.JSONEncoder(separators=(",", ":")).encode
+        yield f'{{"version":{CATALOG_VERSION},"root":{dumps(str(self.store.root))},"files":{{'
+        sep = ""
+        for rel, entry in items if items is not None else list(self._entries.items()):
+            item: dict[str, Any] = {"m": entry.mtime_ns, "s": entry.size}
+            if entry.error is not None:
+                item["e"] = entry.error
+                if entry.code is not None:
+                    item["c"] = entry.code
+            if entry.memory is not None:
+                item["mem"] = asdict(entry.memory)
+            elif entry.event is not None:
+                item["ev"] = asdict(entry.event)
+            yield f"{sep}{dumps(rel)}:{dumps(item)}"
+            sep = ","
+        yield "}}"
+
+    # -- refresh -------------------------------------------------------------------------------
+    def refresh(self, *, persist: bool = True) -> Delta:
+        """Bring the records in line with the files. Returns what changed since the last call."""
+        if not self._loaded:
+            self._load_cache()
+            first = True
+        else:
+            first = False
+        seen: set[str] = set()
+        touched: dict[str, _Entry | None] = {}
+        walks = [(rel, st, True) for rel, st in self.store.memory_files()]
+        walks += [(rel, st, False) for rel, st in self.store.event_files()]
+        cap = self.max_files
+        self.over_cap = max(0, len(walks) - cap)
+        if self.over_cap:
+            # A store that big is hostile or broken: parse a fixed part of it (the same in every
+            # clone), not every file, and say so (`check`, `list`).
+            walks.sort(key=lambda w: w[0])
+            del walks[cap:]
+        for rel, st, is_memory in walks:
+            seen.add(rel)
+            old = self._entries.get(rel)
+            if old is not None and old.mtime_ns == st.st_mtime_ns and old.size == st.st_size:
+                continue
+            touched[rel] = old
+            self._entries[rel] = self._parse(rel, st, is_memory)
+        for rel in [r for r in self._entries if r not in seen]:
+            touched[rel] = self._entries.pop(rel)
+        return self._settle(touched, first, persist)
+
+    def refresh_paths(self, rels: set[str] | list[str], *, persist: bool = True) -> Delta:
+        """Like ``refresh`` for just these store-relative paths: a file watcher that knows what
+        changed spares a stat walk over every file of a large store."""
+        if not self._loaded:
+            return self.refresh(persist=persist)
+        touched: dict[str, _Entry | None] = {}
+        for rel in rels:
+            top, _, name = rel.partition("/")
+            is_memory = top in DIR_KINDS and "/" not in name and name.endswith(".md")
+            if not (is_memory or (top == "events" and "/" not in name and name.endswith(".yaml"))):
+                continue
+            if name.startswith("."):
+                continue
+            old = self._entries.get(rel)
+            try:
+                st = os.lstat(self.store.root / rel)  # a link is reported, never followed
+            except FileNotFoundError:
+                if old is not None:
+                    touched[rel] = self._entries.pop(rel)
+                continue
+            if old is None and len(self._entries) >= self.max_files:
+                self.over_cap += 1
+                continue
+            if old is not None and old.mtime_ns == st.st_mtime_ns and old.size == st.st_size:
+                continue
+            touched[rel] = old
+            self._entries[rel] = self._parse(rel, st, is_memory)
+        return self._settle(touched, False, persist)
+
+    @property
+    def max_files(self) -> int:
+        return self.store.config.cap("max_files", MAX_FILES)
+
+    def _parse(self, rel: str, st: os.stat_result, is_memory: bool) -> _Entry:
+        entry = _Entry(st.st_mtime_ns, st.st_size)
+        try:
+            if is_memory:
+                entry.memory = self.store.load_memory(rel)
+            else:
+                entry.event = self.store.load_event(rel)
+        except InvalidFile as exc:
+            entry.error, entry.code = exc.message, exc.code
+        except OSError as exc:
+            entry.error, entry.code = f"cannot read: {exc}", "unreadable"
+        return entry
+
+    def _settle(self, touched: dict[str, _Entry | None], first: bool, persist: bool) -> Delta:
+        delta = Delta()
+        if touched or first:
+            incremental = None if first or len(touched) > 256 else self._update_views(touched)
+            delta = incremental if incremental is not None else self._rebuild_views()
+            self.generation += 1
+            self._note(incremental)
+        if touched:
+            if persist and self._defer_save is not None:
+                self._defer_save = True
+            elif persist:
+                self._save_cache()
+        return delta
+
+    def _note(self, delta: Delta | None) -> None:
+        """Log what this generation changed; None (the views were rebuilt) forgets the past."""
+        if delta is None:
+            self._log.forget(self.generation)
+        else:
+            self._log.note(self.generation, delta.added | delta.changed | delta.removed, delta.events)
+
+    def changes_since(self, generation: int) -> tuple[set[str], set[str]] | None:
+        """Ids of the memories and events added, changed or removed after ``generation``; None
+        when the log does not reach back that far: rebuild from ``memories``/``events`` then."""
+        since = self._log.since(generation)
+        return None if since is None else (since[0], since[1])
+
+    def _update_views(self, touched: dict[str, _Entry | None]) -> Delta | None:
+        """Apply a few changed files to the views in place (a full rebuild is O(store) per write).
+        None when a duplicate id is involved: only a full rebuild decides which file wins."""
+        if any(msg.startswith("duplicate id") for msg in self.invalid.values()):
+            return None
+        delta = Delta()
+        for rel in touched:
+            new = self._entries.get(rel)
+            if new is not None and new.memory is not None:
+                holder = self.memories.get(new.memory.id)
+                if holder is not None and holder.path != rel:
+                    return None
+        for rel, old in touched.items():
+            new = self._entries.get(rel)
+            self.invalid.pop(rel, None)
+            self.codes.pop(rel, None)
+            if old is not None and old.memory is not None and self.memories.get(old.memory.id) is old.memory:
+                del self.memories[old.memory.id]
+                delta.removed.add(old.memory.id)
+            if old is not None and old.event is not None:
+                self.events.pop(old.event.id, None)
+                delta.events_changed = True
+                delta.events.add(old.event.id)
+            if new is None:
+                continue
+            if new.error is not None:
+                self.invalid[rel] = new.error
+                self.codes[rel] = new.code or "invalid_file"
+            elif new.memory is not None:
+                mid = new.memory.id
+                self.memories[mid] = new.memory
+                if mid in delta.removed:
+                    delta.removed.discard(mid)
+                    delta.changed.add(mid)
+                else:
+                    delta.added.add(mid)
+            elif new.event is not None:
+                self.events[new.event.id] = new.event
+                delta.events_changed = True
+                delta.events.add(new.event.id)
+        return delta
+
+    def _rebuild_views(self) -> Delta:
+        before = {mid: m for mid, m in self.memories.items()}
+        events_before = set(self.events)
+        memories: dict[str, Memory] = {}
+        events: dict[str, Event] = {}
+        invalid: dict[str, str] = {}
+        codes: dict[str, str] = {}
+        claims: dict[str, list[str]] = {}
+        conflicts: dict[str, list[str]] = {}
+        for rel in sorted(self._entries):
+            entry = self._entries[rel]
+            if entry.error is not None:
+                invalid[rel] = entry.error
+                codes[rel] = entry.code or "invalid_file"
+            elif entry.memory is not None:
+                claims.setdefault(entry.memory.id, []).append(rel)
+            elif entry.event is not None:
+                events[entry.event.id] = entry.event
+        for mid, rels in claims.items():
+            if len(rels) == 1:
+                memories[mid] = self._entries[rels[0]].memory  # type: ignore[assignment]
+                continue
+            # Which file is genuine is not for memstore to guess (path order, mtime and commit
+            # dates are all the newcomer's to choose): neither is served until one is removed.
+            conflicts[mid] = rels
+            for rel in rels:
+                others = ", ".join(self.store.display_path(r) for r in rels if r != rel)
+                invalid[rel] = (f"duplicate id {mid}: also claimed by {others}; neither file is served "
+                                "until one of them is removed or given a new id")
+                codes[rel] = "id_conflict"
+        delta = Delta()
+        for mid, mem in memories.items():
+            old = before.get(mid)
+            if old is None:
+                delta.added.add(mid)
+            elif old is not mem:
+                delta.changed.add(mid)
+        delta.removed = set(before) - set(memories)
+        delta.events_changed = set(events) != events_before or any(
+            self.events.get(k) is not v for k, v in events.items()
+        )
+        self.memories, self.events, self.invalid, self.codes = memories, events, invalid, codes
+        self.conflicts = conflicts
+        return delta
+
+    def hold_saves(self) -> None:
+        """Keep changes in memory until ``flush``: a long-lived process (the daemon) would
+        otherwise rewrite the whole cache after every write."""
+        if self._defer_save is None:
+            self._defer_save = False
+
+    def flush(self) -> None:
+        save = self.flush_later()
+        if save is not None:
+            save()
+
+    def flush_later(self) -> Callable[[], None] | None:
+        """``flush`` in two steps, for a caller holding a lock others wait on: the records are
+        taken now (entries are replaced, never changed in place) and the returned function
+        writes them, without that lock (~2 s at 100k memories). None: nothing to save."""
+        if not self._defer_save and (not self._loaded or self._saved is None or _stat(self._cache_path) == self._saved):
+            return None
+        # Changes pending, or the cache was deleted or damaged on disk since it was saved.
+        self._defer_save = False
+        items = list(self._entries.items())
+        return lambda: self._save_cache(items)
+
+    # -- lookups ---------------------------------------------------------------------------------
+    def match_prefix(self, prefix: str) -> list[str]:
+        return [mid for mid in self.memories if mid.startswith(prefix)]
+
+
+def _stat(path: os.PathLike[str]) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ino

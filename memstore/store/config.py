@@ -1,0 +1,149 @@
+"""Settings: defaults <- global ``config.yaml`` <- repo ``config.yaml`` <- ``MEMSTORE_*`` env.
+
+Read once at the edge (CLI, daemon, API entry) and passed down as a frozen value; library
+code below never looks at the environment.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, InvalidFile
+from .files import MAX_FRONTMATTER_BYTES, read_untrusted, safe_yaml
+
+DEFAULTS: dict[str, Any] = {
+    "write_mode": "review",  # review | autonomous
+    "git": {"stage": True, "commit": False},
+    "episodes": {"local_only": False, "max_event_chars": 8000},
+    "limits": {"max_text_chars": 4000, "max_rationale_chars": 2000, "max_evidence": 50,
+               "max_file_bytes": 256 * 1024, "max_files": 200_000, "max_listed_invalid": 50},
+    "daemon": {"autostart": True, "idle_seconds": 1800, "evict_seconds": 600, "read_wait_seconds": 1.0},
+    "duplicates": {"threshold": 0.95, "candidates": 5},
+    "read": {},  # retrieval tuning; empty means the tuned defaults in ranking.RankingParams
+}
+
+# A store's config.yaml comes with every clone: it may lower the caps on what memstore parses
+# but never lift them past these ceilings.
+CAP_CEILINGS: dict[str, int] = {"max_file_bytes": 1024 * 1024, "max_files": 1_000_000, "max_listed_invalid": 10_000}
+
+# env var -> (section, key, type); only the settings people plausibly flip per shell
+ENV_KEYS: dict[str, tuple[str | None, str, type]] = {
+    "MEMSTORE_WRITE_MODE": (None, "write_mode", str),
+    "MEMSTORE_DAEMON": ("daemon", "autostart", bool),
+    "MEMSTORE_DAEMON_IDLE": ("daemon", "idle_seconds", int),
+    "MEMSTORE_DAEMON_EVICT": ("daemon", "evict_seconds", int),
+    "MEMSTORE_READ_WAIT": ("daemon", "read_wait_seconds", float),
+    "MEMSTORE_GIT_STAGE": ("git", "stage", bool),
+    "MEMSTORE_GIT_COMMIT": ("git", "commit", bool),
+    "MEMSTORE_MAX_TEXT_CHARS": ("limits", "max_text_chars", int),
+}
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _as_bool(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ConfigError(f"cannot read {raw!r} as a yes/no setting (use 1/0, true/false)")
+
+
+def load_config_file(path: Path, *, untrusted: bool = False) -> dict[str, Any]:
+    """A store's settings. ``untrusted`` (the repo store's, which comes with a clone): never
+    read through a symlink or from a FIFO or device, and at most 64 KB."""
+    if not (path.is_file() or (untrusted and os.path.lexists(path))):
+        return {}
+    try:
+        text = (read_untrusted(path, MAX_FRONTMATTER_BYTES) if untrusted
+                else path.read_text(encoding="utf-8"))
+        data = safe_yaml(text, str(path.name))
+    except InvalidFile as exc:
+        raise ConfigError(f"{path}: {exc.message}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: config must be a YAML mapping")
+    return data
+
+
+@dataclass(frozen=True)
+class Config:
+    data: dict[str, Any] = field(default_factory=lambda: copy.deepcopy(DEFAULTS))
+
+    def get(self, section: str, key: str | None = None, default: Any = None) -> Any:
+        value = self.data.get(section, default)
+        if key is None:
+            return value
+        return value.get(key, default) if isinstance(value, dict) else default
+
+    @property
+    def write_mode(self) -> str:
+        return str(self.data.get("write_mode", "review"))
+
+    @property
+    def max_text_chars(self) -> int:
+        return int(self.get("limits", "max_text_chars", 4000))
+
+    @property
+    def read_wait(self) -> float:
+        """``daemon.read_wait_seconds``: a number of seconds, 0 or more; anything else (a repo's
+        config comes with every clone) counts as the default."""
+        value = self.get("daemon", "read_wait_seconds", 1.0)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+            return float(DEFAULTS["daemon"]["read_wait_seconds"])
+        return max(0.0, float(value))
+
+    def cap(self, key: str, default: int) -> int:
+        """A ``limits`` cap on untrusted input: a positive int, never above its ceiling."""
+        value = self.get("limits", key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            value = default
+        return min(value, CAP_CEILINGS.get(key, value))
+
+    def with_overrides(self, over: Mapping[str, Any]) -> Config:
+        return Config(_merge(self.data, over))
+
+
+def env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
+    over: dict[str, Any] = {}
+    for name, (section, key, kind) in ENV_KEYS.items():
+        if name not in env:
+            continue
+        raw = env[name]
+        try:
+            value: Any = _as_bool(raw) if kind is bool else kind(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{name}={raw!r} is not a valid {kind.__name__}") from exc
+        if section is None:
+            over[key] = value
+        else:
+            over.setdefault(section, {})[key] = value
+    return over
+
+
+def load_config(
+    repo_store: Path | None, global_store: Path | None, env: Mapping[str, str] | None = None
+) -> Config:
+    data = copy.deepcopy(DEFAULTS)
+    for store, untrusted in ((global_store, False), (repo_store, True)):
+        if store is not None:
+            data = _merge(data, load_config_file(store / "config.yaml", untrusted=untrusted))
+    data = _merge(data, env_overrides(os.environ if env is None else env))
+    if data.get("write_mode") not in ("review", "autonomous"):
+        raise ConfigError(f"write_mode must be 'review' or 'autonomous', not {data.get('write_mode')!r}")
+    return Config(data)

@@ -1,0 +1,339 @@
+"""Reading and writing canonical files: strict frontmatter, atomic writes, file locks."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import errno
+import fcntl
+import hashlib
+import io
+import logging
+import math
+import os
+import re
+import stat
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import DiskFull, InvalidFile
+
+try:  # libyaml ships in pyyaml's wheels; the pure-Python loader is 5x slower
+    _Loader: type = yaml.CSafeLoader
+    _Dumper: type = yaml.CSafeDumper
+except AttributeError:  # pragma: no cover - only on a pyyaml built without libyaml
+    _Loader = yaml.SafeLoader
+    _Dumper = yaml.SafeDumper
+
+MAX_FRONTMATTER_BYTES = 64 * 1024
+# Nesting and numbers an untrusted file may hold (a memory needs depth 4, links.relations).
+# Deeper YAML costs the constructor seconds before it hits Python's recursion limit; a
+# 4,300-digit integer raises ValueError from int(); a huge one overflows float().
+MAX_YAML_DEPTH = 32
+MAX_INT = 2**63
+# The default read cap of a memory or event file (config: limits.max_file_bytes).
+MAX_FILE_BYTES = 256 * 1024
+
+
+def _normalise(value: Any, what: str = "YAML") -> Any:
+    """YAML gives dates and datetimes; JSON and our comparisons want ISO strings. Numbers
+    beyond 64 bits or not finite are refused: every consumer would break on them later."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if not -MAX_INT <= value < MAX_INT:
+            raise InvalidFile(f"{what} holds an integer beyond 64 bits", code="too_large")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidFile(f"{what} holds a number that is not finite ({value})", code="schema")
+        return value
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
+        return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {str(_normalise(k, what)): _normalise(v, what) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_normalise(v, what) for v in value]
+    return value
+
+
+def _nesting(text: str) -> int:
+    """How deeply the YAML document nests collections (from the parser's events, no objects built)."""
+    depth = deepest = 0
+    for event in yaml.parse(io.StringIO(text), Loader=_Loader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_YAML_DEPTH:
+                break
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+    return deepest
+
+
+def safe_yaml(text: str, what: str = "YAML", *, first_line: int = 1) -> Any:
+    """Parse YAML with the safe loader, refusing anchors/aliases (alias bombs), size abuse,
+    deep nesting and numbers no consumer can hold. ``first_line``: the file's line number of
+    the text's first line (errors name the line)."""
+    if len(text.encode("utf-8", "replace")) > MAX_FRONTMATTER_BYTES:
+        raise InvalidFile(f"{what} is larger than {MAX_FRONTMATTER_BYTES} bytes", code="too_large")
+    try:
+        # Only a document with many openers can nest deeply; the others skip the event scan.
+        openers = text.count("[") + text.count("{") + text.count("- ") + text.count("\n ")
+        if openers > MAX_YAML_DEPTH and _nesting(text) > MAX_YAML_DEPTH:
+            raise InvalidFile(f"{what} nests deeper than {MAX_YAML_DEPTH} levels", code="too_deep")
+        if "&" in text or "*" in text:
+            # Only then pay for an event scan: a safe loader still expands aliases, which lets
+            # a few lines of YAML grow into gigabytes once walked.
+            for event in yaml.parse(io.StringIO(text), Loader=_Loader):
+                if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+                    raise InvalidFile(f"{what} uses YAML anchors/aliases, which memstore does not accept")
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader
+    except yaml.YAMLError as exc:
+        raise InvalidFile(f"{what} is not valid YAML{_where(exc, first_line)}: {str(exc).splitlines()[0]}") from exc
+    except ValueError as exc:  # int() past Python's 4,300-digit limit, a date like 2026-13-45
+        if "digits" in str(exc):
+            raise InvalidFile(f"{what} holds a number too long to read", code="too_large") from None
+        raise InvalidFile(f"{what} holds a value that cannot be read: {str(exc)[:200]}") from None
+    except RecursionError:  # block nesting the opener count above did not catch
+        raise InvalidFile(f"{what} nests too deeply", code="too_deep") from None
+    return _normalise(data, what)
+
+
+def read_untrusted(path: Path, max_bytes: int = MAX_FILE_BYTES) -> str:
+    """The text of a file from the store, which may come from anyone's clone or pull request.
+
+    Never follows a symlink (O_NOFOLLOW: a link could reach any file of the user's, or loop),
+    never reads anything but a regular file (O_NONBLOCK then fstat: a FIFO would block, a
+    device never end), and never reads more than ``max_bytes`` + 1 bytes (a 50 MB file is
+    refused, not loaded). Raises InvalidFile with a code ``check`` reports."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise InvalidFile("is a symbolic link; memstore never follows links in a store",
+                              code="not_regular") from None
+        raise InvalidFile(f"cannot read: {exc.strerror}", code="unreadable") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidFile("is not a regular file (a FIFO, device or directory); memstore reads only "
+                              "regular files", code="not_regular")
+        if st.st_size > max_bytes:
+            raise InvalidFile(f"is {st.st_size} bytes, over the {max_bytes}-byte cap on a store file "
+                              "(limits.max_file_bytes); not read", code="too_large")
+        chunks: list[bytes] = []
+        left = max_bytes + 1  # the file may grow between fstat and read
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 16))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > max_bytes:
+        raise InvalidFile(f"is over the {max_bytes}-byte cap on a store file (limits.max_file_bytes); not read",
+                          code="too_large")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidFile(f"is not UTF-8 text ({exc.reason} at byte {exc.start})", code="unreadable") from None
+
+
+def _where(exc: yaml.YAMLError, first_line: int) -> str:
+    """' at line N' of the file, where the parser found the problem (a person fixes it there)."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    return f" at line {mark.line + first_line}" if mark is not None else ""
+
+
+# A line of three or more dashes opens and closes the frontmatter (python-frontmatter's rule).
+_FM_BOUNDARY = re.compile(r"^-{3,}\s*$", re.MULTILINE)
+
+
+def parse_markdown(text: str) -> tuple[dict[str, Any], str]:
+    """Split a memory file into (frontmatter dict, body). Non-dict frontmatter is an error."""
+    text = text.lstrip("\ufeff").strip()
+    if not text.startswith("---"):
+        raise InvalidFile("no YAML frontmatter (the file must start with a '---' line)")
+    parts = _FM_BOUNDARY.split(text, 2)
+    if len(parts) != 3:
+        raise InvalidFile("the frontmatter has no closing '---' line")
+    _, fm, content = parts
+    meta = safe_yaml(fm, "frontmatter", first_line=1)  # fm starts on the opening line, after its dashes
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict):
+        raise InvalidFile(f"frontmatter must be a YAML mapping, not a {type(meta).__name__}")
+    return dict(meta), content.strip()
+
+
+def dump_yaml(data: dict[str, Any]) -> str:
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=None, width=100)
+
+
+def dump_markdown(meta: dict[str, Any], body: str) -> str:
+    return f"---\n{dump_yaml(meta)}---\n{body.strip()}\n"
+
+
+def content_hash(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def _temp_beside(path: Path) -> tuple[int, str]:
+    """A new temp file next to ``path``, created 0666 less the umask (mkstemp makes 0600, and a
+    chmod to a fixed mode afterwards would override a private umask such as 077)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(100):
+        tmp = str(path.parent / f".{path.name}.{os.urandom(6).hex()}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temp name beside {path}")
+
+
+def private_dir(path: Path) -> None:
+    """``path`` as a directory only its owner can enter: created 0700, or one of ours that is
+    open to others closed to 0700 (a symlink or someone else's directory is left alone)."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        st = os.lstat(path)
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and st.st_mode & 0o077:
+            os.chmod(path, 0o700)
+
+
+def atomic_write(path: Path, data: str | bytes | Iterable[str], *, exclusive: bool = False) -> None:
+    """Write via a temp file in the same folder and rename, so readers never see a partial file.
+    The file gets the mode any new file gets (0666 less the umask).
+
+    ``data`` may be an iterable of text chunks: a large projection is then streamed, never
+    held in memory whole. With ``exclusive`` the final name must not exist yet (a hard link
+    refuses to clobber).
+    """
+    fd, tmp = _temp_beside(path)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            if isinstance(data, str | bytes):
+                fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+            else:
+                for chunk in data:
+                    fh.write(chunk.encode("utf-8"))
+            fh.flush()
+            os.fsync(fh.fileno())
+        if exclusive:
+            os.link(tmp, path)
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        _raise_full(exc, path)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_file(path: Path) -> Iterator[Path]:
+    """A temp path beside ``path`` for a writer that wants a file name (faiss streams its index
+    to one; serialising it in memory first cost two copies of the vectors, 300 MB at 100k):
+    synced and renamed over ``path`` when the block succeeds, removed when it fails."""
+    fd, tmp = _temp_beside(path)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        _raise_full(exc, path)
+        raise
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _raise_full(exc: BaseException, path: Path) -> None:
+    full = disk_full(exc, path.name)
+    if full is not None:
+        raise full from exc
+
+
+def disk_full(exc: BaseException, what: str) -> DiskFull | None:
+    """A full device is the user's to fix, not a bug: the error that says so, or None when
+    ``exc`` is something else."""
+    if isinstance(exc, OSError) and not isinstance(exc, DiskFull) and exc.errno in _FULL:
+        return DiskFull(f"no space left on the device for {what} ({os.strerror(exc.errno)}); it was not written",
+                        hint="free some space and run the command again")
+    return None
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, shared: bool = False) -> Iterator[None]:
+    """An advisory flock, released when the process dies, so a crash never leaves it held."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+# -- the index directory ----------------------------------------------------------------------
+# ``.index/`` is memstore's own directory: never a link into somewhere else.
+#
+# A clone can carry ``.memory/.index`` as a committed symlink (``.index -> ../../somedir``) or
+# links inside it; following them would let memstore delete and overwrite files it does not
+# own. A link (or a plain file) where the directory belongs is removed, never followed: the
+# projections are disposable and are created fresh in a real directory. The link's target is
+# not touched.
+
+_index_log = logging.getLogger("memstore.index")
+
+# (path, inode) of the .index directories whose entries were checked for links in this process:
+# a directory is checked once, and again when it is re-created (a new inode).
+_checked: set[tuple[str, int]] = set()
+
+
+def real_dir(path: Path) -> Path:
+    """``path``, with anything there that is not a real directory removed (one lstat per call;
+    the directory's own entries are looked at once per directory and process)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return path
+    if not stat.S_ISDIR(st.st_mode):
+        _remove_link(path, "is not a directory")
+        return path
+    key = (str(path), st.st_ino)
+    if key not in _checked:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                if entry.is_symlink():
+                    _remove_link(Path(entry.path), "is a symlink")
+        _checked.add(key)
+    return path
+
+
+def _remove_link(path: Path, why: str) -> None:
+    # os.unlink removes a symlink itself, whatever it points to (it never follows it).
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    _index_log.info("%s %s: removed it; the index is rebuilt in a real directory", path, why)

@@ -1,0 +1,224 @@
+"""Which stores a call sees: the repo store and the global store, with their catalogs.
+
+Resolved once at the edge from the working directory, ``--store`` and the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import gitops
+from ..errors import AmbiguousId, Conflict, InvalidRequest, NoStore, NotFound
+from . import ids
+from .catalog import Catalog
+from .config import Config, load_config
+from .disk import STORE_DIRNAME, Store
+from .model import Memory
+
+
+@dataclass
+class Workspace:
+    repo: Store | None
+    global_: Store
+    config: Config
+    _catalogs: dict[str, Catalog] = field(default_factory=dict)
+    # Index projections per store (memstore.read.retrieve owns them; kept here so a long-lived
+    # process such as the daemon reuses them across calls).
+    indexes: dict[str, Any] = field(default_factory=dict)
+    read_cache: dict[str, Any] = field(default_factory=dict)  # derived views memstore.read.retrieve reuses
+    # Set by a process with a file watcher (the daemon): a store's change counter, or None when
+    # the store is not watched. While the counter stands where it stood at this workspace's last
+    # stat walk of the store, the walk is skipped (SPEC §5: the watcher keeps the index hot so
+    # the freshness check finds nothing to do). Unset: every call walks.
+    change_counter: Callable[[Store], int | None] | None = None
+    change_paths: Callable[[Store, int], set[str] | None] | None = None
+    # Long-lived processes keep projections in memory and save them with ``flush()``; the files
+    # stay the truth, so an unsaved projection only costs the next process some catching up.
+    defer_saves: bool = False
+    # Seconds a read may wait for memories to be embedded before it answers with the keyword
+    # lane standing in for the rest (``partial``); None: it waits for all (an in-process call,
+    # which has no later moment to embed them in). ``progress`` reports the embedding.
+    embed_wait: float | None = None
+    progress: Callable[[Any, int, int], None] | None = None
+    _walked_at: dict[str, int] = field(default_factory=dict)
+    # Files this workspace created since its last look at each store: re-read at the next look
+    # even when a watcher has not reported them yet (it does so a few milliseconds later).
+    _written: dict[str, set[str]] = field(default_factory=dict)
+    _watcher: Any = None
+
+    def store(self, scope: str) -> Store:
+        if scope == "global":
+            return self.global_
+        if self.repo is None:
+            raise NoStore(
+                "not inside a git repository, so there is no repo store",
+                hint="run inside a repo, pass --store DIR, or use scope 'global'",
+            )
+        return self.repo
+
+    def stores(self, include_global: bool = True) -> list[Store]:
+        out = [s for s in (self.repo,) if s is not None and s.exists()]
+        if include_global and self.global_.exists() and (self.repo is None or self.global_.root != self.repo.root):
+            out.append(self.global_)
+        return out
+
+    def catalog(self, scope: str, *, refresh: bool = True) -> Catalog:
+        store = self.store(scope)
+        cat = self._catalogs.get(scope)
+        if cat is None or cat.store is not store:
+            cat = Catalog(store)
+            self._catalogs[scope] = cat
+            self._walked_at.pop(scope, None)
+        if self.defer_saves:
+            cat.hold_saves()
+        if refresh and store.exists():
+            own = self._written.pop(scope, set())
+            counter = self.change_counter(store) if self.change_counter is not None else None
+            last = self._walked_at.get(scope)
+            if counter is None or last != counter:
+                # The watcher may know exactly which files changed since our last look; then
+                # only those are re-read, not every file of the store.
+                rels = self.change_paths(store, last) if self.change_paths and last is not None else None
+                if rels is not None:
+                    cat.refresh_paths(rels | own)
+                else:
+                    cat.refresh()
+                if counter is not None:
+                    self._walked_at[scope] = counter
+            elif own:
+                cat.refresh_paths(own)
+        return cat
+
+    def wrote(self, store: Store, path: Path) -> None:
+        """``path`` was just created in ``store`` through this workspace."""
+        try:
+            rel = path.resolve().relative_to(store.root).as_posix()
+        except (OSError, ValueError):
+            return
+        self._written.setdefault(store.scope, set()).add(rel)
+
+    def watch(self) -> None:
+        """Watch this workspace's stores (inotify, via watchdog) for as long as it lives, so
+        its reads skip the stat walk of every file (~0.5-1 s at 100k memories) and re-read
+        only the files that changed. For a long-lived program that imports memstore; a change
+        by another process is then visible once the watcher reports it (milliseconds), not
+        at the very next call. ``close()`` stops it. The daemon has its own shared watcher."""
+        if self._watcher is not None:
+            return
+        from .watch import Watcher
+
+        watcher = Watcher(lambda roots: None)
+        self._watcher = watcher
+        # A store that does not exist yet is walked until it does, then watched.
+        self.change_counter = lambda store: watcher.counter(store.root) if watcher.watch(store.root) else None
+        self.change_paths = lambda store, n: watcher.changes_since(store.root, n)
+
+    def close(self) -> None:
+        """Stop the watcher ``watch()`` started; reads walk the stores again."""
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher = None
+            self.change_counter = self.change_paths = None
+            self._walked_at.clear()
+
+    def flush(self) -> None:
+        """Save every projection held back by ``defer_saves``."""
+        for save in self.flush_later():
+            save()
+
+    def flush_later(self) -> list[Callable[[], None]]:
+        """``flush`` in two steps: what to save is taken now, under the caller's lock, and the
+        returned functions write it without that lock (seconds at 100k memories). Run them
+        soon, in order, and not in a thread that then indexes this workspace's stores: until
+        each index's function has run, its store's index lock is held."""
+        # The indexes first: each holds its store's index lock until written (a read that has
+        # changes to index waits for it), the catalogs hold nothing.
+        saves = [si.flush_later() for si in self.indexes.values()]
+        saves += [cat.flush_later() for cat in self._catalogs.values()]
+        return [save for save in saves if save is not None]
+
+    def scopes(self, include_global: bool = True) -> list[str]:
+        return [s.scope for s in self.stores(include_global)]
+
+    def find(self, prefix: str, scopes: list[str] | None = None, *, field_name: str | None = None) -> Memory:
+        """Resolve a full id or a unique prefix (≥ 6 chars) across the given stores."""
+        if not isinstance(prefix, str) or len(prefix.strip()) < ids.MIN_PREFIX:
+            raise InvalidRequest(
+                f"id {prefix!r} is too short: give at least {ids.MIN_PREFIX} characters",
+                field=field_name, code="bad_id",
+            )
+        norm = ids.normalize_prefix(prefix)
+        hits: list[Memory] = []
+        claimed: list[str] = []
+        for scope in scopes or self.scopes():
+            try:
+                cat = self.catalog(scope)
+            except NoStore:
+                continue
+            hits += [cat.memories[m] for m in cat.match_prefix(norm)]
+            claimed += [self.store(scope).display_path(p)
+                        for mid, paths in cat.conflicts.items() if mid.startswith(norm) for p in paths]
+        if not hits and claimed:
+            # Two files claim the id: serving either could serve an impostor.
+            raise Conflict(f"id {prefix!r} is claimed by {len(claimed)} files ({', '.join(claimed)}); none is "
+                           "served until only one holds it", field=field_name, code="id_conflict",
+                           hint="run `memstore check` and remove or re-id the file that is not genuine")
+        if not hits:
+            raise NotFound(f"no memory with id {prefix!r}", field=field_name)
+        if len(hits) > 1:
+            shown = ", ".join(sorted(h.id for h in hits)[:5])
+            raise AmbiguousId(f"id prefix {prefix!r} matches {len(hits)} memories: {shown}", field=field_name,
+                              hint="give more characters")
+        return hits[0]
+
+
+def global_store_path(env: Mapping[str, str]) -> Path:
+    home = env.get("MEMSTORE_HOME")
+    return Path(home).expanduser() if home else Path("~").expanduser() / STORE_DIRNAME
+
+
+def require_store_dir(store_dir: Path | str | None, cwd: Path | None = None,
+                      env: Mapping[str, str] | None = None) -> None:
+    """Refuse a ``--store`` (or MEMSTORE_STORE) folder that does not exist: read as an empty
+    store, a typo in the path would look like a memory with nothing in it."""
+    env = os.environ if env is None else env
+    given = store_dir or env.get("MEMSTORE_STORE") or None
+    if not given:
+        return
+    path = Path(given).expanduser()
+    path = path if path.is_absolute() else (cwd or Path.cwd()) / path
+    if not path.is_dir():
+        source = "--store" if store_dir else "MEMSTORE_STORE"
+        raise NoStore(f"no store at {given} ({source}): the folder does not exist", field="store",
+                      hint="check the path, or create the store with `memstore --store DIR init`")
+
+
+def open_workspace(
+    cwd: Path | None = None,
+    store_dir: Path | str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Workspace:
+    """The stores a command at ``cwd`` sees. ``store_dir`` (or MEMSTORE_STORE) replaces the
+    repo store; otherwise it is ``.memory/`` at the root of the enclosing git work tree."""
+    env = os.environ if env is None else env
+    cwd = (cwd or Path.cwd()).resolve()
+    store_dir = store_dir or env.get("MEMSTORE_STORE") or None
+    repo_root: Path | None
+    if store_dir:
+        path = Path(store_dir).expanduser()
+        repo_root = (path if path.is_absolute() else cwd / path).resolve()
+    else:
+        top = gitops.toplevel(cwd)
+        repo_root = top / STORE_DIRNAME if top is not None else None
+    global_root = global_store_path(env).resolve()
+    # A repo's own .memory must be a real folder (an explicit --store may be a link on purpose).
+    linked = store_dir is None and repo_root is not None and repo_root.is_symlink()
+    config = load_config(None if linked else repo_root, global_root, env)
+    repo = Store.at(repo_root, "repo", config, refuse_link=linked) if repo_root is not None else None
+    if repo is not None and repo.root == global_root:
+        repo = None  # --store pointing at the global store: treat it as the global store only
+    return Workspace(repo=repo, global_=Store.at(global_root, "global", config), config=config)

@@ -1,0 +1,99 @@
+"""The console entry point: a verb the daemon serves is sent to it as raw argv, before anything
+but the standard library's os/sys/json and the C socket type is imported.
+
+A CLI call through the daemon then costs an interpreter start-up plus one round trip; the
+daemon parses the arguments with the real parser, runs the verb and sends back the exact
+stdout/stderr text and exit code the in-process CLI would have produced. Anything unusual
+(no daemon, another code version, `--help`, an argument the daemon cannot parse) falls through
+to ``memstore.surfaces.cli.main``, which answers in-process and starts a daemon for next time.
+
+Wire protocol (JSON lines, one request and one answer per connection):
+    {"verb": "cli", "version", "cwd", "env", "argv", "stdin", "tty"}
+    -> {"stdout", "stderr", "exit_code"} | {"fallback": true} | {"restart": true}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from .wire import (
+    READ_TIMEOUT,
+    WRITE_TIMEOUT,
+    Unavailable,
+    Untrusted,
+    code_version,
+    disabled,
+    exchange,
+    forwarded_env,
+    timeout_error,
+    verb_of,
+    warn_untrusted,
+    write_stream,
+)
+
+# CLI verbs the daemon runs from argv, and which of them change the store.
+REMOTE_VERBS = ("read", "write", "create", "update", "show", "list", "context")
+WRITING_VERBS = ("write", "create", "update")
+
+
+def remote(argv: list[str], stdin: str | None) -> int | None:
+    """Run ``argv`` in the daemon: the exit code once its output is written, or None to run
+    in-process (nothing was written, nothing happened in the store)."""
+    verb = verb_of(argv)
+    if verb not in REMOTE_VERBS or disabled() or "-h" in argv or "--help" in argv:
+        return None
+    timeout = float(os.environ.get("MEMSTORE_CLIENT_TIMEOUT") or 0) or (
+        WRITE_TIMEOUT if verb in WRITING_VERBS else READ_TIMEOUT)
+    message: dict[str, object] = {
+        "verb": "cli", "version": code_version(), "cwd": os.getcwd(), "env": forwarded_env(), "argv": argv,
+        "stdin": stdin, "tty": sys.stdout.isatty(),
+    }
+    try:
+        answer = exchange(message, timeout=timeout)
+    except Untrusted as exc:
+        warn_untrusted(exc)
+        return None
+    except Unavailable:
+        return None
+    except TimeoutError:
+        if verb not in WRITING_VERBS:
+            return None
+        err = timeout_error(timeout)
+        write_stream(sys.stderr, f"memstore: daemon_timeout: {err['error']['message']}\n")  # type: ignore[index]
+        if "--json-out" in argv or not sys.stdout.isatty():  # the one JSON object every error promises
+            write_stream(sys.stdout, json.dumps(err) + "\n")
+        return 1
+    except (OSError, ValueError):
+        return None
+    if answer.get("fallback") or answer.get("restart") or "exit_code" not in answer:
+        return None
+    write_stream(sys.stdout, str(answer.get("stdout") or ""))
+    write_stream(sys.stderr, str(answer.get("stderr") or ""))
+    return int(answer["exit_code"])  # type: ignore[call-overload]
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    stdin = None
+    raw: bytes | None = None
+    if verb_of(argv) in REMOTE_VERBS and "-" in argv and sys.stdin is not None:
+        # A request on stdin (`--json -`, `--text -`) is read once, here: the daemon gets its
+        # text, and an in-process fallback reads it again from the same buffer. Bytes that are
+        # not UTF-8 stay here: the in-process CLI refuses them with its typed error.
+        raw = sys.stdin.buffer.read()
+        try:
+            stdin = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            stdin = None
+    code = remote(argv, stdin) if raw is None or stdin is not None else None
+    if code is not None:
+        return code
+    if raw is not None:
+        import io
+
+        sys.stdin = io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8")
+    from .cli import main as cli_main
+
+    return cli_main(argv)

@@ -1,0 +1,229 @@
+"""The daemon's wire, shared by every side that speaks it (``entry``, ``client``, ``cli``,
+``daemon``): the runtime dir and its ownership checks, one JSON-line exchange, the code version,
+the environment forwarded. A leaf: the standard library's os/sys/json/stat and the C socket type
+only, because ``entry`` imports it before it forwards a call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+
+# The C socket type: `import socket` (the wrapper module) costs ~4 ms here, a tenth of a call
+# through the daemon, and this module needs only connect/sendall/recv.
+from _socket import AF_UNIX, SOCK_STREAM, SOL_SOCKET
+from _socket import socket as _Socket
+
+try:
+    from _socket import SO_PEERCRED
+except ImportError:  # pragma: no cover - not Linux: the owner checks on the dir and socket remain
+    SO_PEERCRED = None
+
+SOCKET_NAME = "sock"
+# Reads are idempotent: a slow daemon means answering in-process. A write that was sent may
+# already have happened, so it waits longer and is never run twice.
+READ_TIMEOUT = 30.0
+WRITE_TIMEOUT = 120.0
+CONNECT_TIMEOUT = 1.0
+MAX_LINE = 64 * 1024 * 1024
+# Environment the daemon needs to resolve stores and config exactly like this process would.
+ENV_NAMES = ("HOME", "XDG_CONFIG_HOME")
+
+
+def runtime_dir(env: dict[str, str] | os._Environ[str] | None = None) -> str:
+    env = os.environ if env is None else env
+    if env.get("MEMSTORE_RUNTIME_DIR"):
+        return env["MEMSTORE_RUNTIME_DIR"]
+    if env.get("XDG_RUNTIME_DIR"):
+        return os.path.join(env["XDG_RUNTIME_DIR"], "memstore")
+    return f"/tmp/memstore-{os.getuid()}"
+
+
+def code_version() -> str:
+    """The package version plus a digest of its source files (path, size, mtime), so a daemon
+    started from an edited checkout is noticed and replaced, not only a new release."""
+    import zlib
+
+    from .. import __version__
+
+    if os.environ.get("MEMSTORE_CODE_VERSION"):
+        # Pinned by benchmarks that run on a checkout other people are editing meanwhile.
+        return os.environ["MEMSTORE_CODE_VERSION"]
+    base = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # the package root
+    parts: list[str] = []
+    for folder, dirs, files in os.walk(base):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        rel = os.path.relpath(folder, base)
+        for name in sorted(files):
+            if name.endswith((".py", ".json")):
+                st = os.stat(os.path.join(folder, name))
+                parts.append(f"{rel}/{name}:{st.st_size}:{st.st_mtime_ns}")
+    return f"{__version__}+{zlib.crc32(chr(10).join(parts).encode()):08x}"
+
+
+def forwarded_env(env: dict[str, str] | os._Environ[str] | None = None) -> dict[str, str]:
+    env = os.environ if env is None else env
+    out = {k: v for k, v in env.items() if k.startswith("MEMSTORE_")}
+    out.update({k: env[k] for k in ENV_NAMES if k in env})
+    return out
+
+
+def disabled(env: dict[str, str] | os._Environ[str] | None = None) -> bool:
+    env = os.environ if env is None else env
+    return env.get("MEMSTORE_DAEMON", "").strip().lower() in ("0", "false", "no", "off")
+
+
+def verb_of(argv: list[str]) -> str | None:
+    """The subcommand named in ``argv`` (skipping the global options before it), if any."""
+    it = iter(argv)
+    for tok in it:
+        if tok == "--store":
+            next(it, None)
+        elif not tok.startswith("-"):
+            return tok
+        elif tok in ("-h", "--help", "--version"):
+            return None
+    return None
+
+
+class Unavailable(Exception):
+    """No daemon answered: the caller answers in-process."""
+
+
+class Untrusted(Unavailable):
+    """The runtime dir, its socket or the process listening on it is not provably this user's:
+    another local user could have planted it to read our requests and answer with its own
+    "memories". Nothing was sent; the caller answers in-process."""
+
+
+_warned: list[str] = []
+
+
+def warn_untrusted(exc: Untrusted) -> None:
+    """One stderr line per process, so a planted runtime dir is noticed, not silently slow."""
+    if _warned:
+        return
+    _warned.append(str(exc))
+    write_stream(sys.stderr, f"memstore: not using the daemon: {exc}; answering in-process "
+                       "(remove it, or set MEMSTORE_RUNTIME_DIR to a directory of yours)\n")
+
+
+def not_ours(path: str, st: os.stat_result) -> str | None:
+    """Why the runtime directory ``path`` (its ``lstat``) is not this user's own, or None. The
+    client refuses such a dir before connecting; ``memstore serve`` refuses to start in it."""
+    if not stat.S_ISDIR(st.st_mode):
+        return f"the runtime directory {path} is not a directory (a symlink or a file)"
+    if st.st_uid != os.getuid():
+        return f"the runtime directory {path} belongs to uid {st.st_uid}, not to this user (uid {os.getuid()})"
+    return None
+
+
+def check_runtime_dir(path: str) -> None:
+    """Raise Untrusted unless ``path`` is a real directory (not a symlink) of this user that no
+    other user can enter; Unavailable when it does not exist (no daemon ever ran)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError as exc:
+        raise Unavailable(f"no runtime directory {path}") from exc
+    foreign = not_ours(path, st)
+    if foreign:
+        raise Untrusted(foreign)
+    if st.st_mode & 0o077:
+        raise Untrusted(f"the runtime directory {path} is open to other users (mode {st.st_mode & 0o777:o})")
+
+
+def check_socket(path: str) -> None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError as exc:
+        raise Unavailable(f"no daemon socket {path}") from exc
+    if not stat.S_ISSOCK(st.st_mode):
+        raise Untrusted(f"{path} is not a socket")
+    if st.st_uid != os.getuid():
+        raise Untrusted(f"the daemon socket {path} belongs to uid {st.st_uid}, not to this user")
+
+
+def check_peer(sock: _Socket, path: str) -> None:
+    """The listening process must run as this user (the daemon checks its clients the same way)."""
+    if SO_PEERCRED is None:
+        return
+    creds = sock.getsockopt(SOL_SOCKET, SO_PEERCRED, 12)  # struct ucred: pid, uid, gid (3 x int32)
+    uid = int.from_bytes(creds[4:8], sys.byteorder)
+    if uid != os.getuid():
+        raise Untrusted(f"the process listening on {path} runs as uid {uid}, not as this user")
+
+
+def connect(path: str, timeout: float) -> _Socket:
+    """A connection to the daemon socket at ``path``, once the runtime dir, the socket file and
+    the listening peer are all this user's; nothing is sent to anything else."""
+    check_runtime_dir(os.path.dirname(path))
+    check_socket(path)
+    sock = _Socket(AF_UNIX, SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(path)
+        check_peer(sock, path)
+    except Untrusted:
+        sock.close()
+        raise
+    except OSError as exc:
+        sock.close()
+        raise Unavailable(str(exc)) from exc
+    return sock
+
+
+def recv_line(sock: _Socket) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+        if chunk.endswith(b"\n") or size > MAX_LINE:
+            break
+    return b"".join(chunks)
+
+
+def exchange(message: dict[str, object], *, timeout: float, env: dict[str, str] | None = None) -> dict[str, object]:
+    """Send one message, return the daemon's answer object. Raises Unavailable when no daemon
+    listens or it hangs up without answering, TimeoutError when it does not answer in time."""
+    sock = connect(os.path.join(runtime_dir(env), SOCKET_NAME), CONNECT_TIMEOUT)
+    try:
+        sock.settimeout(timeout)
+        sock.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+        raw = recv_line(sock)
+    finally:
+        sock.close()
+    if not raw:
+        raise Unavailable("the daemon closed the connection without answering")
+    try:
+        answer = json.loads(raw)
+    except ValueError as exc:
+        raise Unavailable("the daemon sent something that is not JSON") from exc
+    if not isinstance(answer, dict):
+        raise Unavailable("the daemon sent something that is not a JSON object")
+    return answer
+
+
+def timeout_error(timeout: float) -> dict[str, object]:
+    return {"ok": False, "error": {
+        "code": "daemon_timeout", "message": f"the daemon did not answer within {timeout:.0f} s; "
+        "the write may or may not have happened",
+        "hint": "check with `memstore list`; `memstore daemon restart` replaces a stuck daemon"}}
+
+
+def write_stream(stream: object, text: str) -> None:
+    if not text:
+        return
+    try:
+        stream.write(text)  # type: ignore[attr-defined]
+        stream.flush()  # type: ignore[attr-defined]
+    except BrokenPipeError:
+        # `memstore list | head`: the reader left. Point the stream at /dev/null so the
+        # interpreter's final flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())  # type: ignore[attr-defined]

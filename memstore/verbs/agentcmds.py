@@ -1,0 +1,203 @@
+"""The git-native and agent-loop verbs: ``episode``, ``hooks``, ``diff``, ``guide``, ``context``,
+``reflect``, ``snapshot``. ``cli`` adds these parsers and hands matching commands here; each
+branch parses, calls the library, and returns (answer, render) for ``output``.
+
+Renders: a callable turns the answer into text on a terminal; ``"markdown"`` prints
+``answer["markdown"]`` as is (a document), piped or not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import InvalidRequest
+from ..store.kinds import EPISODE_SOURCES, HOOK_NAMES
+
+COMMANDS = ("episode", "hooks", "diff", "guide", "context", "reflect", "snapshot")
+
+
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add these verbs to ``sub``; ``common`` is the parent parser of the options every verb takes,
+    so nested actions accept them too (`memstore episode log ... --json-out`)."""
+
+    s = sub.add_parser("episode", help="record a work session: start, log events, end, show, list")
+    ep = s.add_subparsers(dest="episode_cmd", metavar="ACTION", required=True)
+    _with_common(ep, common)
+    e = ep.add_parser("start", help="open a new episode; prints its id (name it with MEMSTORE_EPISODE)")
+    e.add_argument("--agent", help="who is working; writes in the episode carry it as author "
+                   "(default: $MEMSTORE_AUTHOR or 'unknown')")
+    e.add_argument("--task", help="the task in one line")
+    e.add_argument("--local", action="store_true", default=None,
+                   help="keep this episode on this machine only (default: episodes.local_only)")
+    e.add_argument("--replace", action="store_true",
+                   help="make it the current episode even while another agent's episode is active")
+    e = ep.add_parser("log", help="append one event; prints the event:<episode>:<seq> ref to cite")
+    e.add_argument("--source", required=True, choices=EPISODE_SOURCES)
+    g = e.add_mutually_exclusive_group(required=True)
+    g.add_argument("--content", help="the event text")
+    g.add_argument("--content-file", metavar="FILE", help="read the event text from FILE (- for stdin)")
+    e.add_argument("--episode", metavar="ID",
+                   help="log to this episode (default: $MEMSTORE_EPISODE, else the current one)")
+    e = ep.add_parser("end", help="close the current episode")
+    e.add_argument("--outcome", help="e.g. success, partial, abandoned")
+    e.add_argument("--episode", metavar="ID",
+                   help="close this episode (default: $MEMSTORE_EPISODE, else the current one)")
+    e = ep.add_parser("show", help="an episode's header and events (default: the current one)")
+    e.add_argument("id", nargs="?", help="episode id or unique prefix (>= 6 chars; default: $MEMSTORE_EPISODE, "
+                   "else the current one)")
+    e = ep.add_parser("list", help="episodes, newest first")
+    e.add_argument("--limit", type=int)
+
+    s = sub.add_parser("hooks", help="install, remove or inspect memstore's git hooks")
+    hk = s.add_subparsers(dest="hooks_cmd", metavar="ACTION", required=True)
+    _with_common(hk, common)
+    h = hk.add_parser("install", help="install pre-commit, post-commit, post-merge, post-checkout (idempotent)")
+    h.add_argument("--hooks-path-ok", action="store_true",
+                   help="core.hooksPath is set: install into that folder anyway")
+    h.add_argument("--force", action="store_true", help="same as --hooks-path-ok")
+    h.add_argument("--python", metavar="PATH", help="the python the hooks run memstore with (default: this one)")
+    hk.add_parser("uninstall", help="remove memstore's hooks and restore hooks they replaced")
+    hk.add_parser("status", help="which hooks are installed, outdated or foreign")
+    h = hk.add_parser("run", help="what the installed hooks execute (not for direct use)")
+    h.add_argument("name", choices=HOOK_NAMES)
+    h.add_argument("hook_args", nargs=argparse.REMAINDER)
+
+    s = sub.add_parser("diff", help="render the memories and events this branch adds since REV (PR review)")
+    s.add_argument("rev", nargs="?", help="base revision (default: merge-base with origin/HEAD, main or master)")
+
+    s = sub.add_parser("guide", help="print the agent instructions (--install: into AGENTS.md / CLAUDE.md)")
+    s.add_argument("--install", action="store_true", help="add or refresh the marked memstore section in a file")
+    s.add_argument("--file", metavar="FILE", help="with --install: the file (default AGENTS.md at the repo root)")
+
+    s = sub.add_parser("context", help="the ambient read for a session start (preferences, facts, relevant)")
+    s.add_argument("--task", help="what the session is about; the query (default: the task of $MEMSTORE_EPISODE, "
+                   "else of the current episode; no task: the branch and its commit subjects)")
+    s.add_argument("--limit", type=int, help="at most this many relevant results")
+
+    s = sub.add_parser("reflect", help="the session-end checklist and digest of an episode")
+    s.add_argument("episode", nargs="?", help="episode id or prefix (default: $MEMSTORE_EPISODE, else the "
+                   "current one, else the latest)")
+
+    s = sub.add_parser("snapshot", help="derived view: current facts, preferences, best solutions, open problems")
+    s.add_argument("--markdown", action="store_true", help="print Markdown instead of JSON")
+    s.add_argument("--out", metavar="FILE", help="write to FILE (outside the stores) instead of printing")
+
+
+def _with_common(sub: Any, common: argparse.ArgumentParser) -> None:
+    add = sub.add_parser
+
+    def add_parser(name: str, **kw: Any) -> argparse.ArgumentParser:
+        return add(name, parents=[common], **kw)
+
+    sub.add_parser = add_parser
+
+
+def _content(a: argparse.Namespace) -> str:
+    if a.content is not None:
+        return str(a.content)
+    try:
+        # A log keeps what it can: bytes that are not UTF-8 (tool output) become U+FFFD, as from a file.
+        if a.content_file == "-":
+            buffer = getattr(sys.stdin, "buffer", None)
+            return buffer.read().decode("utf-8", errors="replace") if buffer is not None else sys.stdin.read()
+        return Path(a.content_file).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise InvalidRequest(f"cannot read {a.content_file}: {exc.strerror}", code="bad_input") from exc
+
+
+def dispatch(a: argparse.Namespace, ws: Any, author: str | None, episode: str | None) -> tuple[dict[str, Any], Any]:
+    """``author``: MEMSTORE_AUTHOR; ``episode``: MEMSTORE_EPISODE (read once, at the CLI's edge)."""
+    if a.cmd == "episode":
+        from ..store import episodes
+
+        if a.episode_cmd == "start":
+            return episodes.start(ws, agent=a.agent or author, task=a.task, local=a.local, replace=a.replace), None
+        if a.episode_cmd == "log":
+            return episodes.log(ws, a.source, _content(a), episode_id=a.episode or episode), _render_log
+        if a.episode_cmd == "end":
+            return episodes.end(ws, outcome=a.outcome, episode_id=a.episode or episode), None
+        if a.episode_cmd == "show":
+            return episodes.show(ws, a.id or episode), _render_episode
+        return episodes.list_episodes(ws, limit=a.limit), _render_episodes
+    if a.cmd == "hooks":
+        from ..git import hooks
+
+        if a.hooks_cmd == "install":
+            return hooks.install(python=a.python, hooks_path_ok=a.hooks_path_ok or a.force), _render_hooks
+        if a.hooks_cmd == "uninstall":
+            return hooks.uninstall(), _render_hooks
+        return hooks.status(), _render_hooks
+    if a.cmd == "diff":
+        from ..git.review import branch_diff, render_text
+
+        return branch_diff(ws, a.rev), render_text
+    if a.cmd == "guide":
+        from .guide import guide, install_guide
+
+        if a.install:
+            return install_guide(ws, a.file), None
+        answer = guide(ws)
+        if a.json_out:
+            return answer, None
+        return {**answer, "markdown": answer["text"]}, "markdown"
+    if a.cmd == "context":
+        from .guide import context, render_context
+
+        return context(ws, task=a.task, limit=a.limit, episode=episode), render_context
+    if a.cmd == "reflect":
+        from .guide import reflect, render_reflect
+
+        return reflect(ws, a.episode or episode), render_reflect
+    if a.cmd == "snapshot":
+        from .snapshot import snapshot, to_markdown, write_out
+
+        snap = snapshot(ws)
+        if a.out:
+            import json
+
+            text = to_markdown(snap) if a.markdown else json.dumps(snap, indent=2, ensure_ascii=False) + "\n"
+            return write_out(ws, Path(a.out), text), None
+        if a.markdown:
+            return {**snap, "markdown": to_markdown(snap)}, "markdown"
+        return snap, None
+    raise InvalidRequest(f"unknown command {a.cmd!r}", code="usage")
+
+
+# -- terminal renders --------------------------------------------------------------------------------
+def _render_log(ans: dict[str, Any]) -> str:
+    extra = f"  (truncated; sha256 {ans['sha256'][:12]})" if ans.get("truncated") else ""
+    return f"{ans['ref']}{extra}\n"
+
+
+def _render_episode(ans: dict[str, Any]) -> str:
+    h = ans.get("header") or {}
+    out = [f"episode {ans['episode']}  agent {h.get('agent')}  started {h.get('started')}"
+           + ("  (current)" if ans.get("current") else ""), f"task: {h.get('task') or '-'}", f"path: {ans['path']}"]
+    for e in ans["events"]:
+        text = " ".join(str(e.get("content", "")).split())
+        out.append(f"{e['seq']:>4} {e.get('ts', '')} {e.get('source', ''):<9} {text[:120]}")
+    if ans.get("ended"):
+        out.append(f"ended {ans['ended'].get('ended')}: {ans['ended'].get('outcome') or '-'}")
+    return "\n".join(out) + "\n"
+
+
+def _render_episodes(ans: dict[str, Any]) -> str:
+    out = []
+    for e in ans["episodes"]:
+        state = "current" if e["current"] else (e.get("outcome") or "ended") if e.get("ended") else "open"
+        local = " local" if e["local_only"] else ""
+        out.append(f"{e['episode']}  {e.get('started') or '':<20} {e['events']:>4} events  {state}{local}  "
+                   f"{e.get('agent') or ''}: {(e.get('task') or '')[:60]}")
+    out.append(f"{ans['count']} episode(s)")
+    return "\n".join(out) + "\n"
+
+
+def _render_hooks(ans: dict[str, Any]) -> str:
+    out = [f"hooks in {ans['hooks_dir']}"]
+    for h in ans["hooks"]:
+        legacy = " (+ previous hook kept as .legacy, runs first)" if h.get("legacy") else ""
+        out.append(f"  {h['hook']:<14} {h['state']}{legacy}")
+    return "\n".join(out) + "\n"

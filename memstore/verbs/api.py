@@ -1,0 +1,291 @@
+"""The library API: write, update, show, list (and read, via retrieve). The CLI, the daemon and
+MCP are thin layers over these functions; each takes a request dict and returns an answer dict."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from ..errors import IntegrityError as LinkError
+from ..errors import InvalidRequest, NoStore, SemanticError
+from ..read.scopeview import ScopeView, scope_view
+from ..store import ids
+from ..store.disk import Store
+from ..store.graph import Graph, LinkIndex, build_graph
+from ..store.model import Event, Memory, utc_now
+from ..store.relations import relation_lists
+from ..store.trust import CONTENT_TRUST
+from ..store.validate import (
+    check_chars,
+    check_evidence_exists,
+    check_schema,
+    check_secrets,
+    check_write_semantics,
+    parse_refs,
+    resolve_link,
+    resolve_relations,
+    resolve_write_links,
+)
+from ..store.workspace import Workspace
+
+DEFAULT_AUTHOR = "unknown"
+
+
+def _target_store(ws: Workspace, scope: str, *, commit: bool) -> Store:
+    store = ws.store(scope)
+    if not store.exists():
+        if not commit:
+            return store
+        # The global store is created on first use (SPEC §2); a repo store too, so an agent's
+        # first write in a repo just works and shows up in `git status` for review.
+        store.init()
+    return store
+
+
+def history(ws: Workspace, scopes: list[str] | None = None) -> tuple[dict[str, Memory], list[Event]]:
+    """Every memory and event of the stores in scope (the immutable history links derive from)."""
+    memories: dict[str, Memory] = {}
+    events: list[Event] = []
+    for scope in scopes or ws.scopes():
+        cat = ws.catalog(scope)
+        memories.update(cat.memories)
+        events.extend(cat.events.values())
+    return memories, events
+
+
+def combined_graph(ws: Workspace, scopes: list[str] | None = None) -> tuple[dict[str, Memory], Graph]:
+    """The memories of the stores in scope (read only) and their link/utility graph."""
+    if scopes is None or scopes == ws.scopes():
+        view = scope_links(ws)
+        return view.memories, view.graph
+    memories, events = history(ws, scopes)
+    return memories, build_graph(memories, events)
+
+
+def scope_links(ws: Workspace) -> ScopeView:
+    """Every store's records and their graph, as reads see them: a long-lived process keeps the
+    view and applies each change to it instead of rebuilding it (~150 ms at 100k memories)."""
+    return scope_view(ws.read_cache, [ws.catalog(scope) for scope in ws.scopes()])
+
+
+# -- write ------------------------------------------------------------------------------------
+def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None) -> dict[str, Any]:
+    """Validate and store one new memory. ``mode: dry_run`` runs every gate and writes nothing."""
+    check_schema("write", request)
+    req = copy.deepcopy(request)
+    mem_req = req["memory"]
+    mode = req.get("mode", "commit")
+    commit = mode == "commit"
+    refs = check_write_semantics(mem_req, ws.config)
+    writer = mem_req.get("author") or author or DEFAULT_AUTHOR
+    check_chars({"author": writer})  # MEMSTORE_AUTHOR and the MCP client's name are stored too
+    check_secrets({"author": writer})
+    # Integrity gates run before the target store is created on first use, so a refused write
+    # leaves no trace (not even an empty global store). They read immutable files: no lock needed.
+    links = resolve_write_links(ws, mem_req)
+    evidence = check_evidence_exists(ws, refs, mem_req["scope"], "memory.evidence_refs")
+    store = _target_store(ws, mem_req["scope"], commit=commit)
+
+    def gated() -> dict[str, Any]:
+        mem = Memory(
+            id=ids.new_id(),
+            kind=mem_req["kind"],
+            text=mem_req["text"].strip(),
+            scope=mem_req["scope"],
+            created=utc_now(),
+            author=writer,
+            confidence=mem_req.get("confidence"),
+            rationale=(mem_req.get("rationale") or "").strip(),
+            links=links,
+            evidence=evidence,
+            tags=list(dict.fromkeys(mem_req.get("tags") or [])),
+        )
+        if not req.get("allow_duplicate"):
+            from ..read.dedupe import check_duplicates
+
+            check_duplicates(ws, mem)
+        answer: dict[str, Any] = {"ok": True, "id": mem.id, "kind": mem.kind, "scope": mem.scope}
+        if commit:
+            path = store.create_memory(mem)
+            ws.wrote(store, path)
+            answer["path"] = store.display_path(store.relpath(path))
+        else:
+            answer["path"] = store.display_path(store.relpath(store.memory_path(mem)))
+            answer["content"] = store.render_memory(mem)
+        answer["mode"] = mode
+        return answer
+
+    if commit:
+        with store.write_lock():
+            return gated()
+    return gated()
+
+
+# -- update -----------------------------------------------------------------------------------
+def update(ws: Workspace, request: dict[str, Any], *, author: str | None = None) -> dict[str, Any]:
+    """Append one update event: a utility vote, an archive toggle or a fact-update link."""
+    check_schema("update", request)
+    req = copy.deepcopy(request)
+    kind = req["type"]
+    mode = req.get("mode", "commit")
+    refs_raw = req.get("evidence_refs") or []
+    if kind in ("archive", "fact_update_link", "link") and not refs_raw:
+        raise SemanticError(f"{kind} needs at least one evidence ref", field="evidence_refs", code="missing_evidence")
+    writer = req.get("author") or author or DEFAULT_AUTHOR
+    stored = {"rationale": req.get("rationale") or "", "author": writer,
+              **{f"evidence_refs[{i}]": r for i, r in enumerate(refs_raw)}}
+    check_chars(stored)
+    refs = parse_refs(refs_raw, "evidence_refs")
+    check_secrets(stored)
+    ev = Event(id=ids.new_id(), type=kind, created=utc_now(), author=writer,
+               confidence=req.get("confidence"), rationale=(req.get("rationale") or "").strip())
+    involved: list[Memory] = []
+    if kind in ("utility_vote", "archive"):
+        target = ws.find(req["memory_id"], field_name="memory_id")
+        ev.memory = target.id
+        involved.append(target)
+        if kind == "utility_vote":
+            ev.vote = float(req["vote"])
+            if req.get("problem_id"):
+                # A vote on a global memory lives in the global store, which never names a repo memory.
+                problem = resolve_link(ws, req["problem_id"], target.scope, "problem_id", ("problem",))
+                ev.problem = problem.id
+                involved.append(problem)
+        else:
+            ev.archived = bool(req["archived"])
+    elif kind == "link":
+        # A typed link on a committed memory is an event: the memory's file never changes.
+        source = ws.find(req["memory_id"], field_name="memory_id")
+        relations = scope_links(ws).graph.relations
+        ((ev.relation, ev.target),) = resolve_relations(ws, [req["relation"]], source.scope, "relation",
+                                                        relations.get(source.id, []), source.id, relations)
+        ev.memory = source.id
+        involved.append(source)
+    else:
+        old = resolve_link(ws, req["old_fact_id"], "repo", "old_fact_id", ("fact",))
+        change = resolve_link(ws, req["change_id"], old.scope, "change_id", ("change",))
+        new = resolve_link(ws, req["new_fact_id"], old.scope, "new_fact_id", ("fact",))
+        if old.id == new.id:
+            raise LinkError("old_fact_id and new_fact_id are the same fact", field="new_fact_id", code="bad_link")
+        ev.old_fact, ev.change, ev.new_fact = old.id, change.id, new.id
+        involved += [old, change, new]
+    # An event lives in the store of the memory it acts on, and acts only there (graph.acts_on):
+    # a repo's events never change a global memory, even for reads in that repo.
+    scope = ev.scope = involved[0].scope
+    commit = mode == "commit"
+    ev.evidence = check_evidence_exists(ws, refs, scope, "evidence_refs")
+    store = _target_store(ws, scope, commit=commit)
+
+    def gated() -> dict[str, Any]:
+        answer: dict[str, Any] = {"ok": True, "id": ev.id, "type": kind, "scope": scope,
+                                  "effect": _effect(scope_links(ws).links, ev)}
+        if commit:
+            path = store.create_event(ev)
+            ws.wrote(store, path)
+            answer["path"] = store.display_path(store.relpath(path))
+        else:
+            answer["path"] = store.display_path(f"events/{ev.id}.yaml")
+            answer["content"] = store.render_event(ev)
+        answer["mode"] = mode
+        return answer
+
+    if commit:
+        with store.write_lock():
+            return gated()
+    return gated()
+
+
+def _effect(links: LinkIndex, ev: Event) -> dict[str, Any]:
+    """What the event changes, computed by projecting the history with the event added."""
+    g = links.graph
+    if ev.type == "utility_vote" and ev.memory:
+        before = g.utility_global(ev.memory)
+        with links.trying(ev):
+            return {"memory_id": ev.memory,
+                    "utility": {"before": round(before, 4), "after": round(g.utility_global(ev.memory), 4),
+                                "votes": g.vote_count(ev.memory)}}
+    if ev.type == "archive" and ev.memory:
+        with links.trying(ev):
+            return {"memory_id": ev.memory, "archived": ev.memory in g.archived}
+    if ev.type == "link" and ev.memory:
+        with links.trying(ev):
+            return {"memory_id": ev.memory, "relations": [{"type": t, "id": i} for t, i in g.relations[ev.memory]]}
+    assert ev.old_fact is not None
+    head_before = g.head(ev.old_fact)
+    with links.trying(ev):
+        return {"old_fact_id": ev.old_fact, "head_before": head_before, "head_after": g.head(ev.old_fact)}
+
+
+# -- show / list ------------------------------------------------------------------------------
+def describe(ws: Workspace, mem: Memory, graph: Graph, memories: dict[str, Memory]) -> dict[str, Any]:
+    store = ws.store(mem.scope)
+    data = mem.to_json()
+    data["path"] = store.display_path(mem.path)
+    attempts = graph.attempts.get(mem.id, [])
+    data["derived"] = {
+        "solutions": [a for a in attempts if memories[a].kind == "solution"],
+        "failed_tactics": [a for a in attempts if memories[a].kind == "failed_tactic"],
+        "changes": list(graph.changes_for.get(mem.id, [])),
+        "superseded_by": graph.superseded_by.get(mem.id),
+        "head": graph.head(mem.id) if mem.kind == "fact" else None,
+        "archived": mem.id in graph.archived,
+        "utility": {"global": round(graph.utility_global(mem.id), 4), "votes": graph.vote_count(mem.id)},
+        "relations": relation_lists(mem.id, graph, memories, active_only=False),
+    }
+    if mem.id_derived:
+        data["derived"]["id_is_provisional"] = True
+    return data
+
+
+def show(ws: Workspace, memory_id: str) -> dict[str, Any]:
+    mem = ws.find(memory_id, field_name="id")
+    memories, graph = combined_graph(ws)
+    return {"ok": True, "content_trust": CONTENT_TRUST, "memory": describe(ws, mem, graph, memories)}
+
+
+def list_memories(
+    ws: Workspace, *, kind: str | None = None, scope: str | None = None, include_archived: bool = False,
+    limit: int | None = None,
+) -> dict[str, Any]:
+    scopes = [scope] if scope else ws.scopes()
+    if scope and not ws.store(scope).exists():
+        raise NoStore(f"no {scope} store at {ws.store(scope).root}", hint="run `memstore init`")
+    memories, graph = combined_graph(ws, scopes)
+    items = []
+    for mem in sorted(memories.values(), key=lambda m: (m.created, m.id), reverse=True):
+        if kind and mem.kind != kind:
+            continue
+        archived = mem.id in graph.archived
+        if archived and not include_archived:
+            continue
+        items.append({
+            "id": mem.id, "kind": mem.kind, "scope": mem.scope, "created": mem.created, "author": mem.author,
+            "text": mem.text, "tags": mem.tags, "archived": archived,
+            "path": ws.store(mem.scope).display_path(mem.path),
+        })
+    # A clone may bring any number of junk files: the first few are listed, the rest counted.
+    shown = ws.config.cap("max_listed_invalid", 50)
+    invalid: list[dict[str, str]] = []
+    invalid_count = 0
+    for sc in scopes:
+        cat = ws.catalog(sc, refresh=False)
+        invalid_count += len(cat.invalid) + cat.over_cap
+        for p in sorted(cat.invalid)[:max(0, shown - len(invalid))]:
+            invalid.append({"path": ws.store(sc).display_path(p), "error": cat.invalid[p]})
+        if cat.over_cap and len(invalid) < shown:
+            invalid.append({"path": ws.store(sc).display_path("."),
+                            "error": f"{cat.over_cap} files past the cap of {cat.max_files} per store were not read"})
+    total = len(items)
+    if limit is not None:
+        items = items[:limit]
+    return {"ok": True, "content_trust": CONTENT_TRUST, "count": total, "memories": items, "invalid": invalid,
+            "invalid_count": invalid_count}
+
+
+def init(ws: Workspace, *, global_store: bool = False) -> dict[str, Any]:
+    store = ws.global_ if global_store else ws.store("repo")
+    if not global_store and store.worktree is None:
+        raise InvalidRequest(f"{store.root.parent} is not inside a git repository", code="not_a_repo",
+                             hint="run `git init` first, or use `memstore init --global`")
+    created = store.init()
+    return {"ok": True, "scope": store.scope, "root": str(store.root), "created": created}

@@ -1,0 +1,122 @@
+"""``memstore import FILE.jsonl``: many write requests, one per line, each all-or-nothing.
+
+Every line goes through ``api.write`` (the same gates as a single write); a refused line is
+reported with its number and never stops the others. Git staging is batched: one ``git add``
+for the whole import instead of one per memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..errors import InvalidRequest, MemstoreError
+from ..store.workspace import Workspace
+from . import api
+
+PROGRESS_MIN_LINES = 50
+
+
+def _read_lines(file: str) -> list[str]:
+    try:
+        if file == "-":
+            return sys.stdin.read().splitlines()
+        return Path(file).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise InvalidRequest(f"cannot read {file}: no such file", code="bad_input", field="file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"cannot read {file}: {exc}", code="bad_input", field="file") from exc
+
+
+def _refusal(line: int, code: str, message: str, field: str | None = None) -> dict[str, Any]:
+    return {"line": line, "code": code, "message": message, "field": field}
+
+
+class _Progress:
+    """A ``\\r`` counter on stderr, only for a person watching a long import."""
+
+    def __init__(self, total: int, stream: TextIO) -> None:
+        self.total = total
+        self.stream = stream
+        self.on = total > PROGRESS_MIN_LINES and stream.isatty()
+
+    def step(self, done: int) -> None:
+        if self.on and (done == self.total or done % 10 == 0):
+            self.stream.write(f"\rimporting {done}/{self.total}")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.on:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _prewarm(ws: Workspace, numbered: list[tuple[int, str]]) -> None:
+    """Embed every line's text in batches up front: each write's duplicate check then finds its
+    vector in the embedding cache instead of running the model once per line."""
+    by_scope: dict[str, list[str]] = {}
+    for _, line in numbered:
+        try:
+            req = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        mem = req.get("memory") if isinstance(req, dict) else None
+        if isinstance(mem, dict) and isinstance(mem.get("text"), str) and not req.get("allow_duplicate"):
+            by_scope.setdefault(str(mem.get("scope")), []).append(mem["text"].strip())
+    if not by_scope:
+        return
+    from ..index.embedder import EmbedderUnavailable
+    from ..read.retrieve import prewarm_embeddings
+
+    for scope, texts in by_scope.items():
+        if scope not in ("repo", "global"):
+            continue
+        try:
+            prewarm_embeddings(ws, scope, texts)
+        except (EmbedderUnavailable, MemstoreError):
+            return  # each write still checks on its own; this was only a speed-up
+
+
+def import_jsonl(ws: Workspace, file: str, *, dry_run: bool, author: str | None) -> dict[str, Any]:
+    """Write each line's request; answer a summary naming every refused line."""
+    lines = _read_lines(file)
+    numbered = [(n, line) for n, line in enumerate(lines, start=1) if line.strip()]
+    mode = "dry_run" if dry_run else "commit"
+    written = 0
+    ids: list[str] = []
+    refused: list[dict[str, Any]] = []
+    _prewarm(ws, numbered)
+    progress = _Progress(len(numbered), sys.stderr)
+    with contextlib.ExitStack() as batch:
+        if not dry_run:
+            for store in (ws.repo, ws.global_):
+                if store is not None:
+                    batch.enter_context(store.batch_git("memstore: import memories"))
+        for scope in ws.scopes():
+            batch.enter_context(ws.catalog(scope, refresh=False).deferred_save())
+        for done, (n, line) in enumerate(numbered, start=1):
+            progress.step(done)
+            try:
+                req = json.loads(line)
+            except json.JSONDecodeError as exc:
+                refused.append(_refusal(n, "invalid_json", f"not valid JSON: {exc.msg} at column {exc.colno}"))
+                continue
+            if not isinstance(req, dict):
+                refused.append(_refusal(n, "schema", "each line must be a JSON object (a write request)"))
+                continue
+            if dry_run:
+                req["mode"] = "dry_run"
+            try:
+                answer = api.write(ws, req, author=author)
+            except MemstoreError as exc:
+                refused.append(_refusal(n, exc.code, exc.message, exc.field))
+                continue
+            ids.append(answer["id"])
+            if answer.get("mode") == "commit":
+                written += 1
+    progress.close()
+    return {"ok": not refused, "written": written, "refused": refused, "ids": ids, "mode": mode,
+            "lines": len(numbered)}
