@@ -3,10 +3,15 @@ real git repositories in tmp_path (no mocks)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import pty
+import struct
 import subprocess
 import sys
+import termios
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -149,3 +154,35 @@ def write_req(kind: str, text: str, *, scope: str = "repo", evidence: list[str] 
         memory["links"] = links
     memory.update(extra.pop("memory_extra", {}))
     return {"op": "write", "memory": memory, "allow_duplicate": True, **extra}
+
+
+def run_on_tty(args: Sequence[str], *, cwd: Path, env: dict[str, str] | None = None, tty: str = "stdout",
+               columns: int = 200) -> tuple[int, bytes, bytes]:
+    """``memstore ARGS`` with a real pseudo-terminal as its ``tty`` stream ("stdout" or "stderr"),
+    as a person at a shell runs it: (exit code, what the terminal got, the other stream)."""
+    master, slave = pty.openpty()
+    # A fresh pseudo-terminal says 0 columns, where a progress bar has no room.
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    streams = {"stdout": slave, "stderr": subprocess.PIPE} if tty == "stdout" else {
+        "stdout": subprocess.PIPE, "stderr": slave}
+    proc = subprocess.Popen([sys.executable, "-m", "memstore", *args], cwd=cwd, stdin=subprocess.DEVNULL,
+                            env=dict(os.environ) if env is None else env, **streams)
+    os.close(slave)
+    shown: list[bytes] = []
+
+    def drain() -> None:  # a full pty buffer would block the child
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                return
+            if not data:
+                return
+            shown.append(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    out, err = proc.communicate(timeout=300)
+    reader.join(timeout=30)
+    os.close(master)
+    return proc.returncode, b"".join(shown).replace(b"\r\n", b"\n"), (err if tty == "stdout" else out) or b""

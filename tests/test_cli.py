@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import pty
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLE_STORE, CliResult, store_files
+from conftest import EXAMPLE_STORE, CliResult, run_on_tty, store_files
 
 from memstore.store.files import parse_markdown
 from memstore.surfaces.cli import build_parser
@@ -57,26 +53,6 @@ def test_output_is_json_when_piped(repo: Path, cli: Callable[..., CliResult]) ->
     assert rc == 0 and isinstance(out, dict) and out["ok"] is True
 
 
-def _run_on_tty(args: list[str], cwd: Path) -> tuple[int, str]:
-    """Run the CLI with stdout on a pseudo-terminal, as a person at a shell would."""
-    master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "memstore", *args], cwd=cwd, stdout=slave,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=dict(os.environ))
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 4096)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(master)
-    rc = proc.wait()
-    assert proc.stderr is not None
-    proc.stderr.close()
-    return rc, b"".join(chunks).decode().replace("\r\n", "\n")
 
 
 def test_terminal_gets_text_and_json_out_forces_json(repo: Path, cli: Callable[..., CliResult]) -> None:
@@ -204,3 +180,8 @@ def test_every_command_is_documented_in_the_readme() -> None:
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     missing = [name for name in sub.choices if f"memstore {name}" not in readme and f"`{name}`" not in readme]
     assert not missing, f"commands without a README entry: {missing}"
+
+
+def _run_on_tty(args: list[str], cwd: Path) -> tuple[int, str]:
+    rc, shown, _ = run_on_tty(args, cwd=cwd)
+    return rc, shown.decode()

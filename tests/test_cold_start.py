@@ -5,21 +5,17 @@ real CLI subprocesses, real model."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pty
 import random
-import struct
 import subprocess
 import sys
-import termios
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_daemon import Env, _poll
+from conftest import run_on_tty
+from daemonworld import Env, _poll
 
 from memstore import gitops
 from memstore.store.ids import ALPHABET
@@ -161,29 +157,8 @@ def _reindex_with_stderr_on(repo: Path, tty: bool) -> tuple[int, str, str]:
     if not tty:
         proc = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
         return proc.returncode, proc.stdout, proc.stderr
-    master, slave = pty.openpty()
-    # A terminal has a size; a fresh pseudo-terminal says 0 columns, where a bar has no room.
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
-    chunks: list[bytes] = []
-
-    def drain() -> None:  # a full pty buffer would block the child
-        while True:
-            try:
-                data = os.read(master, 4096)
-            except OSError:
-                return
-            if not data:
-                return
-            chunks.append(data)
-
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
-    proc = subprocess.Popen(cmd, cwd=repo, stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL)
-    os.close(slave)
-    out, _ = proc.communicate(timeout=300)
-    reader.join(timeout=10)
-    os.close(master)
-    return proc.returncode, out.decode(), b"".join(chunks).decode(errors="replace")
+    rc, shown, out = run_on_tty(["reindex"], cwd=repo, tty="stderr", columns=100)
+    return rc, out.decode(), shown.decode(errors="replace")
 
 
 def test_reindex_shows_a_bar_on_a_terminal_and_nothing_when_piped(tmp_path: Path) -> None:

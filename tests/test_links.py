@@ -13,10 +13,11 @@ from conftest import CliResult, git, reopen, store_files, write_req
 from mcp.client.session import ClientSession
 from test_mcp import answer, ok, run_mcp
 
-from memstore.git.review import branch_diff, render_text
+from memstore.git.review import branch_diff
 from memstore.store.graph import Graph
 from memstore.store.relations import anchors, place
 from memstore.surfaces.output import pretty
+from memstore.surfaces.render import diff as render_text
 from memstore.verbs import api
 
 UTC_FACT = "The billing API returns every timestamp in UTC with a trailing Z."

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from conftest import CliResult, git, reopen, write_req
 
-from memstore.git.review import branch_diff, render_text
+from memstore.git.review import branch_diff
 from memstore.store import episodes
+from memstore.surfaces.render import diff as render_text
 from memstore.verbs import api
 
 

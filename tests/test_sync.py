@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import pty
 import shutil
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import git, make_git_repo, run_cli, write_req
+from conftest import git, make_git_repo, run_cli, run_on_tty, write_req
 
 from memstore.store.workspace import open_workspace
 from memstore.surfaces import client
@@ -448,23 +447,6 @@ def test_writes_during_a_sync_wait_their_turn_and_all_arrive(homes: tuple[Home, 
     assert set(written) <= {m["id"] for m in listed["memories"]} and len(written) == 20
 
 
-def _run_on_tty(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:
-    """The CLI with stdout on a pseudo-terminal, as a person at a shell runs it."""
-    master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "memstore", *args], cwd=cwd, stdout=slave,
-                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=env)
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 4096)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(master)
-    return proc.wait(), b"".join(chunks).decode().replace("\r\n", "\n")
 
 
 def test_a_terminal_is_told_it_is_offline_and_never_gets_raw_control_characters(homes: tuple[Home, Home],
@@ -485,3 +467,8 @@ def test_credentials_in_a_remote_url_are_never_shown(tmp_path: Path) -> None:
     assert code == 2 and out["error"]["code"] == "bad_remote"
     assert "s3cretPassw0rd" not in str(out) + err and "***@nonexistent.invalid" in out["error"]["message"]
     assert not home.store.exists()
+
+
+def _run_on_tty(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:
+    rc, shown, _ = run_on_tty(args, cwd=cwd, env=env)
+    return rc, shown.decode()

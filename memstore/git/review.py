@@ -8,8 +8,6 @@ are committed; each entry says whether it is committed yet.
 
 from __future__ import annotations
 
-import json
-import textwrap
 from typing import Any
 
 from .. import gitops
@@ -122,63 +120,3 @@ def _link(kind: str, target: str, known: dict[str, Any]) -> dict[str, Any]:
     return {"type": kind, "id": target, "text": other.text if other is not None else None}
 
 
-# -- text rendering ----------------------------------------------------------------------------------
-def _wrap(text: str, indent: str = "    ") -> str:
-    return "\n".join(textwrap.fill(p, 96, initial_indent=indent, subsequent_indent=indent) or indent
-                     for p in text.splitlines() or [""])
-
-
-def _flag(e: dict[str, Any]) -> str:
-    return "" if e.get("committed") else "  [not committed]"
-
-
-def _render_link(link: dict[str, Any]) -> str:
-    word = link["type"].replace("_", " ")
-    what = _wrap(link["text"][:300], "      > ") if link.get("text") else "      (no such memory)"
-    return f"  {word} {link['id']}:\n{what}"
-
-
-def render_text(answer: dict[str, Any]) -> str:
-    s = answer["summary"]
-    out = [f"memstore diff {answer['base']} (merge-base {answer['merge_base'][:10]}): {s['memories']} memor"
-           f"{'y' if s['memories'] == 1 else 'ies'}, {s['events']} event(s), {s['episodes']} episode(s)"]
-    for m in answer["memories"]:
-        provisional = " (id written by the pre-commit hook)" if m.get("id_is_provisional") else ""
-        out.append(f"\n+ {m['kind']} {m['id']}{provisional}  [{m['scope']}, by {m.get('author') or '?'}, "
-                   f"confidence {m.get('confidence', '-')}]{_flag(m)}")
-        out.append(f"  {m['path']}")
-        out.append(_wrap(m["text"]))
-        plain = {k: v for k, v in (m.get("links") or {}).items() if k not in ("relations", "related")}
-        if plain:
-            out.append("  links: " + ", ".join(f"{k}={json.dumps(v)}" for k, v in plain.items()))
-        for link in m.get("relations", []):
-            out.append(_render_link(link))
-        if m.get("evidence"):
-            out.append("  evidence: " + ", ".join(m["evidence"]))
-        if m.get("rationale"):
-            out.append(f"  rationale: {m['rationale']}")
-        if m.get("tags"):
-            out.append(f"  tags: {', '.join(m['tags'])}")
-    for e in answer["events"]:
-        what = {"utility_vote": f"vote {e.get('vote') or 0:+g} on {e.get('memory')}"
-                + (f" (problem {e['problem']})" if e.get("problem") else ""),
-                "archive": f"{'archive' if e.get('archived') else 'unarchive'} {e.get('memory')}",
-                "fact_update_link": f"fact {e.get('old_fact')} -> {e.get('new_fact')} via change {e.get('change')}",
-                "link": f"link {e.get('memory')} {e.get('relation')} {e.get('target')}",
-                }.get(e["type"], e["type"])
-        out.append(f"\n+ event {e['id']}: {what}{_flag(e)}")
-        if e.get("target_text"):
-            out.append(_wrap(e["target_text"][:300], "    > "))
-        if e.get("link"):
-            out.append(_render_link(e["link"]))
-        if e.get("rationale"):
-            out.append(f"  rationale: {e['rationale']}")
-        if e.get("evidence"):
-            out.append("  evidence: " + ", ".join(e["evidence"]))
-    for ep in answer["episodes"]:
-        verb = "new episode" if ep["status"] == "A" else "episode"
-        out.append(f"\n+ {verb} {ep['episode']} ({ep.get('agent')}): {ep['events']} event(s), "
-                   f"{ep['new_rows']} new row(s){_flag(ep)}  {ep.get('task') or ''}".rstrip())
-    for p in answer["problems"]:
-        out.append(f"\n! {p['path']}: {p['message']}")
-    return "\n".join(out) + "\n"

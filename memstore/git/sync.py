@@ -339,18 +339,3 @@ def _join(store: Store, branch: str) -> None:
     gitops.set_upstream(local, REMOTE, branch, root)
 
 
-def render(answer: dict[str, Any]) -> str:
-    """The answer on a terminal."""
-    sync_part = answer.get("sync", answer)
-    lines = []
-    if "sync" in answer:
-        lines.append(("cloned " if answer.get("cloned") else "set up ") + f"{answer['root']} with remote "
-                     f"{answer['url']}")
-    state = "offline: nothing pushed" if sync_part.get("offline") else "synced"
-    lines.append(f"{state}: {sync_part['root']} <-> {sync_part['url']} ({sync_part['branch']})")
-    lines.append(f"  committed {sync_part['committed']} file(s), received {sync_part['received']} file(s), "
-                 f"pushed {sync_part['pushed']} commit(s)" + (" after one retry" if sync_part.get("retried") else ""))
-    if sync_part.get("offline"):
-        lines.append(f"  {sync_part['unpushed']} commit(s) wait for the next sync")
-    lines += [f"  warning: {w}" for w in sync_part.get("warnings", [])]
-    return "\n".join(lines) + "\n"

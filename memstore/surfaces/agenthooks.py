@@ -101,8 +101,9 @@ def _session_start(payload: dict[str, Any], cwd: Path) -> None:
         _save(note_path, {"start": _fingerprint(cwd), "asked": False})
         _prune(note_path.parent)
     from ..store.workspace import open_workspace
-    from ..verbs.guide import context, render_context
+    from ..verbs.guide import context
     from .output import visible
+    from .render import context as render_context
 
     answer = context(open_workspace(cwd=cwd))
     sys.stdout.write(visible(render_context(answer)))

@@ -11,11 +11,14 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidRequest, MemstoreError, UsageError, error_answer
 from .cliargs import FORWARDED, UsageParser, build_parser, forward_spec
 from .wire import verb_of
+
+if TYPE_CHECKING:
+    from .output import Render
 
 __all__ = ["build_parser", "main"]
 
@@ -33,9 +36,10 @@ def _author(ws: Any) -> str | None:
     return os.environ.get("MEMSTORE_AUTHOR") or default_author(ws, _episode())
 
 
-def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
+def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], Render]:
     from ..store.workspace import open_workspace, require_store_dir
     from ..verbs import api
+    from . import render
 
     req, args = forward_spec(a) if a.cmd in FORWARDED else (None, None)
     if a.cmd != "init":  # init creates the store; anything else in a missing one is a typo
@@ -51,14 +55,14 @@ def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
             if not a.global_store:
                 raise UsageError("--remote is for the global store: memstore init --global --remote URL",
                                  hint="a repo's .memory/ travels with its code through the repo's own remote")
-            from ..git.sync import init_global, render
+            from ..git.sync import init_global
 
-            return init_global(ws, a.remote, Path.cwd()), render
+            return init_global(ws, a.remote, Path.cwd()), render.sync
         return api.init(ws, global_store=a.global_store), None
     if a.cmd == "sync":
-        from ..git.sync import render, sync
+        from ..git.sync import sync
 
-        return sync(ws, store_given=bool(a.store or os.environ.get("MEMSTORE_STORE"))), render
+        return sync(ws, store_given=bool(a.store or os.environ.get("MEMSTORE_STORE"))), render.sync
     if a.cmd in ("write", "create"):
         return api.write(ws, req or {}, author=_author(ws)), None
     if a.cmd == "update":
@@ -92,8 +96,10 @@ def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
             return import_notes(ws, a.file, a.from_format, scope=a.scope, dry_run=a.dry_run,
                                 author=_author(ws)), "import"
         from ..verbs.bulk import import_jsonl
+        from .progress import count_progress
 
-        return import_jsonl(ws, a.file, dry_run=a.dry_run, author=_author(ws)), "import"
+        return import_jsonl(ws, a.file, dry_run=a.dry_run, author=_author(ws),
+                            progress=count_progress(sys.stderr, "importing", " lines")), "import"
     if a.cmd == "check":
         from ..git.check import run_check
 
@@ -104,10 +110,10 @@ def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
 
         return reindex(ws, full=a.full), None
     if a.cmd == "integrate":
-        from ..verbs.integrate import integrate, render
+        from ..verbs.integrate import integrate
 
-        return integrate(ws, a.agent, remove=a.remove, hooks_path_ok=a.hooks_path_ok), render
-    from ..verbs import agentcmds
+        return integrate(ws, a.agent, remove=a.remove, hooks_path_ok=a.hooks_path_ok), render.integrate
+    from . import agentcmds
 
     if a.cmd in agentcmds.COMMANDS:
         return agentcmds.dispatch(a, ws, os.environ.get("MEMSTORE_AUTHOR") or None, _episode())

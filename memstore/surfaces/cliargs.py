@@ -344,7 +344,7 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
                    help="core.hooksPath is set: install the git hooks into that folder anyway")
     s.add_argument("--hook", choices=("session-start", "stop"), help=argparse.SUPPRESS)  # Claude Code runs these
 
-    from ..verbs.agentcmds import add_parsers  # episode, hooks, diff, guide, context, reflect, snapshot
+    from .agentcmds import add_parsers  # episode, hooks, diff, guide, context, reflect, snapshot
 
     add_parsers(sub, common)
     return p
@@ -354,7 +354,7 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
 # heavy is imported, so a forwarded call never loads the store, index or model code.
 FORWARDED = {"read": ("read", "read"), "write": ("write", None), "create": ("write", None),
              "update": ("update", None), "show": ("show", "show"), "list": ("list", "list"),
-             "context": ("context", None)}  # its render is guide.render_context, chosen by the daemon
+             "context": ("context", None)}  # its render is render.context, chosen by the daemon
 
 
 def forward_spec(a: argparse.Namespace, src: Inputs = LOCAL) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:

@@ -240,9 +240,9 @@ class Daemon:
             return {"stdout": out, "stderr": err, "exit_code": code}
         render: output.Render = calls[0].render
         if calls[0].verb == "context":
-            from ..verbs.guide import render_context
+            from . import render as renders
 
-            render = render_context
+            render = renders.context
         text = output.format_answer(answer, as_json=as_json, render=render, tty=bool(msg.get("tty")))
         return {"stdout": text, "stderr": "", "exit_code": 0}
 

@@ -1,4 +1,4 @@
-"""A progress bar for embedding, shown on a terminal and nowhere else.
+"""Progress bars (embedding, a long import), shown on a terminal and nowhere else.
 
 Embedding a store after a clone or a big pull takes seconds to minutes; a bar with rate and ETA
 says why the machine is busy. Piped or logged output gets nothing: a bar there is noise that
@@ -39,3 +39,28 @@ def embed_progress(stream: TextIO) -> EmbedBars | None:
     except (AttributeError, ValueError):  # closed or not a real stream
         tty = False
     return EmbedBars(stream) if tty else None
+
+
+class CountBar:
+    """A bar fed (done, total), for a loop the library runs (``import``): shown once the work is
+    long enough to watch (over ``min_total`` items), closed at the end."""
+
+    def __init__(self, stream: TextIO, desc: str, unit: str, min_total: int) -> None:
+        self.stream, self.desc, self.unit, self.min_total = stream, desc, unit, min_total
+        self._bar: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if total <= self.min_total:
+            return
+        if self._bar is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, desc=self.desc, unit=self.unit, file=self.stream, leave=False)
+        self._bar.update(done - self._bar.n)
+        if done >= total:
+            self._bar.close()
+
+
+def count_progress(stream: TextIO, desc: str, unit: str, min_total: int = 50) -> CountBar | None:
+    """A bar on ``stream`` when it is a terminal; None otherwise."""
+    return CountBar(stream, desc, unit, min_total) if embed_progress(stream) is not None else None

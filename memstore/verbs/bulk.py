@@ -10,14 +10,13 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from ..errors import InvalidRequest, MemstoreError
 from ..store.workspace import Workspace
 from . import api
-
-PROGRESS_MIN_LINES = 50
 
 
 def _read_lines(file: str) -> list[str]:
@@ -33,25 +32,6 @@ def _read_lines(file: str) -> list[str]:
 
 def _refusal(line: int, code: str, message: str, field: str | None = None) -> dict[str, Any]:
     return {"line": line, "code": code, "message": message, "field": field}
-
-
-class _Progress:
-    """A ``\\r`` counter on stderr, only for a person watching a long import."""
-
-    def __init__(self, total: int, stream: TextIO) -> None:
-        self.total = total
-        self.stream = stream
-        self.on = total > PROGRESS_MIN_LINES and stream.isatty()
-
-    def step(self, done: int) -> None:
-        if self.on and (done == self.total or done % 10 == 0):
-            self.stream.write(f"\rimporting {done}/{self.total}")
-            self.stream.flush()
-
-    def close(self) -> None:
-        if self.on:
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 def _prewarm(ws: Workspace, numbered: list[tuple[int, str]]) -> None:
@@ -80,8 +60,10 @@ def _prewarm(ws: Workspace, numbered: list[tuple[int, str]]) -> None:
             return  # each write still checks on its own; this was only a speed-up
 
 
-def import_jsonl(ws: Workspace, file: str, *, dry_run: bool, author: str | None) -> dict[str, Any]:
-    """Write each line's request; answer a summary naming every refused line."""
+def import_jsonl(ws: Workspace, file: str, *, dry_run: bool, author: str | None,
+                 progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Write each line's request; answer a summary naming every refused line. ``progress`` is
+    told (lines done, lines) as the import goes (the CLI shows it on a terminal)."""
     lines = _read_lines(file)
     numbered = [(n, line) for n, line in enumerate(lines, start=1) if line.strip()]
     mode = "dry_run" if dry_run else "commit"
@@ -89,7 +71,6 @@ def import_jsonl(ws: Workspace, file: str, *, dry_run: bool, author: str | None)
     ids: list[str] = []
     refused: list[dict[str, Any]] = []
     _prewarm(ws, numbered)
-    progress = _Progress(len(numbered), sys.stderr)
     with contextlib.ExitStack() as batch:
         if not dry_run:
             for store in (ws.repo, ws.global_):
@@ -98,7 +79,8 @@ def import_jsonl(ws: Workspace, file: str, *, dry_run: bool, author: str | None)
         for scope in ws.scopes():
             batch.enter_context(ws.catalog(scope, refresh=False).deferred_save())
         for done, (n, line) in enumerate(numbered, start=1):
-            progress.step(done)
+            if progress is not None:
+                progress(done, len(numbered))
             try:
                 req = json.loads(line)
             except json.JSONDecodeError as exc:
@@ -117,6 +99,5 @@ def import_jsonl(ws: Workspace, file: str, *, dry_run: bool, author: str | None)
             ids.append(answer["id"])
             if answer.get("mode") == "commit":
                 written += 1
-    progress.close()
     return {"ok": not refused, "written": written, "refused": refused, "ids": ids, "mode": mode,
             "lines": len(numbered)}

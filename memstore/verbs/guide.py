@@ -8,7 +8,6 @@ decide what to read, what to write and which memories to vote on.
 from __future__ import annotations
 
 import heapq
-import json
 import re
 import sys
 from pathlib import Path
@@ -269,29 +268,6 @@ def context(ws: Workspace, *, task: str | None = None, limit: int | None = None,
     return answer
 
 
-def render_context(answer: dict[str, Any]) -> str:
-    out = [answer["guidance"], f"write mode: {answer['write_mode']}"
-           + (f"; episode {answer['episode']}" if answer.get("episode") else "; no episode open")]
-    for title, key in (("Preferences", "preferences"), ("Current facts (by utility)", "facts"),
-                       ("Recent changes", "recent_changes"), ("Relevant to " + repr(answer.get("query") or ""),
-                                                              "relevant")):
-        items = answer.get(key) or []
-        if not items:
-            continue
-        out.append(f"\n{title}:")
-        for m in items:
-            stale = "  (stale: verify)" if m.get("stale") else ""
-            out.append(f"  {m['kind']:<13} {m['id'][:10]}  {_short(m['text'])}{stale}")
-    if answer.get("note"):
-        out.append(f"\n{answer['note']}")
-    return "\n".join(out) + "\n"
-
-
-def _short(text: str, n: int = 100) -> str:
-    one = " ".join(text.split())
-    return one if len(one) <= n else one[: n - 1] + "…"
-
-
 # -- reflect --------------------------------------------------------------------------------------
 _FAILURE_RE = re.compile(r"error|fail|exception|traceback|refused|denied", re.I)
 
@@ -407,28 +383,3 @@ def reflect(ws: Workspace, episode_id: str | None = None) -> dict[str, Any]:
     }
 
 
-def render_reflect(answer: dict[str, Any]) -> str:
-    h = answer.get("header") or {}
-    out = [f"Episode {answer['episode']}  agent {h.get('agent')}  started {h.get('started')}"
-           + (f"  ended {answer['ended'].get('ended')} ({answer['ended'].get('outcome')})" if answer.get("ended")
-              else "  (open)"),
-           f"task: {h.get('task') or '-'}", "", "Events:"]
-    for e in answer["events"]:
-        out.append(f"  {e['ref'].rsplit(':', 1)[1]:>4} {e['source']:<9} {_short(str(e['content']), 110)}")
-    if answer.get("written"):
-        out.append("\nWritten in the session (not to vote on):")
-        out.extend(f"  {m['kind']:<13} {m['id'][:10]}  {_short(m['text'], 90)}" for m in answer["written"])
-    out.append("\nMemories read during the session (vote: +1 helped, -1 misled):")
-    if not answer["reads"]:
-        out.append("  (none)")
-    for r in answer["reads"]:
-        out.append(f"  {r.get('kind', '?'):<13} {r['id'][:10]}  {_short(r.get('text', '(no longer exists)'), 90)}")
-        out.append(f"      {json.dumps(r['vote'])}")
-    out.append("\nChecklist:")
-    for c in answer["checklist"]:
-        out.append(f"- {c['item']}: {c['ask']}")
-        if c["template"]:
-            out.append(f"      {json.dumps(c['template'])}")
-    out.append(f"\n{answer['mode_note']}")
-    out.append(answer["next"])
-    return "\n".join(out) + "\n"

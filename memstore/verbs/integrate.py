@@ -515,24 +515,6 @@ def _hooks_summary(answer: dict[str, Any]) -> dict[str, Any]:
     return {"hooks_dir": answer["hooks_dir"], "hooks": states}
 
 
-def render(answer: dict[str, Any]) -> str:
-    """The answer on a terminal (``output.pretty`` makes control characters visible)."""
-    verb = "integrated" if answer["action"] == "install" else "removed"
-    out = [f"memstore {verb} for {answer['agent']} in {answer['repo']}"]
-    for f in answer["files"]:
-        out.append(f"  {f['state']:<10} {f['path']:<28} {f['what']}")
-    if "store" in answer:
-        out.append(f"  {answer['store']['state']:<10} {answer['store']['path']:<28} the repo's memory store")
-    hooks_ = answer["git_hooks"].get("hooks")
-    if hooks_:
-        out.append("  git hooks: " + ", ".join(f"{k} {v}" for k, v in hooks_.items()))
-    else:
-        out.append(f"  git hooks: {answer['git_hooks'].get('state')}")
-    if answer.get("undo"):
-        out.append(f"undo with `{answer['undo']}`")
-    return "\n".join(out) + "\n"
-
-
 def shell_command(python: str, *args: str) -> str:
     """A command line for a person or agent to run, with this Python spelled out."""
     return " ".join(shlex.quote(a) for a in (python, "-m", "memstore", *args))

@@ -1,6 +1,6 @@
-"""The git-native and agent-loop verbs: ``episode``, ``hooks``, ``diff``, ``guide``, ``context``,
-``reflect``, ``snapshot``. ``cli`` adds these parsers and hands matching commands here; each
-branch parses, calls the library, and returns (answer, render) for ``output``.
+"""The CLI of the git-native and agent-loop verbs: ``episode``, ``hooks``, ``diff``, ``guide``,
+``context``, ``reflect``, ``snapshot``. ``cli`` adds these parsers and hands matching commands
+here; each branch parses, calls the library, and returns (answer, render) for ``output``.
 
 Renders: a callable turns the answer into text on a terminal; ``"markdown"`` prints
 ``answer["markdown"]`` as is (a document), piped or not.
@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import InvalidRequest
 from ..store.kinds import EPISODE_SOURCES, HOOK_NAMES
+from . import render
 
 COMMANDS = ("episode", "hooks", "diff", "guide", "context", "reflect", "snapshot")
 
@@ -116,26 +117,26 @@ def dispatch(a: argparse.Namespace, ws: Any, author: str | None, episode: str | 
         if a.episode_cmd == "start":
             return episodes.start(ws, agent=a.agent or author, task=a.task, local=a.local, replace=a.replace), None
         if a.episode_cmd == "log":
-            return episodes.log(ws, a.source, _content(a), episode_id=a.episode or episode), _render_log
+            return episodes.log(ws, a.source, _content(a), episode_id=a.episode or episode), render.episode_log
         if a.episode_cmd == "end":
             return episodes.end(ws, outcome=a.outcome, episode_id=a.episode or episode), None
         if a.episode_cmd == "show":
-            return episodes.show(ws, a.id or episode), _render_episode
-        return episodes.list_episodes(ws, limit=a.limit), _render_episodes
+            return episodes.show(ws, a.id or episode), render.episode
+        return episodes.list_episodes(ws, limit=a.limit), render.episodes
     if a.cmd == "hooks":
         from ..git import hooks
 
         if a.hooks_cmd == "install":
-            return hooks.install(python=a.python, hooks_path_ok=a.hooks_path_ok or a.force), _render_hooks
+            return hooks.install(python=a.python, hooks_path_ok=a.hooks_path_ok or a.force), render.hooks
         if a.hooks_cmd == "uninstall":
-            return hooks.uninstall(), _render_hooks
-        return hooks.status(), _render_hooks
+            return hooks.uninstall(), render.hooks
+        return hooks.status(), render.hooks
     if a.cmd == "diff":
-        from ..git.review import branch_diff, render_text
+        from ..git.review import branch_diff
 
-        return branch_diff(ws, a.rev), render_text
+        return branch_diff(ws, a.rev), render.diff
     if a.cmd == "guide":
-        from .guide import guide, install_guide
+        from ..verbs.guide import guide, install_guide
 
         if a.install:
             return install_guide(ws, a.file), None
@@ -144,15 +145,15 @@ def dispatch(a: argparse.Namespace, ws: Any, author: str | None, episode: str | 
             return answer, None
         return {**answer, "markdown": answer["text"]}, "markdown"
     if a.cmd == "context":
-        from .guide import context, render_context
+        from ..verbs.guide import context
 
-        return context(ws, task=a.task, limit=a.limit, episode=episode), render_context
+        return context(ws, task=a.task, limit=a.limit, episode=episode), render.context
     if a.cmd == "reflect":
-        from .guide import reflect, render_reflect
+        from ..verbs.guide import reflect
 
-        return reflect(ws, a.episode or episode), render_reflect
+        return reflect(ws, a.episode or episode), render.reflect
     if a.cmd == "snapshot":
-        from .snapshot import snapshot, to_markdown, write_out
+        from ..verbs.snapshot import snapshot, to_markdown, write_out
 
         snap = snapshot(ws)
         if a.out:
@@ -167,37 +168,3 @@ def dispatch(a: argparse.Namespace, ws: Any, author: str | None, episode: str | 
 
 
 # -- terminal renders --------------------------------------------------------------------------------
-def _render_log(ans: dict[str, Any]) -> str:
-    extra = f"  (truncated; sha256 {ans['sha256'][:12]})" if ans.get("truncated") else ""
-    return f"{ans['ref']}{extra}\n"
-
-
-def _render_episode(ans: dict[str, Any]) -> str:
-    h = ans.get("header") or {}
-    out = [f"episode {ans['episode']}  agent {h.get('agent')}  started {h.get('started')}"
-           + ("  (current)" if ans.get("current") else ""), f"task: {h.get('task') or '-'}", f"path: {ans['path']}"]
-    for e in ans["events"]:
-        text = " ".join(str(e.get("content", "")).split())
-        out.append(f"{e['seq']:>4} {e.get('ts', '')} {e.get('source', ''):<9} {text[:120]}")
-    if ans.get("ended"):
-        out.append(f"ended {ans['ended'].get('ended')}: {ans['ended'].get('outcome') or '-'}")
-    return "\n".join(out) + "\n"
-
-
-def _render_episodes(ans: dict[str, Any]) -> str:
-    out = []
-    for e in ans["episodes"]:
-        state = "current" if e["current"] else (e.get("outcome") or "ended") if e.get("ended") else "open"
-        local = " local" if e["local_only"] else ""
-        out.append(f"{e['episode']}  {e.get('started') or '':<20} {e['events']:>4} events  {state}{local}  "
-                   f"{e.get('agent') or ''}: {(e.get('task') or '')[:60]}")
-    out.append(f"{ans['count']} episode(s)")
-    return "\n".join(out) + "\n"
-
-
-def _render_hooks(ans: dict[str, Any]) -> str:
-    out = [f"hooks in {ans['hooks_dir']}"]
-    for h in ans["hooks"]:
-        legacy = " (+ previous hook kept as .legacy, runs first)" if h.get("legacy") else ""
-        out.append(f"  {h['hook']:<14} {h['state']}{legacy}")
-    return "\n".join(out) + "\n"

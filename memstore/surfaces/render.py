@@ -1,0 +1,194 @@
+"""Terminal text for the verbs' answers that ``output.pretty`` does not render itself: a pure
+function from answer to text each, chosen by the surface that ran the verb. ``output`` makes
+control and bidi characters visible in whatever these return."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from typing import Any
+
+
+def _short100(text: str, n: int = 100) -> str:
+    one = " ".join(text.split())
+    return one if len(one) <= n else one[: n - 1] + "…"
+
+
+# -- diff (memstore diff) ----------------------------------------------------------------------------
+def _wrap96(text: str, indent: str = "    ") -> str:
+    return "\n".join(textwrap.fill(p, 96, initial_indent=indent, subsequent_indent=indent) or indent
+                     for p in text.splitlines() or [""])
+
+
+def _flag(e: dict[str, Any]) -> str:
+    return "" if e.get("committed") else "  [not committed]"
+
+
+def _render_link(link: dict[str, Any]) -> str:
+    word = link["type"].replace("_", " ")
+    what = _wrap96(link["text"][:300], "      > ") if link.get("text") else "      (no such memory)"
+    return f"  {word} {link['id']}:\n{what}"
+
+
+def diff(answer: dict[str, Any]) -> str:
+    s = answer["summary"]
+    out = [f"memstore diff {answer['base']} (merge-base {answer['merge_base'][:10]}): {s['memories']} memor"
+           f"{'y' if s['memories'] == 1 else 'ies'}, {s['events']} event(s), {s['episodes']} episode(s)"]
+    for m in answer["memories"]:
+        provisional = " (id written by the pre-commit hook)" if m.get("id_is_provisional") else ""
+        out.append(f"\n+ {m['kind']} {m['id']}{provisional}  [{m['scope']}, by {m.get('author') or '?'}, "
+                   f"confidence {m.get('confidence', '-')}]{_flag(m)}")
+        out.append(f"  {m['path']}")
+        out.append(_wrap96(m["text"]))
+        plain = {k: v for k, v in (m.get("links") or {}).items() if k not in ("relations", "related")}
+        if plain:
+            out.append("  links: " + ", ".join(f"{k}={json.dumps(v)}" for k, v in plain.items()))
+        for link in m.get("relations", []):
+            out.append(_render_link(link))
+        if m.get("evidence"):
+            out.append("  evidence: " + ", ".join(m["evidence"]))
+        if m.get("rationale"):
+            out.append(f"  rationale: {m['rationale']}")
+        if m.get("tags"):
+            out.append(f"  tags: {', '.join(m['tags'])}")
+    for e in answer["events"]:
+        what = {"utility_vote": f"vote {e.get('vote') or 0:+g} on {e.get('memory')}"
+                + (f" (problem {e['problem']})" if e.get("problem") else ""),
+                "archive": f"{'archive' if e.get('archived') else 'unarchive'} {e.get('memory')}",
+                "fact_update_link": f"fact {e.get('old_fact')} -> {e.get('new_fact')} via change {e.get('change')}",
+                "link": f"link {e.get('memory')} {e.get('relation')} {e.get('target')}",
+                }.get(e["type"], e["type"])
+        out.append(f"\n+ event {e['id']}: {what}{_flag(e)}")
+        if e.get("target_text"):
+            out.append(_wrap96(e["target_text"][:300], "    > "))
+        if e.get("link"):
+            out.append(_render_link(e["link"]))
+        if e.get("rationale"):
+            out.append(f"  rationale: {e['rationale']}")
+        if e.get("evidence"):
+            out.append("  evidence: " + ", ".join(e["evidence"]))
+    for ep in answer["episodes"]:
+        verb = "new episode" if ep["status"] == "A" else "episode"
+        out.append(f"\n+ {verb} {ep['episode']} ({ep.get('agent')}): {ep['events']} event(s), "
+                   f"{ep['new_rows']} new row(s){_flag(ep)}  {ep.get('task') or ''}".rstrip())
+    for p in answer["problems"]:
+        out.append(f"\n! {p['path']}: {p['message']}")
+    return "\n".join(out) + "\n"
+
+
+# -- the agent loop -------------------------------------------------------------------------------
+def context(answer: dict[str, Any]) -> str:
+    out = [answer["guidance"], f"write mode: {answer['write_mode']}"
+           + (f"; episode {answer['episode']}" if answer.get("episode") else "; no episode open")]
+    for title, key in (("Preferences", "preferences"), ("Current facts (by utility)", "facts"),
+                       ("Recent changes", "recent_changes"), ("Relevant to " + repr(answer.get("query") or ""),
+                                                              "relevant")):
+        items = answer.get(key) or []
+        if not items:
+            continue
+        out.append(f"\n{title}:")
+        for m in items:
+            stale = "  (stale: verify)" if m.get("stale") else ""
+            out.append(f"  {m['kind']:<13} {m['id'][:10]}  {_short100(m['text'])}{stale}")
+    if answer.get("note"):
+        out.append(f"\n{answer['note']}")
+    return "\n".join(out) + "\n"
+
+
+def reflect(answer: dict[str, Any]) -> str:
+    h = answer.get("header") or {}
+    out = [f"Episode {answer['episode']}  agent {h.get('agent')}  started {h.get('started')}"
+           + (f"  ended {answer['ended'].get('ended')} ({answer['ended'].get('outcome')})" if answer.get("ended")
+              else "  (open)"),
+           f"task: {h.get('task') or '-'}", "", "Events:"]
+    for e in answer["events"]:
+        out.append(f"  {e['ref'].rsplit(':', 1)[1]:>4} {e['source']:<9} {_short100(str(e['content']), 110)}")
+    if answer.get("written"):
+        out.append("\nWritten in the session (not to vote on):")
+        out.extend(f"  {m['kind']:<13} {m['id'][:10]}  {_short100(m['text'], 90)}" for m in answer["written"])
+    out.append("\nMemories read during the session (vote: +1 helped, -1 misled):")
+    if not answer["reads"]:
+        out.append("  (none)")
+    for r in answer["reads"]:
+        out.append(f"  {r.get('kind', '?'):<13} {r['id'][:10]}  {_short100(r.get('text', '(no longer exists)'), 90)}")
+        out.append(f"      {json.dumps(r['vote'])}")
+    out.append("\nChecklist:")
+    for c in answer["checklist"]:
+        out.append(f"- {c['item']}: {c['ask']}")
+        if c["template"]:
+            out.append(f"      {json.dumps(c['template'])}")
+    out.append(f"\n{answer['mode_note']}")
+    out.append(answer["next"])
+    return "\n".join(out) + "\n"
+
+
+def episode_log(ans: dict[str, Any]) -> str:
+    extra = f"  (truncated; sha256 {ans['sha256'][:12]})" if ans.get("truncated") else ""
+    return f"{ans['ref']}{extra}\n"
+
+
+def episode(ans: dict[str, Any]) -> str:
+    h = ans.get("header") or {}
+    out = [f"episode {ans['episode']}  agent {h.get('agent')}  started {h.get('started')}"
+           + ("  (current)" if ans.get("current") else ""), f"task: {h.get('task') or '-'}", f"path: {ans['path']}"]
+    for e in ans["events"]:
+        text = " ".join(str(e.get("content", "")).split())
+        out.append(f"{e['seq']:>4} {e.get('ts', '')} {e.get('source', ''):<9} {text[:120]}")
+    if ans.get("ended"):
+        out.append(f"ended {ans['ended'].get('ended')}: {ans['ended'].get('outcome') or '-'}")
+    return "\n".join(out) + "\n"
+
+
+def episodes(ans: dict[str, Any]) -> str:
+    out = []
+    for e in ans["episodes"]:
+        state = "current" if e["current"] else (e.get("outcome") or "ended") if e.get("ended") else "open"
+        local = " local" if e["local_only"] else ""
+        out.append(f"{e['episode']}  {e.get('started') or '':<20} {e['events']:>4} events  {state}{local}  "
+                   f"{e.get('agent') or ''}: {(e.get('task') or '')[:60]}")
+    out.append(f"{ans['count']} episode(s)")
+    return "\n".join(out) + "\n"
+
+
+def hooks(ans: dict[str, Any]) -> str:
+    out = [f"hooks in {ans['hooks_dir']}"]
+    for h in ans["hooks"]:
+        legacy = " (+ previous hook kept as .legacy, runs first)" if h.get("legacy") else ""
+        out.append(f"  {h['hook']:<14} {h['state']}{legacy}")
+    return "\n".join(out) + "\n"
+
+
+# -- integrate, sync --------------------------------------------------------------------------------
+def integrate(answer: dict[str, Any]) -> str:
+    """The answer on a terminal (``output.pretty`` makes control characters visible)."""
+    verb = "integrated" if answer["action"] == "install" else "removed"
+    out = [f"memstore {verb} for {answer['agent']} in {answer['repo']}"]
+    for f in answer["files"]:
+        out.append(f"  {f['state']:<10} {f['path']:<28} {f['what']}")
+    if "store" in answer:
+        out.append(f"  {answer['store']['state']:<10} {answer['store']['path']:<28} the repo's memory store")
+    hooks_ = answer["git_hooks"].get("hooks")
+    if hooks_:
+        out.append("  git hooks: " + ", ".join(f"{k} {v}" for k, v in hooks_.items()))
+    else:
+        out.append(f"  git hooks: {answer['git_hooks'].get('state')}")
+    if answer.get("undo"):
+        out.append(f"undo with `{answer['undo']}`")
+    return "\n".join(out) + "\n"
+
+
+def sync(answer: dict[str, Any]) -> str:
+    """The answer on a terminal."""
+    sync_part = answer.get("sync", answer)
+    lines = []
+    if "sync" in answer:
+        lines.append(("cloned " if answer.get("cloned") else "set up ") + f"{answer['root']} with remote "
+                     f"{answer['url']}")
+    state = "offline: nothing pushed" if sync_part.get("offline") else "synced"
+    lines.append(f"{state}: {sync_part['root']} <-> {sync_part['url']} ({sync_part['branch']})")
+    lines.append(f"  committed {sync_part['committed']} file(s), received {sync_part['received']} file(s), "
+                 f"pushed {sync_part['pushed']} commit(s)" + (" after one retry" if sync_part.get("retried") else ""))
+    if sync_part.get("offline"):
+        lines.append(f"  {sync_part['unpushed']} commit(s) wait for the next sync")
+    lines += [f"  warning: {w}" for w in sync_part.get("warnings", [])]
+    return "\n".join(lines) + "\n"
