@@ -32,7 +32,9 @@ if TYPE_CHECKING:
         SemanticError,
         StoreError,
     )
+    from .read.answers import ReadAnswer
     from .store.workspace import Workspace
+    from .verbs.answers import UpdateAnswer, WriteAnswer
 
 _ERRORS = frozenset({
     "AmbiguousId", "Conflict", "DuplicateError", "GitError", "IntegrityError", "InvalidFile", "InvalidRequest",
@@ -80,19 +82,19 @@ def open_workspace(*args: Any, **kwargs: Any) -> Workspace:
     return _open(*args, **kwargs)
 
 
-def write(ws: Workspace, request: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+def write(ws: Workspace, request: dict[str, Any], **kwargs: Any) -> WriteAnswer:
     from .verbs.api import write as _write
 
     return _write(ws, request, **kwargs)
 
 
-def update(ws: Workspace, request: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+def update(ws: Workspace, request: dict[str, Any], **kwargs: Any) -> UpdateAnswer:
     from .verbs.api import update as _update
 
     return _update(ws, request, **kwargs)
 
 
-def read(ws: Workspace, request: dict[str, Any]) -> dict[str, Any]:
+def read(ws: Workspace, request: dict[str, Any]) -> ReadAnswer:
     from .read.retrieve import read as _read
 
     return _read(ws, request)

@@ -31,6 +31,7 @@ from ..store.trust import CONTENT_TRUST, UNTRUSTED_RULE
 from ..store.validate import check_decodable, check_schema
 from ..store.workspace import Workspace
 from . import ranking
+from .answers import ReadAnswer, ReadResult
 from .longquery import condense
 from .neighbours import Neighbours
 from .rowspace import Rows, build_rows, current_matrix, keyword_rows, partial_rows, update_rows
@@ -432,10 +433,10 @@ def attach_groups(hits: list[Hit], graph: Graph) -> None:
 
 
 def result_json(ws: Workspace, hit: Hit, sc: Scope, util: tuple[float, float, int],
-                predecessors: Mapping[str, list[str]], attached_to: dict[str, str] | None = None) -> dict[str, Any]:
+                predecessors: Mapping[str, list[str]], attached_to: dict[str, str] | None = None) -> ReadResult:
     mem, g = hit.mem, sc.graph
     attempts = g.attempts.get(mem.id, [])
-    data: dict[str, Any] = {
+    data: ReadResult = {
         "id": mem.id, "kind": mem.kind, "scope": mem.scope, "text": mem.text, "score": round(hit.score, 4),
         "reasons": hit.reasons,
         "links": {
@@ -462,7 +463,7 @@ def result_json(ws: Workspace, hit: Hit, sc: Scope, util: tuple[float, float, in
 
 # -- the verb ----------------------------------------------------------------------------------------
 def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = None,
-         log_episode: bool = True, episode: str | None = None) -> dict[str, Any]:
+         log_episode: bool = True, episode: str | None = None) -> ReadAnswer:
     """Answer a read request (SPEC §3 read JSON). Empty results are a correct answer.
 
     The read is logged (query and ids returned) to ``episode``, else to the repo's current
@@ -556,7 +557,7 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     from ..git.stale import annotate  # fills "stale" for the returned results only
 
     annotate(ws, results, sc.memories)
-    answer: dict[str, Any] = {
+    answer: ReadAnswer = {
         "ok": True,
         "guidance": GUIDANCE + (" " + relations.DISPUTE_RULE if disputes else ""),
         "content_trust": CONTENT_TRUST,

@@ -27,6 +27,7 @@ from ..store.validate import (
     resolve_write_links,
 )
 from ..store.workspace import Workspace
+from .answers import UpdateAnswer, WriteAnswer
 
 DEFAULT_AUTHOR = "unknown"
 
@@ -69,7 +70,7 @@ def scope_links(ws: Workspace) -> ScopeView:
 
 
 # -- write ------------------------------------------------------------------------------------
-def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None) -> dict[str, Any]:
+def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None) -> WriteAnswer:
     """Validate and store one new memory. ``mode: dry_run`` runs every gate and writes nothing."""
     check_schema("write", request)
     req = copy.deepcopy(request)
@@ -86,7 +87,7 @@ def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None) 
     evidence = check_evidence_exists(ws, refs, mem_req["scope"], "memory.evidence_refs")
     store = _target_store(ws, mem_req["scope"], commit=commit)
 
-    def gated() -> dict[str, Any]:
+    def gated() -> WriteAnswer:
         mem = Memory(
             id=ids.new_id(),
             kind=mem_req["kind"],
@@ -104,7 +105,7 @@ def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None) 
             from ..read.dedupe import check_duplicates
 
             check_duplicates(ws, mem)
-        answer: dict[str, Any] = {"ok": True, "id": mem.id, "kind": mem.kind, "scope": mem.scope}
+        answer: WriteAnswer = {"ok": True, "id": mem.id, "kind": mem.kind, "scope": mem.scope}
         if commit:
             path = store.create_memory(mem)
             ws.wrote(store, path)
@@ -122,7 +123,7 @@ def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None) 
 
 
 # -- update -----------------------------------------------------------------------------------
-def update(ws: Workspace, request: dict[str, Any], *, author: str | None = None) -> dict[str, Any]:
+def update(ws: Workspace, request: dict[str, Any], *, author: str | None = None) -> UpdateAnswer:
     """Append one update event: a utility vote, an archive toggle or a fact-update link."""
     check_schema("update", request)
     req = copy.deepcopy(request)
@@ -176,8 +177,8 @@ def update(ws: Workspace, request: dict[str, Any], *, author: str | None = None)
     ev.evidence = check_evidence_exists(ws, refs, scope, "evidence_refs")
     store = _target_store(ws, scope, commit=commit)
 
-    def gated() -> dict[str, Any]:
-        answer: dict[str, Any] = {"ok": True, "id": ev.id, "type": kind, "scope": scope,
+    def gated() -> UpdateAnswer:
+        answer: UpdateAnswer = {"ok": True, "id": ev.id, "type": kind, "scope": scope,
                                   "effect": _effect(scope_links(ws).links, ev)}
         if commit:
             path = store.create_event(ev)

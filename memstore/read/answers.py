@@ -1,0 +1,73 @@
+"""The read verb's answer, typed: what ``retrieve.read`` returns and every surface renders (the
+CLI prints it as JSON or text, the daemon forwards it, the MCP server hands it to the agent).
+The README's "JSON contracts" section documents the same fields."""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+
+class ResultLinks(TypedDict):
+    problem: str | None
+    solutions: list[str]
+    failed_tactics: list[str]
+    changes: list[str]
+    superseded_by: str | None
+    relations: dict[str, list[dict[str, str]]]  # {"out": [{type, id}], "in": [...]}
+
+
+class ReadResult(TypedDict, total=False):
+    """One memory in an answer. ``note`` comes with failed tactics only."""
+
+    id: str
+    kind: str
+    scope: str
+    text: str
+    score: float
+    reasons: list[str]
+    links: ResultLinks
+    attached_to: dict[str, str] | None
+    utility: dict[str, float]  # {"local", "global", "votes"}: "global" is a Python keyword
+    stale: dict[str, Any] | None
+    evidence: list[str]
+    tags: list[str]
+    created: str | None
+    path: str
+    history: list[dict[str, Any]]
+    note: str
+
+
+class DisputeSide(TypedDict):
+    id: str
+    kind: str
+    scope: str
+    text: str
+    author: str | None
+    created: str | None
+    confidence: float | None
+    evidence: list[str]
+
+
+class Dispute(TypedDict):
+    ids: list[str]
+    sides: list[DisputeSide]
+    guidance: str
+
+
+class Partial(TypedDict):
+    embedded: int
+    total: int
+
+
+class ReadAnswer(TypedDict, total=False):
+    """``ok``, ``guidance``, ``content_trust``, ``results``, ``disputes`` and ``stats`` always;
+    ``partial`` while vectors are missing; ``warnings`` when something was degraded or cut."""
+
+    ok: bool
+    guidance: str
+    content_trust: str
+    results: list[ReadResult]
+    disputes: list[Dispute]
+    stats: dict[str, Any]
+    partial: Partial
+    warnings: list[str]
