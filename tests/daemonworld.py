@@ -4,6 +4,7 @@ tests and the daemon fault trials."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -53,6 +54,18 @@ class Env:
             "MEMSTORE_RUNTIME_DIR": str(self.rdir), "MEMSTORE_DAEMON": "1",
             "GIT_CONFIG_GLOBAL": str(gitconfig), "GIT_CONFIG_NOSYSTEM": "1",
         }
+
+    @contextlib.contextmanager
+    def environ(self) -> Iterator[None]:
+        """This world's variables in os.environ for the block: seeding through the library
+        happens before the conftest's per-test environment exists."""
+        old = dict(os.environ)
+        os.environ.update(self.env())
+        try:
+            yield
+        finally:
+            os.environ.clear()
+            os.environ.update(old)
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMSTORE_", "GIT_"))}
@@ -142,16 +155,11 @@ def running_world(tmp_path_factory: pytest.TempPathFactory, label: str,
     """A daemon serving one seeded repo per ``repos`` entry (attribute name -> topic): the repo
     is ``world.<name>`` and its ids ``world.ids_<suffix>`` (``repo_a`` -> ``ids_a``)."""
     world = Env(tmp_path_factory.mktemp(label))
-    old = dict(os.environ)
-    os.environ.update(world.env())  # the conftest's per-test env comes later; seeding needs ours now
-    try:
+    with world.environ():
         for name in repos:
             setattr(world, name, world.make_repo(name))
         for name, topic in repos.items():
             setattr(world, "ids_" + name.removeprefix("repo_"), _seed(world, getattr(world, name), topic))
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
     world.proc = world.start("--idle", "600")  # type: ignore[attr-defined]
     yield world
     world.cleanup()

@@ -6,7 +6,6 @@ real CLI subprocesses, real model."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
 import sys
@@ -75,13 +74,8 @@ def _stores(status: dict[str, Any], repo: Path) -> list[dict[str, Any]]:
 
 def test_a_clone_is_answered_before_its_vectors_exist(tmp_path: Path) -> None:
     world = Env(tmp_path / "cold")
-    old = dict(os.environ)
-    os.environ.update(world.env())
-    try:
+    with world.environ():
         origin = _origin(world.base, N)
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
     warm, cold = _clone(origin, "warm"), _clone(origin, "cold")
     # The answer of a fully indexed store: in-process, which embeds everything before answering.
     rc, want, err = world.cli("read", QUERY, cwd=warm, MEMSTORE_DAEMON="0")
@@ -122,13 +116,8 @@ def test_a_first_read_without_a_daemon_answers_partially_and_the_daemon_it_start
     """No daemon runs yet: the CLI answers in-process, waiting no longer than a read through the
     daemon would, and the daemon it starts (``serve --warm``) embeds the rest unasked."""
     world = Env(tmp_path / "nodaemon")
-    old = dict(os.environ)
-    os.environ.update(world.env())
-    try:
+    with world.environ():
         origin = _origin(world.base, N)
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
     warm, cold = _clone(origin, "warm"), _clone(origin, "cold")
     try:
         rc, want, err = world.cli("read", QUERY, cwd=warm, MEMSTORE_DAEMON="0")
@@ -176,13 +165,8 @@ def test_a_bad_read_wait_in_a_cloned_config_is_ignored_and_a_bad_variable_refuse
     """A repo's config.yaml comes with the clone: a read_wait_seconds that is no number counts as
     the default. The user's own MEMSTORE_READ_WAIT that is no number is a clear error."""
     world = Env(tmp_path / "badwait")
-    old = dict(os.environ)
-    os.environ.update(world.env())
-    try:
+    with world.environ():
         origin = _origin(world.base, 20)
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
     repo = _clone(origin, "repo")
     (repo / ".memory" / "config.yaml").write_text("daemon:\n  read_wait_seconds: soon\n")
     try:

@@ -5,7 +5,6 @@ starts its own in a separate runtime directory. Every wait is a bounded poll."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import stat
 import subprocess
@@ -270,14 +269,9 @@ def test_concurrent_clients(world: Env) -> None:
 def test_stale_socket_autostart_version_restart_idle_exit(tmp_path: Path) -> None:
     life = Env(tmp_path / "life")
     try:
-        old = dict(os.environ)
-        os.environ.update(life.env())
-        try:
+        with life.environ():
             repo = life.make_repo("repo")
             _seed(life, repo, "gamma")
-        finally:
-            os.environ.clear()
-            os.environ.update(old)
         # A socket file left by a killed daemon: nobody listens on it.
         client.ensure_runtime_dir(life.env())
         stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -348,14 +342,9 @@ def test_an_unused_workspace_is_evicted_and_reopened(tmp_path: Path) -> None:
     life.vars["MEMSTORE_DAEMON_EVICT"] = "3"
     proc = None
     try:
-        old = dict(os.environ)
-        os.environ.update(life.env())
-        try:
+        with life.environ():
             repo = life.make_repo("repo")
             _seed(life, repo, "delta")
-        finally:
-            os.environ.clear()
-            os.environ.update(old)
         proc = life.start("--idle", "600")
         req = {"op": "read", "query": "sqlite migration fails: column already exists"}
         first = life.forward("read", repo, request=req)["answer"]
