@@ -208,3 +208,26 @@ def test_a_private_key_is_redacted_to_its_end_line(repo: Path) -> None:
     ans = episodes.log(ws, "tool", f"cat id_ed25519\n{pem}\ndone")
     _, events, _ = episodes.read_rows(episodes.find_episode(ws, ans["episode"])[1])
     assert events[-1]["content"] == "cat id_ed25519\n[REDACTED:private_key]\ndone"
+
+
+def test_an_episode_id_is_never_a_pattern_or_a_path(repo: Path, cli: Callable[..., CliResult]) -> None:
+    """An id reaches a glob over episodes/: `*` would match an episode it does not name and `..`
+    a file outside the store. Both come from agents' arguments and from cloned evidence refs."""
+    cli("episode", "start", "--task", "t", cwd=repo)
+    code, logged, _ = cli("episode", "log", "--source", "user", "--content", "Use uv, not pip", cwd=repo)
+    assert code == 0
+    seq = logged["ref"].rsplit(":", 1)[1]
+    # A file shaped like an episode, outside the store, reachable from episodes/<month>/ by `..`.
+    outside = repo / "outside"
+    outside.mkdir()
+    planted = outside / "01jzzzzzzzzzzzzzzzzzzzzzzz.jsonl"
+    planted.write_text('{"episode": "01jzzzzzzzzzzzzzzzzzzzzzzz", "seq": 1}\n')
+    before = {p.name for p in (repo / ".memory").rglob("*") if p.is_file()}
+    episode = logged["ref"].split(":")[1]
+    for bad in (episode[:6] + "*", episode[:6] + "[0-9a-z]*", "../../../outside/01jzzz"):
+        code, out, _ = cli("episode", "show", bad, cwd=repo)
+        assert code == 2 and out["error"]["code"] == "bad_id", (bad, out)
+        code, out, _ = cli("write", "--kind", "fact", "--text", f"Cited through {bad}.",
+                             "--evidence", f"event:{bad}:{seq}", "--allow-duplicate", cwd=repo)
+        assert code == 2 and "evidence_refs" in out["error"]["field"], (bad, out)
+    assert {p.name for p in (repo / ".memory").rglob("*") if p.is_file()} == before

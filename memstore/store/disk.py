@@ -35,6 +35,7 @@ from .files import (
 from .model import DIR_KINDS, EVENT_TYPES, KIND_DIRS, KINDS, SCOPES, Event, Memory
 
 STORE_DIRNAME = ".memory"
+_ID_CHARS = frozenset(ids.ALPHABET)
 INDEX_DIRNAME = ".index"
 LOCAL_DIRNAME = ".local"  # per-clone state that is never committed (current episode, ...)
 GITIGNORE = f"{INDEX_DIRNAME}/\n{LOCAL_DIRNAME}/\n"
@@ -427,6 +428,11 @@ class Store:
 
     # -- episodes (read side; evidence refs point here) ---------------------------------------
     def episode_path(self, episode_id: str) -> Path | None:
+        # The id becomes a glob pattern: anything but an id's own characters (``*``, ``[``, a
+        # ``/`` or ``..`` from an evidence ref in a cloned file, or an agent's argument) would
+        # match files it does not name, or reach outside the store.
+        if not episode_id or not set(episode_id) <= _ID_CHARS:
+            return None
         matches: list[Path] = []
         for base in (self.root / "episodes", self.local_dir / "episodes"):
             if base.is_dir() and not base.is_symlink():

@@ -87,6 +87,9 @@ def find_episode(ws: Workspace, episode_id: str) -> tuple[Store, Path]:
         raise InvalidRequest(f"episode id {episode_id!r} is too short: give at least {ids.MIN_PREFIX} characters",
                              field="episode", code="bad_id")
     prefix = ids.normalize_prefix(episode_id)
+    if not set(prefix) <= set(ids.ALPHABET):
+        raise InvalidRequest(f"episode id {episode_id!r} is not an id (letters and digits of an episode id only)",
+                             field="episode", code="bad_id")
     for store in [episode_store(ws), *[s for s in ws.stores() if s is not episode_store(ws)]]:
         path = store.episode_path(prefix)
         if path is not None:
