@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 from conftest import run_on_tty
 from daemonworld import Env, _poll
+from mcp.client.session import ClientSession
+from test_mcp import ok, run_mcp
 
 from memstore import gitops
 from memstore.store.ids import ALPHABET
@@ -136,6 +138,32 @@ def test_a_first_read_without_a_daemon_answers_partially_and_the_daemon_it_start
         rc, later, err = world.cli("read", QUERY, cwd=cold, MEMSTORE_READ_WAIT="0.2")
         assert rc == 0 and "partial" not in later, err
         assert _ranked(later) == _ranked(want)
+    finally:
+        world.cleanup()
+
+
+def test_an_mcp_session_without_a_daemon_answers_partially_and_starts_one(tmp_path: Path) -> None:
+    """The MCP server's first read in a fresh clone, no daemon running: it waits no longer than
+    the CLI would, answers partially, and the daemon it starts embeds the rest."""
+    world = Env(tmp_path / "mcp")
+    with world.environ():
+        origin = _origin(world.base, N)
+    cold = _clone(origin, "cold")
+
+    async def script(s: ClientSession) -> dict[str, Any]:
+        return ok(await s.call_tool("memory_read", {"query": QUERY}))
+
+    try:
+        first = run_mcp(cold, script, env={**world.env(), "MEMSTORE_READ_WAIT": "0.2"})
+        assert 0 < first["partial"]["embedded"] < N, first.get("partial")
+        assert _id(N // 2) in [r["id"] for r in first["results"]]
+
+        def done() -> list[dict[str, Any]] | None:
+            rc, status, _ = world.cli("daemon", "status", cwd=cold)
+            stores = _stores(status, cold) if rc == 0 and status.get("running") else []
+            return stores if stores and stores[0]["embedded"] == stores[0]["total"] else None
+
+        assert _poll(done, timeout=180, every=1.0), world.log()
     finally:
         world.cleanup()
 
