@@ -74,6 +74,13 @@ def _stores(status: dict[str, Any], repo: Path) -> list[dict[str, Any]]:
     return [s for w in status["workspaces"] if w["repo"] == root for s in w["stores"]]
 
 
+def _all_embedded(world: Env, repo: Path) -> list[dict[str, Any]] | None:
+    """The daemon's stores for ``repo`` once every memory has a vector, else None."""
+    rc, status, _ = world.cli("daemon", "status", cwd=repo)
+    stores = _stores(status, repo) if rc == 0 and status.get("running") else []
+    return stores if stores and stores[0]["embedded"] == stores[0]["total"] else None
+
+
 def test_a_clone_is_answered_before_its_vectors_exist(tmp_path: Path) -> None:
     world = Env(tmp_path / "cold")
     with world.environ():
@@ -129,12 +136,7 @@ def test_a_first_read_without_a_daemon_answers_partially_and_the_daemon_it_start
         assert 0 < first["partial"]["embedded"] < N, first.get("partial")
         assert _id(N // 2) in [r["id"] for r in first["results"]]
 
-        def done() -> list[dict[str, Any]] | None:
-            rc, status, _ = world.cli("daemon", "status", cwd=cold)
-            stores = _stores(status, cold) if rc == 0 and status.get("running") else []
-            return stores if stores and stores[0]["embedded"] == stores[0]["total"] else None
-
-        assert _poll(done, timeout=180, every=1.0), world.log()
+        assert _poll(lambda: _all_embedded(world, cold), timeout=180, every=1.0), world.log()
         rc, later, err = world.cli("read", QUERY, cwd=cold, MEMSTORE_READ_WAIT="0.2")
         assert rc == 0 and "partial" not in later, err
         assert _ranked(later) == _ranked(want)
@@ -158,12 +160,7 @@ def test_an_mcp_session_without_a_daemon_answers_partially_and_starts_one(tmp_pa
         assert 0 < first["partial"]["embedded"] < N, first.get("partial")
         assert _id(N // 2) in [r["id"] for r in first["results"]]
 
-        def done() -> list[dict[str, Any]] | None:
-            rc, status, _ = world.cli("daemon", "status", cwd=cold)
-            stores = _stores(status, cold) if rc == 0 and status.get("running") else []
-            return stores if stores and stores[0]["embedded"] == stores[0]["total"] else None
-
-        assert _poll(done, timeout=180, every=1.0), world.log()
+        assert _poll(lambda: _all_embedded(world, cold), timeout=180, every=1.0), world.log()
     finally:
         world.cleanup()
 

@@ -4,7 +4,8 @@ MCP are thin layers over these functions; each takes a request dict and returns 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ..errors import IntegrityError as LinkError
 from ..errors import InvalidRequest, NoStore, SemanticError
@@ -28,6 +29,8 @@ from ..store.validate import (
 )
 from ..store.workspace import Workspace
 from .answers import UpdateAnswer, WriteAnswer
+
+_A = TypeVar("_A")
 
 DEFAULT_AUTHOR = "unknown"
 
@@ -116,10 +119,7 @@ def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None) 
         answer["mode"] = mode
         return answer
 
-    if commit:
-        with store.write_lock():
-            return gated()
-    return gated()
+    return _locked(store, commit, gated)
 
 
 # -- update -----------------------------------------------------------------------------------
@@ -190,6 +190,12 @@ def update(ws: Workspace, request: dict[str, Any], *, author: str | None = None)
         answer["mode"] = mode
         return answer
 
+    return _locked(store, commit, gated)
+
+
+def _locked(store: Store, commit: bool, gated: Callable[[], _A]) -> _A:
+    """Run the gates and the write under the store's write lock when writing: the duplicate
+    check and the file must see the same store (a dry run takes no lock)."""
     if commit:
         with store.write_lock():
             return gated()
