@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     )
     from .read.answers import ReadAnswer
     from .store.workspace import Workspace
-    from .verbs.answers import UpdateAnswer, WriteAnswer
+    from .verbs.answers import ListAnswer, ShowAnswer, UpdateAnswer, WriteAnswer
 
 _ERRORS = frozenset({
     "AmbiguousId", "Conflict", "DuplicateError", "GitError", "IntegrityError", "InvalidFile", "InvalidRequest",
@@ -100,13 +100,13 @@ def read(ws: Workspace, request: dict[str, Any]) -> ReadAnswer:
     return _read(ws, request)
 
 
-def show(ws: Workspace, memory_id: str) -> dict[str, Any]:
+def show(ws: Workspace, memory_id: str) -> ShowAnswer:
     from .verbs.api import show as _show
 
     return _show(ws, memory_id)
 
 
-def list_memories(ws: Workspace, **kwargs: Any) -> dict[str, Any]:
+def list_memories(ws: Workspace, **kwargs: Any) -> ListAnswer:
     from .verbs.api import list_memories as _list
 
     return _list(ws, **kwargs)

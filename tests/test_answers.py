@@ -13,7 +13,7 @@ import pytest
 from conftest import CliResult
 
 from memstore.read.answers import Dispute, DisputeSide, ReadAnswer, ReadResult, ResultLinks
-from memstore.verbs.answers import UpdateAnswer, WriteAnswer
+from memstore.verbs.answers import ListAnswer, ListedMemory, ShowAnswer, UpdateAnswer, WriteAnswer
 
 pytestmark = pytest.mark.model
 
@@ -59,3 +59,12 @@ def test_read_write_and_update_answers_match_their_types(repo: Path, cli: Callab
         assert set(dispute) == _keys(Dispute)
         for side in dispute["sides"]:
             assert set(side) == _keys(DisputeSide)
+
+    rc, shown, err = cli("show", problem["id"], cwd=repo)
+    assert rc == 0 and set(shown) == _keys(ShowAnswer), err or set(shown)
+    (repo / ".memory" / "facts" / "broken.md").write_text("---\nkind: [\n---\nnot yaml\n")
+    rc, listed, err = cli("list", cwd=repo)
+    assert rc == 0 and set(listed) == _keys(ListAnswer), err or set(listed)
+    assert listed["memories"] and listed["invalid"]
+    for item in listed["memories"]:
+        assert set(item) == _keys(ListedMemory)

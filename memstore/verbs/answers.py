@@ -29,3 +29,36 @@ class UpdateAnswer(TypedDict, total=False):
     path: str
     mode: str
     content: str
+
+
+class ShowAnswer(TypedDict):
+    """One memory with everything derived about it (links both ways, supersession, archive
+    state, utility) under ``memory.derived``."""
+
+    ok: bool
+    content_trust: str
+    memory: dict[str, Any]
+
+
+class ListedMemory(TypedDict):
+    id: str
+    kind: str
+    scope: str
+    created: str | None
+    author: str | None
+    text: str
+    tags: list[str]
+    archived: bool
+    path: str
+
+
+class ListAnswer(TypedDict):
+    """Newest first; ``count`` counts them all, ``memories`` stops at the limit; ``invalid`` lists
+    the first files that do not parse and ``invalid_count`` counts every one."""
+
+    ok: bool
+    content_trust: str
+    count: int
+    memories: list[ListedMemory]
+    invalid: list[dict[str, str]]
+    invalid_count: int

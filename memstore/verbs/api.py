@@ -28,7 +28,7 @@ from ..store.validate import (
     resolve_write_links,
 )
 from ..store.workspace import Workspace
-from .answers import UpdateAnswer, WriteAnswer
+from .answers import ListAnswer, ListedMemory, ShowAnswer, UpdateAnswer, WriteAnswer
 
 _A = TypeVar("_A")
 
@@ -244,7 +244,7 @@ def describe(ws: Workspace, mem: Memory, graph: Graph, memories: dict[str, Memor
     return data
 
 
-def show(ws: Workspace, memory_id: str) -> dict[str, Any]:
+def show(ws: Workspace, memory_id: str) -> ShowAnswer:
     mem = ws.find(memory_id, field_name="id")
     memories, graph = combined_graph(ws)
     return {"ok": True, "content_trust": CONTENT_TRUST, "memory": describe(ws, mem, graph, memories)}
@@ -253,12 +253,12 @@ def show(ws: Workspace, memory_id: str) -> dict[str, Any]:
 def list_memories(
     ws: Workspace, *, kind: str | None = None, scope: str | None = None, include_archived: bool = False,
     limit: int | None = None,
-) -> dict[str, Any]:
+) -> ListAnswer:
     scopes = [scope] if scope else ws.scopes()
     if scope and not ws.store(scope).exists():
         raise NoStore(f"no {scope} store at {ws.store(scope).root}", hint="run `memstore init`")
     memories, graph = combined_graph(ws, scopes)
-    items = []
+    items: list[ListedMemory] = []
     for mem in sorted(memories.values(), key=lambda m: (m.created, m.id), reverse=True):
         if kind and mem.kind != kind:
             continue
