@@ -354,7 +354,10 @@ def test_an_existing_global_store_joins_a_remote_with_history(homes: tuple[Home,
     mine = c.write("preference", "Prefer short commit subjects in the imperative mood.")
     code, out, err = c.cli("init", "--global", "--remote", str(remote))
     assert code == 0, err
-    assert out["cloned"] is False and out["sync"]["committed"] == 1 and out["sync"]["pushed"] == 1
+    # committed: 1 when C's history is unrelated (its write becomes a new file on top of A's);
+    # 0 when both stores were initialised in the same second: the same layout, identity and
+    # time make the same first commit, so the histories share it and C's write is rebased.
+    assert out["cloned"] is False and out["sync"]["committed"] in (0, 1) and out["sync"]["pushed"] == 1
     code, listed, _ = c.cli("list", "--scope", "global")
     assert {from_a, mine} <= {m["id"] for m in listed["memories"]}
     assert sync(a)["received"] == 1
