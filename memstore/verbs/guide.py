@@ -26,6 +26,21 @@ END = "<!-- memstore:end -->"
 _BEGIN_RE = re.compile(r"^<!-- memstore:begin\b.*-->[ \t]*$", re.M)
 _END_RE = re.compile(r"^<!-- memstore:end -->[ \t]*$", re.M)
 
+
+def marked_section(text: str, where: str, then: str) -> tuple[int, int] | None:
+    """(start of the begin marker, end of the end marker) of the one memstore section in
+    ``text``, or None without one. Broken markers (unbalanced, repeated, end before begin) are
+    ``bad_markers``; ``then`` says what happened (nothing written, fix by hand)."""
+    begins, ends = list(_BEGIN_RE.finditer(text)), list(_END_RE.finditer(text))
+    if len(begins) != len(ends) or len(begins) > 1:
+        raise InvalidRequest(f"{where} has unbalanced or repeated memstore markers; {then}",
+                             code="bad_markers", hint=f"the section sits between {BEGIN!r} and {END!r}")
+    if not begins:
+        return None
+    if ends[0].start() < begins[0].start():
+        raise InvalidRequest(f"{where}: the memstore end marker comes before the begin marker", code="bad_markers")
+    return begins[0].start(), ends[0].end()
+
 MODE_TEXT = {
     "review": (
         "This store is in **review** mode: memories you write are staged, not committed, and a person "
@@ -140,7 +155,8 @@ def guide(ws: Workspace) -> dict[str, Any]:
     return {"ok": True, "write_mode": mode, "text": guide_text(mode), "mcp_server": mcp_server_entry()}
 
 
-def _section(text: str) -> str:
+def section(text: str) -> str:
+    """``text`` between the markers, as ``guide --install`` and ``integrate`` write it."""
     return f"{BEGIN}\n{text.rstrip()}\n{END}\n"
 
 
@@ -150,21 +166,15 @@ def install_guide(ws: Workspace, file: str | None = None, cwd: Path | None = Non
     root = gitops.toplevel(base) or base
     path = Path(file or "AGENTS.md")
     path = path if path.is_absolute() else root / path
-    section = _section(guide_text(ws.config.write_mode))
+    new_section = section(guide_text(ws.config.write_mode))
     old = path.read_text(encoding="utf-8") if path.exists() else ""
-    begins, ends = list(_BEGIN_RE.finditer(old)), list(_END_RE.finditer(old))
-    if len(begins) != len(ends) or len(begins) > 1:
-        raise InvalidRequest(f"{path} has unbalanced or repeated memstore markers; fix them by hand",
-                             code="bad_markers", hint=f"the section sits between {BEGIN!r} and {END!r}")
-    if begins:
-        b, e = begins[0], ends[0]
-        if e.start() < b.start():
-            raise InvalidRequest(f"{path}: the memstore end marker comes before the begin marker", code="bad_markers")
-        tail = old[e.end():].lstrip("\n")
-        new = old[:b.start()] + section + ("\n" + tail if tail.strip() else "")
+    span = marked_section(old, str(path), "fix them by hand")
+    if span is not None:
+        tail = old[span[1]:].lstrip("\n")
+        new = old[:span[0]] + new_section + ("\n" + tail if tail.strip() else "")
     else:
-        new = (old.rstrip("\n") + "\n\n" if old.strip() else "") + section
-    state = "unchanged" if new == old else ("updated" if begins else ("created" if not old else "added"))
+        new = (old.rstrip("\n") + "\n\n" if old.strip() else "") + new_section
+    state = "unchanged" if new == old else ("updated" if span else ("created" if not old else "added"))
     if new != old:
         atomic_write(path, new)
     return {"ok": True, "path": str(path), "state": state, "write_mode": ws.config.write_mode}
