@@ -138,6 +138,14 @@ def read_blobs(shas: list[str], cwd: Path) -> dict[str, bytes]:
     return out
 
 
+def git_dir(worktree: Path, *, common: bool = False) -> Path:
+    """The work tree's git directory, absolute; ``common``: the one its linked worktrees share
+    (hooks live there)."""
+    out = run(["rev-parse", "--git-common-dir" if common else "--git-dir"], worktree).stdout.strip()
+    path = Path(out)
+    return path if path.is_absolute() else worktree / path
+
+
 def merge_base(a: str, b: str, cwd: Path) -> str | None:
     proc = run(["merge-base", a, b], cwd, check=False)
     return proc.stdout.strip() if proc.returncode == 0 else None

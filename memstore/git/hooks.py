@@ -77,9 +77,7 @@ def hooks_dir(worktree: Path) -> Path:
     if setting:
         path = Path(setting).expanduser()
         return path if path.is_absolute() else worktree / path
-    common = gitops.run(["rev-parse", "--git-common-dir"], worktree).stdout.strip()
-    base = Path(common)
-    return (base if base.is_absolute() else worktree / base).resolve() / "hooks"
+    return gitops.git_dir(worktree, common=True).resolve() / "hooks"
 
 
 # -- install / uninstall / status -------------------------------------------------------------------------

@@ -58,8 +58,7 @@ def _note_path(cwd: Path, session: Any) -> Path | None:
     top = gitops.toplevel(cwd)
     if top is None or not session:
         return None
-    git_dir = Path(gitops.run(["rev-parse", "--git-dir"], top).stdout.strip())
-    base = (git_dir if git_dir.is_absolute() else top / git_dir) / "memstore" / "sessions"
+    base = gitops.git_dir(top) / "memstore" / "sessions"
     # The session id comes from the agent: hashed, it can only ever name a file in this folder.
     return base / (hashlib.sha256(str(session).encode("utf-8")).hexdigest()[:32] + ".json")
 
