@@ -230,13 +230,19 @@ def _ended(path: Path) -> bool:
         return True  # not an episode memstore is writing: checked like any other file
 
 
+def _secret_problem(rel: str, text: str) -> dict[str, str] | None:
+    found = find_secrets(text)
+    if not found:
+        return None
+    return {"path": rel, "code": "secret",
+            "message": f"looks like a secret ({found[0].kind} on line {found[0].line}: {found[0].excerpt})"}
+
+
 def _file_problem(store: Store, rel: str, top: str) -> dict[str, str] | None:
     try:
-        text = store.read_file(rel)  # bounded, never through a link
-        found = find_secrets(text)
-        if found:
-            return {"path": rel, "code": "secret",
-                    "message": f"looks like a secret ({found[0].kind} on line {found[0].line}: {found[0].excerpt})"}
+        secret = _secret_problem(rel, store.read_file(rel))  # bounded, never through a link
+        if secret is not None:
+            return secret
         if top in DIR_KINDS and rel.endswith(".md"):
             store.load_memory(rel)
         elif top == "events" and rel.endswith(".yaml"):
@@ -253,12 +259,8 @@ def _refuse_outgoing_secrets(root: Path, base: str | None) -> None:
     memstore's write gates, so every file the push would carry is scanned."""
     blobs = gitops.changed_blobs(base, "HEAD", root)
     contents = gitops.read_blobs(list(blobs.values()), root)
-    problems = []
-    for rel, sha in sorted(blobs.items()):
-        found = find_secrets(contents.get(sha, b"").decode("utf-8", errors="replace"))
-        if found:
-            problems.append({"path": rel, "code": "secret", "message": f"looks like a secret ({found[0].kind} "
-                             f"on line {found[0].line}: {found[0].excerpt})"})
+    problems = [p for rel, sha in sorted(blobs.items())
+                if (p := _secret_problem(rel, contents.get(sha, b"").decode("utf-8", errors="replace")))]
     if problems:
         shown = "; ".join(f"{p['path']}: {p['message']}" for p in problems[:_SHOWN_PROBLEMS])
         raise SecretError(f"nothing was pushed: a commit to push carries {shown}", details={"files": problems},

@@ -257,19 +257,15 @@ class Daemon:
         env = msg.get("env") or {}
         episode = env.get("MEMSTORE_EPISODE") or None  # the client's, like MEMSTORE_AUTHOR
         with entry.using():
-            if verb == "read":
+            if verb in ("read", "context"):
                 # While the background embeds, a read answers at once (partial) rather than
                 # spending its own second on a backlog it cannot finish.
                 ws.embed_wait = 0.0 if entry.embedding else entry.read_wait
                 try:
-                    return read(ws, request if isinstance(request, dict) else {}, episode=episode), 0
-                finally:
-                    self.embed_behind(entry)
-            if verb == "context":
-                from ..verbs.guide import context
+                    if verb == "read":
+                        return read(ws, request if isinstance(request, dict) else {}, episode=episode), 0
+                    from ..verbs.guide import context
 
-                ws.embed_wait = 0.0 if entry.embedding else entry.read_wait
-                try:
                     return context(ws, task=args.get("task"), limit=args.get("limit"), episode=episode), 0
                 finally:
                     self.embed_behind(entry)

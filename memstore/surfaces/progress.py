@@ -32,13 +32,16 @@ class EmbedBars:
             del self._bars[root]
 
 
+def _on_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # closed or not a real stream
+        return False
+
+
 def embed_progress(stream: TextIO) -> EmbedBars | None:
     """A bar on ``stream`` when it is a terminal; None otherwise."""
-    try:
-        tty = stream.isatty()
-    except (AttributeError, ValueError):  # closed or not a real stream
-        tty = False
-    return EmbedBars(stream) if tty else None
+    return EmbedBars(stream) if _on_terminal(stream) else None
 
 
 class CountBar:
@@ -63,4 +66,4 @@ class CountBar:
 
 def count_progress(stream: TextIO, desc: str, unit: str, min_total: int = 50) -> CountBar | None:
     """A bar on ``stream`` when it is a terminal; None otherwise."""
-    return CountBar(stream, desc, unit, min_total) if embed_progress(stream) is not None else None
+    return CountBar(stream, desc, unit, min_total) if _on_terminal(stream) else None
