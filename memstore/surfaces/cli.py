@@ -71,7 +71,7 @@ def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], Render]:
         from ..read.retrieve import read
         from . import client
 
-        if not client.disabled() and ws.config.get("daemon", "autostart", True):
+        if client.autostarts(ws.config):
             # A daemon starts after this answer and embeds the rest (``serve --warm``): like a
             # read through it, this one waits at most daemon.read_wait_seconds for vectors.
             ws.embed_wait = ws.config.read_wait
@@ -132,9 +132,8 @@ def _maybe_autostart(a: argparse.Namespace) -> None:
     from . import client
 
     config = _autostart_config.pop()
-    if client.disabled() or not config.get("daemon", "autostart", True):
-        return
-    client.spawn(idle_seconds=config.get("daemon", "idle_seconds", None), warm=_warm_dir.pop() if _warm_dir else None)
+    if client.autostarts(config):
+        client.autostart(config, warm=_warm_dir.pop() if _warm_dir else None)
 
 
 def _daemon_command(a: argparse.Namespace) -> int:

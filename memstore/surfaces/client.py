@@ -19,9 +19,12 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import wire
+
+if TYPE_CHECKING:
+    from ..store.config import Config
 from .wire import CONNECT_TIMEOUT, READ_TIMEOUT, WRITE_TIMEOUT, code_version, disabled, forwarded_env
 
 __all__ = ["CONNECT_TIMEOUT", "READ_TIMEOUT", "WRITE_TIMEOUT", "code_version", "disabled", "forwarded_env"]
@@ -150,6 +153,17 @@ def _clear_stale_socket(env: Any = None) -> None:
     with contextlib.suppress(OSError):
         if socket_path(env).exists() and not daemon_running(env):
             _unlink_own(socket_path(env))
+
+
+def autostarts(config: Config) -> bool:
+    """Whether an answer given in-process starts a daemon for the next call (``daemon.autostart``;
+    MEMSTORE_DAEMON=0 turns it off)."""
+    return not disabled() and bool(config.get("daemon", "autostart", True))
+
+
+def autostart(config: Config, warm: str | None = None) -> bool:
+    """Start the daemon ``config`` asks for; ``warm``: a folder whose memories it embeds at once."""
+    return spawn(idle_seconds=config.get("daemon", "idle_seconds", None), warm=warm)
 
 
 def spawn(idle_seconds: int | None = None, env: Any = None, warm: str | None = None) -> bool:

@@ -124,13 +124,12 @@ class Backend:
 
             # No daemon yet: like the CLI, wait at most daemon.read_wait_seconds for vectors and
             # start a daemon that embeds the rest (``serve --warm``); the next read goes to it.
-            autostart = not client.disabled() and ws.config.get("daemon", "autostart", True)
+            autostart = client.autostarts(ws.config)
             if autostart:
                 ws.embed_wait = ws.config.read_wait
             answer = read(ws, request, episode=self.episode)
             if autostart and "partial" in answer:
-                client.spawn(idle_seconds=ws.config.get("daemon", "idle_seconds", None),
-                             warm=None if self.store else os.getcwd())
+                client.autostart(ws.config, warm=None if self.store else os.getcwd())
             return answer
         from ..verbs import api
 
