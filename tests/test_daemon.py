@@ -367,3 +367,19 @@ def test_an_unused_workspace_is_evicted_and_reopened(tmp_path: Path) -> None:
         life.cleanup()
         if proc is not None:
             proc.wait(timeout=30)
+
+
+def test_the_daemon_runs_blas_on_one_thread(tmp_path: Path) -> None:
+    """A read's matrix passes are one query against the rows: split over two BLAS threads on a
+    busy 2-core machine they waited for a descheduled worker (16 ms against 0.7 ms at 10k
+    memories). The daemon's start-up (`warm_up`, what `serve` runs before binding) leaves every
+    BLAS library loaded (numpy's, faiss's) on one thread. On a 1-core machine this holds anyway."""
+    code = ("import json, sys; from pathlib import Path; from threadpoolctl import threadpool_info; "
+            "from memstore.surfaces.daemon import Daemon; d = Daemon(Path(sys.argv[1]), 60); d.warm_up(); "
+            "d.watcher.stop(); print(json.dumps([i['num_threads'] for i in threadpool_info() "
+            "if i['user_api'] == 'blas']))")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    threads = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert threads and set(threads) == {1}, threads

@@ -432,6 +432,7 @@ class Daemon:
         from ..read import retrieve  # noqa: F401
         from ..verbs import api  # noqa: F401
 
+        one_blas_thread()
         t0 = time.perf_counter()
         try:
             get_embedder().encode(["warm up"])
@@ -612,6 +613,18 @@ class Daemon:
             os.close(self._lock_fd)  # releases the lifetime lock
             self._lock_fd = None
         log.info("stopped")
+
+
+def one_blas_thread() -> None:
+    """Run the BLAS libraries loaded so far (numpy's, faiss's) on one thread. A read's matrix
+    passes are one query against the rows (10k x 384: ~0.7 ms on one core); split over two
+    threads, each waits for its worker, which on a busy 2-core machine is often not running:
+    16 ms at the median under load 6 (0.7 ms on one thread), and idle workers spin against
+    the rest of the request. Memory bandwidth bounds the pass at 100k, so a second thread
+    buys nothing there either."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1, user_api="blas")
 
 
 def _vector_stats(entry: Entry) -> list[dict[str, Any]]:
