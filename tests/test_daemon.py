@@ -67,9 +67,42 @@ def test_cli_call_through_the_daemon_imports_almost_nothing(world: Env) -> None:
     assert proc.returncode == 0 and json.loads(proc.stdout)["results"], proc.stderr[-2000:]
     imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     assert "memstore.surfaces.entry" in imported
-    heavy = {"memstore.surfaces.cli", "memstore.surfaces.client", "memstore.errors",
+    # json's Python half imports `re` (~6 ms): the wire uses the C encoder and scanner alone
+    heavy = {"memstore.surfaces.cli", "memstore.surfaces.client", "memstore.errors", "json", "re",
              "argparse", "typing", "pathlib", "socket", "torch", "faiss", "whoosh", "numpy", "yaml", "git"}
     assert not heavy & imported, sorted(heavy & imported)
+
+
+def test_any_text_crosses_the_wire_unchanged(world: Env) -> None:
+    """The client encodes argv and decodes the answer with json's C halves alone: text beyond
+    ASCII and the BMP, controls and bidi characters, a quote and a backslash, and argv bytes
+    that are not UTF-8 come back exactly as the in-process CLI answers them."""
+    text = 'Zürich 東京 🚀 build: a "quoted" C:\\path\ttab and \u202eRLO end, from the data team'
+    rc, wrote, err = world.cli("write", "--kind", "fact", "--text", text, "--evidence", "user:said", cwd=world.repo_b)
+    assert rc == 0, err
+    for args in (("show", wrote["id"]), ("read", "Zürich", "東京", "🚀", "build"), ("list", "--kind", "fact")):
+        via = subprocess.run([sys.executable, "-m", "memstore", *args], cwd=world.repo_b, env=world.env(),
+                             capture_output=True, timeout=180, stdin=subprocess.DEVNULL)
+        local = subprocess.run([sys.executable, "-m", "memstore", *args], cwd=world.repo_b,
+                               env=world.env(MEMSTORE_DAEMON="0"), capture_output=True, timeout=180,
+                               stdin=subprocess.DEVNULL)
+        assert via.returncode == local.returncode == 0, via.stderr
+        if args[0] == "read":
+            assert json.loads(via.stdout)["results"][0]["text"] == text
+            assert _ids(json.loads(via.stdout)) == _ids(json.loads(local.stdout))
+        else:
+            assert via.stdout == local.stdout, args
+    assert json.loads(subprocess.run([sys.executable, "-m", "memstore", "show", wrote["id"]], cwd=world.repo_b,
+                                     env=world.env(), capture_output=True, timeout=180,
+                                     stdin=subprocess.DEVNULL).stdout)["memory"]["text"] == text
+    before = world.status()["requests"]
+    argv = [sys.executable.encode(), b"-m", b"memstore", b"read", b"caf\xe9", b"\xff\xfe"]
+    via = subprocess.run(argv, cwd=world.repo_b, env=world.env(), capture_output=True, timeout=180,
+                         stdin=subprocess.DEVNULL)
+    local = subprocess.run(argv, cwd=world.repo_b, env=world.env(MEMSTORE_DAEMON="0"), capture_output=True,
+                           timeout=180, stdin=subprocess.DEVNULL)
+    assert world.status()["requests"] >= before + 1  # sent to the daemon, not answered in-process
+    assert (via.returncode, via.stdout, via.stderr) == (local.returncode, local.stdout, local.stderr)
 
 
 def test_errors_and_exit_codes_match_in_process(world: Env) -> None:
