@@ -416,3 +416,30 @@ def test_the_daemon_runs_blas_on_one_thread(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     threads = json.loads(proc.stdout.strip().splitlines()[-1])
     assert threads and set(threads) == {1}, threads
+
+
+def test_a_long_answer_arrives_whole_and_its_reader_may_leave_early(world: Env) -> None:
+    """The client leaves without the interpreter's teardown once the daemon's answer is written:
+    an answer larger than a pipe's buffer still arrives whole, byte for byte the in-process one,
+    and a reader that stops after the first bytes (`memstore list | head -c 100`) costs no
+    traceback and no error exit."""
+    repo = world.make_repo("repo_long")
+    for i in range(400):
+        _hand_write(repo, f"rack{i:03d}.md", f"Rack {i} in hall {i % 7} holds the spare fan tray FT-{i:04d}")
+    args = [sys.executable, "-m", "memstore", "list", "--limit", "1000"]
+    before = world.status()["requests"]
+    via = subprocess.run(args, cwd=repo, env=world.env(), capture_output=True, timeout=180, stdin=subprocess.DEVNULL)
+    local = subprocess.run(args, cwd=repo, env=world.env(MEMSTORE_DAEMON="0"), capture_output=True, timeout=180,
+                           stdin=subprocess.DEVNULL)
+    assert world.status()["requests"] >= before + 1
+    assert via.returncode == local.returncode == 0, via.stderr
+    assert len(via.stdout) > 64 * 1024 and len(json.loads(via.stdout)["memories"]) == 400
+    assert (via.stdout, via.stderr) == (local.stdout, local.stderr)
+    with subprocess.Popen(args, cwd=repo, env=world.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          stdin=subprocess.DEVNULL) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        first = proc.stdout.read(100)
+        proc.stdout.close()
+        assert proc.wait(timeout=180) == 0
+        assert first == via.stdout[:100] and proc.stderr.read() == b""
+    assert world.status()["requests"] >= before + 2

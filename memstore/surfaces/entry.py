@@ -90,7 +90,10 @@ def main() -> int:
             stdin = None
     code = remote(argv, stdin) if raw is None or stdin is not None else None
     if code is not None:
-        return code
+        # The answer is written and flushed and this process holds nothing else: it leaves
+        # without the interpreter's teardown (a final collection, every module freed), 2-10 ms
+        # of a call that otherwise costs a start-up and one round trip.
+        os._exit(code)
     if raw is not None:
         import io
 
