@@ -5,6 +5,7 @@ starts its own in a separate runtime directory. Every wait is a bounded poll."""
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import stat
 import subprocess
@@ -443,3 +444,39 @@ def test_a_long_answer_arrives_whole_and_its_reader_may_leave_early(world: Env) 
         assert proc.wait(timeout=180) == 0
         assert first == via.stdout[:100] and proc.stderr.read() == b""
     assert world.status()["requests"] >= before + 2
+
+
+def test_a_config_edit_counts_from_the_next_request(world: Env) -> None:
+    """The daemon keys a request's workspace without opening it again while nothing it rests on
+    changed: an edit of the repo's or the global config.yaml, made right before a request
+    (before any watcher event), still decides that request."""
+    repo = world.make_repo("repo_conf")
+    rc, _, err = world.cli("init", cwd=repo)
+    assert rc == 0, err
+    config = repo / ".memory" / "config.yaml"
+    original = config.read_text()
+    text = "The conveyor belt in hall seven is serviced on Mondays"  # 54 characters
+    req = {"op": "write", "mode": "dry_run", "memory": {"kind": "fact", "scope": "repo", "text": text,
+                                                        "evidence_refs": ["user:said"]}}
+
+    def code() -> str | None:
+        answer = world.forward("write", repo, request=req)["answer"]
+        return None if answer["ok"] else answer["error"]["code"]
+
+    assert code() is None and code() is None
+    config.write_text(original + "\nlimits:\n  max_text_chars: 40\n")
+    assert code() == "too_large"
+    config.write_text(original)
+    assert code() is None
+    glob = world.home / ".memory"
+    made = not glob.exists()
+    glob.mkdir(exist_ok=True)
+    try:
+        (glob / "config.yaml").write_text("limits:\n  max_text_chars: 30\n")
+        assert code() == "too_large"
+        (glob / "config.yaml").unlink()
+        assert code() is None
+    finally:
+        (glob / "config.yaml").unlink(missing_ok=True)
+        if made:  # with the .index/ a daemon makes in an existing global store
+            shutil.rmtree(glob)
