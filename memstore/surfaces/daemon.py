@@ -146,6 +146,8 @@ class Daemon:
                 if entry is not None:
                     entry.last_used = time.monotonic()
             if entry is not None:
+                for root in entry.roots():
+                    self.watcher.watch(root)
                 return entry
         ws = open_workspace(cwd=Path(msg.get("cwd") or "/"), store_dir=msg.get("store") or None, env=env)
         key = (str(ws.repo.root) if ws.repo else "", str(ws.global_.root),
