@@ -414,6 +414,49 @@ def floor(ws: Any, reps: int) -> dict[str, float]:
     }
 
 
+def client_alone(reps: int) -> dict[str, float]:
+    """The CLI's own cost: the console script reading through a stand-in daemon that answers at
+    once (the same trust checks pass: a 0700 runtime dir, our socket, our uid), each run next to
+    a `python -c pass`. The gap is what the client adds to an interpreter start (issue #14)."""
+    import threading
+
+    rdir = Path(tempfile.mkdtemp(prefix="msclient-", dir="/tmp"))
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(rdir / client.SOCKET_NAME))
+    server.listen(8)
+    reply = json.dumps({"stdout": "{}\n", "stderr": "", "exit_code": 0}).encode() + b"\n"
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                client._recv_line(conn)
+                conn.sendall(reply)
+
+    threading.Thread(target=serve, daemon=True).start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
+    env.update({"MEMSTORE_RUNTIME_DIR": str(rdir), "MEMSTORE_DAEMON": "1",
+                "MEMSTORE_CODE_VERSION": client.code_version()})
+    calls, starts = [], []
+    try:
+        for i in range(reps):
+            t0 = time.perf_counter()
+            subprocess.run([*CLI, "read", *QUERIES[i % len(QUERIES)].split()], env=env, capture_output=True,
+                           check=True)
+            calls.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-c", "pass"], check=True)
+            starts.append(time.perf_counter() - t0)
+    finally:
+        server.close()
+        shutil.rmtree(rdir, ignore_errors=True)
+    return {"client_alone_p50_ms": ms(pct(calls, 50)),
+            "client_over_start_p50_ms": round(ms(pct(calls, 50)) - ms(pct(starts, 50)), 1)}
+
+
 def write_text(n: int, i: int) -> str:
     """A new fact unlike the others (a near-duplicate would be refused, a cheaper path)."""
     rnd = random.Random(time.time_ns())
@@ -744,6 +787,7 @@ def main() -> int:
         row["lib_read_cold_lists_p50_ms"] = ms(pct(lib["cold_lists"], 50))
         row["lib_read_walk_p50_ms"] = ms(pct(lib["walk"], 50))
         row.update(floor(ws, a.reps))
+        row.update(client_alone(a.reps))
         t0 = time.perf_counter()
         ws.catalog("repo")  # the per-call stat walk when no watcher vouches for the store
         row["stat_walk_ms"] = ms(time.perf_counter() - t0)
@@ -803,6 +847,8 @@ def main() -> int:
         ("encode_p50_ms", "floor encode"),
         ("ping_p50_ms", "floor socket ping"),
         ("python_start_p50_ms", "floor python start"),
+        ("client_alone_p50_ms", "CLI against an instant daemon p50"),
+        ("client_over_start_p50_ms", "its gap over python start"),
     ]
     print("| " + " | ".join(h for _, h in cols) + " |")
     print("|" + "---|" * len(cols))

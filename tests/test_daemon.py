@@ -5,6 +5,7 @@ starts its own in a separate runtime directory. Every wait is a bounded poll."""
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import stat
 import subprocess
@@ -67,9 +68,42 @@ def test_cli_call_through_the_daemon_imports_almost_nothing(world: Env) -> None:
     assert proc.returncode == 0 and json.loads(proc.stdout)["results"], proc.stderr[-2000:]
     imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     assert "memstore.surfaces.entry" in imported
-    heavy = {"memstore.surfaces.cli", "memstore.surfaces.client", "memstore.errors",
+    # json's Python half imports `re` (~6 ms): the wire uses the C encoder and scanner alone
+    heavy = {"memstore.surfaces.cli", "memstore.surfaces.client", "memstore.errors", "json", "re",
              "argparse", "typing", "pathlib", "socket", "torch", "faiss", "whoosh", "numpy", "yaml", "git"}
     assert not heavy & imported, sorted(heavy & imported)
+
+
+def test_any_text_crosses_the_wire_unchanged(world: Env) -> None:
+    """The client encodes argv and decodes the answer with json's C halves alone: text beyond
+    ASCII and the BMP, controls and bidi characters, a quote and a backslash, and argv bytes
+    that are not UTF-8 come back exactly as the in-process CLI answers them."""
+    text = 'Zürich 東京 🚀 build: a "quoted" C:\\path\ttab and \u202eRLO end, from the data team'
+    rc, wrote, err = world.cli("write", "--kind", "fact", "--text", text, "--evidence", "user:said", cwd=world.repo_b)
+    assert rc == 0, err
+    for args in (("show", wrote["id"]), ("read", "Zürich", "東京", "🚀", "build"), ("list", "--kind", "fact")):
+        via = subprocess.run([sys.executable, "-m", "memstore", *args], cwd=world.repo_b, env=world.env(),
+                             capture_output=True, timeout=180, stdin=subprocess.DEVNULL)
+        local = subprocess.run([sys.executable, "-m", "memstore", *args], cwd=world.repo_b,
+                               env=world.env(MEMSTORE_DAEMON="0"), capture_output=True, timeout=180,
+                               stdin=subprocess.DEVNULL)
+        assert via.returncode == local.returncode == 0, via.stderr
+        if args[0] == "read":
+            assert json.loads(via.stdout)["results"][0]["text"] == text
+            assert _ids(json.loads(via.stdout)) == _ids(json.loads(local.stdout))
+        else:
+            assert via.stdout == local.stdout, args
+    assert json.loads(subprocess.run([sys.executable, "-m", "memstore", "show", wrote["id"]], cwd=world.repo_b,
+                                     env=world.env(), capture_output=True, timeout=180,
+                                     stdin=subprocess.DEVNULL).stdout)["memory"]["text"] == text
+    before = world.status()["requests"]
+    argv = [sys.executable.encode(), b"-m", b"memstore", b"read", b"caf\xe9", b"\xff\xfe"]
+    via = subprocess.run(argv, cwd=world.repo_b, env=world.env(), capture_output=True, timeout=180,
+                         stdin=subprocess.DEVNULL)
+    local = subprocess.run(argv, cwd=world.repo_b, env=world.env(MEMSTORE_DAEMON="0"), capture_output=True,
+                           timeout=180, stdin=subprocess.DEVNULL)
+    assert world.status()["requests"] >= before + 1  # sent to the daemon, not answered in-process
+    assert (via.returncode, via.stdout, via.stderr) == (local.returncode, local.stdout, local.stderr)
 
 
 def test_errors_and_exit_codes_match_in_process(world: Env) -> None:
@@ -367,3 +401,82 @@ def test_an_unused_workspace_is_evicted_and_reopened(tmp_path: Path) -> None:
         life.cleanup()
         if proc is not None:
             proc.wait(timeout=30)
+
+
+def test_the_daemon_runs_blas_on_one_thread(tmp_path: Path) -> None:
+    """A read's matrix passes are one query against the rows: split over two BLAS threads on a
+    busy 2-core machine they waited for a descheduled worker (16 ms against 0.7 ms at 10k
+    memories). The daemon's start-up (`warm_up`, what `serve` runs before binding) leaves every
+    BLAS library loaded (numpy's, faiss's) on one thread. On a 1-core machine this holds anyway."""
+    code = ("import json, sys; from pathlib import Path; from threadpoolctl import threadpool_info; "
+            "from memstore.surfaces.daemon import Daemon; d = Daemon(Path(sys.argv[1]), 60); d.warm_up(); "
+            "d.watcher.stop(); print(json.dumps([i['num_threads'] for i in threadpool_info() "
+            "if i['user_api'] == 'blas']))")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    threads = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert threads and set(threads) == {1}, threads
+
+
+def test_a_long_answer_arrives_whole_and_its_reader_may_leave_early(world: Env) -> None:
+    """The client leaves without the interpreter's teardown once the daemon's answer is written:
+    an answer larger than a pipe's buffer still arrives whole, byte for byte the in-process one,
+    and a reader that stops after the first bytes (`memstore list | head -c 100`) costs no
+    traceback and no error exit."""
+    repo = world.make_repo("repo_long")
+    for i in range(400):
+        _hand_write(repo, f"rack{i:03d}.md", f"Rack {i} in hall {i % 7} holds the spare fan tray FT-{i:04d}")
+    args = [sys.executable, "-m", "memstore", "list", "--limit", "1000"]
+    before = world.status()["requests"]
+    via = subprocess.run(args, cwd=repo, env=world.env(), capture_output=True, timeout=180, stdin=subprocess.DEVNULL)
+    local = subprocess.run(args, cwd=repo, env=world.env(MEMSTORE_DAEMON="0"), capture_output=True, timeout=180,
+                           stdin=subprocess.DEVNULL)
+    assert world.status()["requests"] >= before + 1
+    assert via.returncode == local.returncode == 0, via.stderr
+    assert len(via.stdout) > 64 * 1024 and len(json.loads(via.stdout)["memories"]) == 400
+    assert (via.stdout, via.stderr) == (local.stdout, local.stderr)
+    with subprocess.Popen(args, cwd=repo, env=world.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          stdin=subprocess.DEVNULL) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        first = proc.stdout.read(100)
+        proc.stdout.close()
+        assert proc.wait(timeout=180) == 0
+        assert first == via.stdout[:100] and proc.stderr.read() == b""
+    assert world.status()["requests"] >= before + 2
+
+
+def test_a_config_edit_counts_from_the_next_request(world: Env) -> None:
+    """The daemon keys a request's workspace without opening it again while nothing it rests on
+    changed: an edit of the repo's or the global config.yaml, made right before a request
+    (before any watcher event), still decides that request."""
+    repo = world.make_repo("repo_conf")
+    rc, _, err = world.cli("init", cwd=repo)
+    assert rc == 0, err
+    config = repo / ".memory" / "config.yaml"
+    original = config.read_text()
+    text = "The conveyor belt in hall seven is serviced on Mondays"  # 54 characters
+    req = {"op": "write", "mode": "dry_run", "memory": {"kind": "fact", "scope": "repo", "text": text,
+                                                        "evidence_refs": ["user:said"]}}
+
+    def code() -> str | None:
+        answer = world.forward("write", repo, request=req)["answer"]
+        return None if answer["ok"] else answer["error"]["code"]
+
+    assert code() is None and code() is None
+    config.write_text(original + "\nlimits:\n  max_text_chars: 40\n")
+    assert code() == "too_large"
+    config.write_text(original)
+    assert code() is None
+    glob = world.home / ".memory"
+    made = not glob.exists()
+    glob.mkdir(exist_ok=True)
+    try:
+        (glob / "config.yaml").write_text("limits:\n  max_text_chars: 30\n")
+        assert code() == "too_large"
+        (glob / "config.yaml").unlink()
+        assert code() is None
+    finally:
+        (glob / "config.yaml").unlink(missing_ok=True)
+        if made:  # with the .index/ a daemon makes in an existing global store
+            shutil.rmtree(glob)

@@ -108,6 +108,8 @@ class Daemon:
         self.active = 0
         self.requests = 0
         self.entries: dict[tuple[str, str, str], Entry] = {}
+        # (cwd, --store, environment) -> (entry key, the paths that decided it, their marks then)
+        self._resolved: dict[tuple[object, ...], tuple[tuple[str, str, str], tuple[Path, ...], tuple[object, ...]]] = {}
         self._entries_lock = threading.Lock()
         self._stop = threading.Event()
         self._state = threading.Lock()
@@ -129,10 +131,24 @@ class Daemon:
         from .. import gitops
         from ..store.workspace import open_workspace
 
-        if time.monotonic() - self._git_cache_at > GIT_CACHE_SECONDS:
+        if time.monotonic() - self._git_cache_at > GIT_CACHE_SECONDS or len(self._resolved) > 256:
             gitops.toplevel.cache_clear()
+            self._resolved.clear()  # resolved through the toplevel cache: no older than it
             self._git_cache_at = time.monotonic()
         env = request_env(msg.get("env") or {})
+        asked = (str(msg.get("cwd") or "/"), str(msg.get("store") or ""), tuple(sorted(env.items())))
+        known = self._resolved.get(asked)
+        if known is not None and self._marks(known[1]) == known[2]:
+            # Nothing that decides this workspace changed since it was resolved for the same
+            # request: no opening (config files read and parsed, paths resolved) just to key it.
+            with self._entries_lock:
+                entry = self.entries.get(known[0])
+                if entry is not None:
+                    entry.last_used = time.monotonic()
+            if entry is not None:
+                for root in entry.roots():
+                    self.watcher.watch(root)
+                return entry
         ws = open_workspace(cwd=Path(msg.get("cwd") or "/"), store_dir=msg.get("store") or None, env=env)
         key = (str(ws.repo.root) if ws.repo else "", str(ws.global_.root),
                json.dumps(ws.config.data, sort_keys=True, default=str))
@@ -151,7 +167,24 @@ class Daemon:
             entry.last_used = time.monotonic()  # under the lock eviction takes: never evicted in use
         for root in entry.roots():
             self.watcher.watch(root)
+        decisive = tuple(p for s in (ws.repo, ws.global_) if s is not None for p in (s.root, s.root / "config.yaml"))
+        self._resolved[asked] = (key, decisive, self._marks(decisive))
         return entry
+
+    def _marks(self, paths: tuple[Path, ...]) -> tuple[object, ...]:
+        """What open_workspace's answer rests on besides the request and git's toplevel: each
+        store root and config file as it is now (lstat: created, removed, replaced by a link,
+        edited) and the watcher's count of changes in the watched roots."""
+        marks: list[object] = []
+        for path in paths:
+            try:
+                st = os.lstat(path)
+            except OSError:
+                marks.append(None)
+            else:
+                marks.append((st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+            marks.append(self.watcher.counter(path))
+        return tuple(marks)
 
     def _on_change(self, roots: set[Path]) -> None:
         """Watcher callback (debounced): refresh the catalog and indexes of every workspace that
@@ -432,6 +465,7 @@ class Daemon:
         from ..read import retrieve  # noqa: F401
         from ..verbs import api  # noqa: F401
 
+        one_blas_thread()
         t0 = time.perf_counter()
         try:
             get_embedder().encode(["warm up"])
@@ -612,6 +646,18 @@ class Daemon:
             os.close(self._lock_fd)  # releases the lifetime lock
             self._lock_fd = None
         log.info("stopped")
+
+
+def one_blas_thread() -> None:
+    """Run the BLAS libraries loaded so far (numpy's, faiss's) on one thread. A read's matrix
+    passes are one query against the rows (10k x 384: ~0.7 ms on one core); split over two
+    threads, each waits for its worker, which on a busy 2-core machine is often not running:
+    16 ms at the median under load 6 (0.7 ms on one thread), and idle workers spin against
+    the rest of the request. Memory bandwidth bounds the pass at 100k, so a second thread
+    buys nothing there either."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1, user_api="blas")
 
 
 def _vector_stats(entry: Entry) -> list[dict[str, Any]]:

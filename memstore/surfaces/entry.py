@@ -1,5 +1,5 @@
 """The console entry point: a verb the daemon serves is sent to it as raw argv, before anything
-but the standard library's os/sys/json and the C socket type is imported.
+but the standard library's os/sys and the C halves of json and socket is imported.
 
 A CLI call through the daemon then costs an interpreter start-up plus one round trip; the
 daemon parses the arguments with the real parser, runs the verb and sends back the exact
@@ -14,7 +14,6 @@ Wire protocol (JSON lines, one request and one answer per connection):
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -63,6 +62,8 @@ def remote(argv: list[str], stdin: str | None) -> int | None:
         err = timeout_error(timeout)
         write_stream(sys.stderr, f"memstore: daemon_timeout: {err['error']['message']}\n")  # type: ignore[index]
         if "--json-out" in argv or not sys.stdout.isatty():  # the one JSON object every error promises
+            import json
+
             write_stream(sys.stdout, json.dumps(err) + "\n")
         return 1
     except (OSError, ValueError):
@@ -89,7 +90,10 @@ def main() -> int:
             stdin = None
     code = remote(argv, stdin) if raw is None or stdin is not None else None
     if code is not None:
-        return code
+        # The answer is written and flushed and this process holds nothing else: it leaves
+        # without the interpreter's teardown (a final collection, every module freed), 2-10 ms
+        # of a call that otherwise costs a start-up and one round trip.
+        os._exit(code)
     if raw is not None:
         import io
 

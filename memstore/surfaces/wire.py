@@ -1,12 +1,11 @@
 """The daemon's wire, shared by every side that speaks it (``entry``, ``client``, ``cli``,
 ``daemon``): the runtime dir and its ownership checks, one JSON-line exchange, the code version,
-the environment forwarded. A leaf: the standard library's os/sys/json/stat and the C socket type
-only, because ``entry`` imports it before it forwards a call.
+the environment forwarded. A leaf: the standard library's os/sys/stat and the C halves of
+socket and json only, because ``entry`` imports it before it forwards a call.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import sys
@@ -20,6 +19,16 @@ try:
     from _socket import SO_PEERCRED
 except ImportError:  # pragma: no cover - not Linux: the owner checks on the dir and socket remain
     SO_PEERCRED = None
+
+# The C encoder and scanner that json.dumps and json.loads run: `import json` also imports `re`
+# (patterns its Python fallbacks use), ~6 ms of a CLI call whose whole budget above the
+# interpreter's start is ~15. An interpreter without them gets the json module itself.
+try:
+    from _json import encode_basestring_ascii as _ascii
+    from _json import make_encoder as _make_encoder
+    from _json import make_scanner as _make_scanner
+except ImportError:  # pragma: no cover - not CPython
+    _ascii = _make_encoder = _make_scanner = None
 
 SOCKET_NAME = "sock"
 # Reads are idempotent: a slow daemon means answering in-process. A write that was sent may
@@ -44,13 +53,13 @@ def runtime_dir(env: dict[str, str] | os._Environ[str] | None = None) -> str:
 def code_version() -> str:
     """The package version plus a digest of its source files (path, size, mtime), so a daemon
     started from an edited checkout is noticed and replaced, not only a new release."""
+    if os.environ.get("MEMSTORE_CODE_VERSION"):
+        # Pinned by benchmarks that run on a checkout other people are editing meanwhile.
+        return os.environ["MEMSTORE_CODE_VERSION"]
     import zlib
 
     from .. import __version__
 
-    if os.environ.get("MEMSTORE_CODE_VERSION"):
-        # Pinned by benchmarks that run on a checkout other people are editing meanwhile.
-        return os.environ["MEMSTORE_CODE_VERSION"]
     base = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # the package root
     parts: list[str] = []
     for folder, dirs, files in os.walk(base):
@@ -86,6 +95,55 @@ def verb_of(argv: list[str]) -> str | None:
         elif tok in ("-h", "--help", "--version"):
             return None
     return None
+
+
+def _unencodable(value: object) -> object:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+class _Decoding:
+    """What the C scanner reads from a ``json.JSONDecoder``: json.loads's defaults."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}.__getitem__
+
+
+_JSON_SPACE = " \t\n\r"
+try:
+    # markers None: json.dumps's check for circular containers, which a message never has
+    _encode = _make_encoder(None, _unencodable, _ascii, None, ":", ",", False, False, True)
+    _scan = _make_scanner(_Decoding())
+except TypeError:  # pragma: no cover - not CPython, or another signature: the json module
+    _encode = _scan = None
+
+
+def dumps(value: object) -> str:
+    """``json.dumps(value, separators=(",", ":"))``: compact, ASCII, the same text."""
+    if _encode is None:  # pragma: no cover - not CPython
+        import json
+
+        return json.dumps(value, separators=(",", ":"))
+    return "".join(_encode(value, 0))
+
+
+def loads(text: str) -> object:
+    """``json.loads(text)``; ValueError for anything that is not one JSON value."""
+    if _scan is None:  # pragma: no cover - not CPython
+        import json
+
+        return json.loads(text)
+    start = len(text) - len(text.lstrip(_JSON_SPACE))
+    try:
+        value, end = _scan(text, start)
+    except StopIteration as exc:
+        raise ValueError(f"expecting a JSON value at character {exc.value}") from None
+    if text[end:].strip(_JSON_SPACE):
+        raise ValueError(f"extra data at character {end}")
+    return value
 
 
 class Unavailable(Exception):
@@ -194,15 +252,15 @@ def exchange(message: dict[str, object], *, timeout: float, env: dict[str, str] 
     sock = connect(os.path.join(runtime_dir(env), SOCKET_NAME), CONNECT_TIMEOUT)
     try:
         sock.settimeout(timeout)
-        sock.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+        sock.sendall(dumps(message).encode() + b"\n")
         raw = recv_line(sock)
     finally:
         sock.close()
     if not raw:
         raise Unavailable("the daemon closed the connection without answering")
     try:
-        answer = json.loads(raw)
-    except ValueError as exc:
+        answer = loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:
         raise Unavailable("the daemon sent something that is not JSON") from exc
     if not isinstance(answer, dict):
         raise Unavailable("the daemon sent something that is not a JSON object")
