@@ -96,16 +96,20 @@ def render(fig: dict[str, Any], stamp: str) -> str:
 
     lo_ok = lo["recall@10"] >= LOCOMO_RECALL10 and lo["abstention"] >= LOCOMO_ABSTENTION
     lines = [
-        f"Measured {stamp}: `{COMMAND}` (the shipped defaults; LoCoMo and identifiers",
-        "through `memstore.read` over real stores, GitBugs through `memstore.read.ranking.rank`, which",
-        "can leave the query's own report out).",
+        f"Measured {stamp} with",
+        "",
+        f"    {COMMAND}",
+        "",
+        "The shipped defaults; LoCoMo and identifiers through `memstore.read` over real stores, GitBugs",
+        "through `memstore.read.ranking.rank` (which can leave the query's own report out).",
         "",
         "| benchmark | metric | memstore | BM25 alone | vector alone | goal (issue #11) |",
         "|---|---|---|---|---|---|",
         f"| LoCoMo dev, turns, cat 1-4 | recall@5 / @10 / @25 | **{rec(lo)}** | {rec(base['bm25'])} | "
         f"{rec(base['vector'])} | R@10 ≥ {LOCOMO_RECALL10} {_mark(lo['recall@10'] >= LOCOMO_RECALL10)} |",
         f"| | abstention on mismatched queries | **{_f(lo['abstention'])}** | {_f(base['bm25']['abstention'])} | "
-        f"{_f(base['vector']['abstention'])} | ≥ {LOCOMO_ABSTENTION} {_mark(lo['abstention'] >= LOCOMO_ABSTENTION)} |",
+        f"{_f(base['vector']['abstention'])} | ≥ {LOCOMO_ABSTENTION:.2f} "
+        f"{_mark(lo['abstention'] >= LOCOMO_ABSTENTION)} |",
     ]
     cats = lo.get("per_category", {})
     per = "; ".join(f"{eval_locomo.CATEGORY_NAMES.get(int(c), c)} {_f(m['recall@10'])} (n {m['n']})"
