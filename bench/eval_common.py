@@ -227,6 +227,7 @@ def ranking_retriever(params: ranking.RankingParams, mode: str = "targeted", lim
             mode=mode,
             limit=limit,
             exclude=() if own is None else {own},
+            prose=ranking.prose_query(query),
         ).results
 
     return run

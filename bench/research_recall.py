@@ -17,6 +17,8 @@ association chain, verbatim rule and cut), changing one step:
 - ``fusion``: the keyword feature mixes BM25 / best BM25 with the share of the query's idf a
   memory covers (an absolute scale): ``(1 - m) * bm25/max + m * coverage`` (m = 1: coverage
   alone), or their maximum or product, at keyword weight ``w``.
+- ``prose``: the ``fusion`` mix (share ``m`` of coverage) only for a query that names no
+  identifier (coverage counts ``text`` words alone, blind to what the ``code`` field matched).
 - ``covmix``: coverage as a third feature beside both lanes, ``cos + w * bm25/max + w2 * coverage``.
 - ``mmr``: maximal marginal relevance within the answer: each next result pays ``mu`` times its
   cosine with the most similar result already chosen.
@@ -54,7 +56,7 @@ from eval_identifiers import WHOLE_NAMES
 from eval_identifiers import load as load_identifiers
 from eval_locomo import HEADLINE_CATEGORIES, load_conversations, recall_at
 
-from memstore.index.terms import keyword_terms, top_k
+from memstore.index.terms import CODE_PATTERN, code_shaped, keyword_terms, top_k
 from memstore.read import ranking
 
 PARAMS = ranking.RankingParams()
@@ -79,6 +81,7 @@ FAMILIES: dict[str, list[tuple[Any, ...]]] = {
     "fusion": [(), *[("mix", m, 0.5) for m in (0.25, 0.5, 0.75, 1.0)], ("mix", 1.0, 0.3), ("mix", 1.0, 0.8),
                ("max", 1.0, 0.5), ("product", 1.0, 0.5)],
     "mmr": [(), (0.05,), (0.1,), (0.2,), (0.3,)],
+    "prose": [(), *[(m,) for m in (0.5, 0.75, 1.0)]],
     "covmix": [(), *[("mix", w2) for w2 in (0.1, 0.2, 0.3, 0.5)]],
     "centre": [(), (0.5,), (1.0,)],
     "split": [(), ("max",), ("mean",)],
@@ -142,11 +145,16 @@ class Ranker:
         kw = ranking.normalize_keyword(hits)
         order = [i for i, _ in hits if i in kw]
         if v.family == "fusion":
-            how, m, w = v.setting
+            how, share, w = v.setting
             cov = {i: ev.get(i, (1.0, 0.0))[0] for i in kw}
-            mix = {"mix": lambda b, c: (1 - m) * b + m * c, "product": lambda b, c: b * c, "max": max}[how]
+            mix = {"mix": lambda b, c: (1 - share) * b + share * c, "product": lambda b, c: b * c, "max": max}[how]
             kw = {i: mix(kw[i], cov[i]) for i in kw}
             p = dataclasses.replace(p, keyword_weight=w)
+        if v.family == "prose" and not any(code_shaped(t) for t in re.findall(CODE_PATTERN, query)):
+            # Coverage counts the query's words in ``text`` only: blind to identifiers matched in
+            # ``code``, so only a query that names none reads it.
+            cov = {i: ev.get(i, (1.0, 0.0))[0] for i in kw}
+            kw = {i: (1 - v.setting[0]) * kw[i] + v.setting[0] * cov[i] for i in kw}
         if v.family == "covmix":
             # cos + w * bm25/max + w2 * coverage, over 1 + w + w2: both keyword readings at once.
             w, w2 = p.keyword_weight, v.setting[1]
