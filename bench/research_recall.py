@@ -7,7 +7,8 @@ training folds); GitBugs (Hadoop) splits the duplicate clusters in two halves, t
 scores the other, both ways (objective MRR of title and title+body queries pooled); the
 identifier look-up is tuned on nothing and scored at the setting the whole of LoCoMo chooses.
 
-The methods (``Variant``), all on top of the shipped ``ranking.rank`` path (same gate, lanes,
+The methods (``Variant``), all on top of ``ranking.rank`` called with ``prose=False`` (the path
+before ``RankingParams.prose_coverage``, which the ``prose`` family below chose: same gate, lanes,
 association chain, verbatim rule and cut), changing one step:
 
 - ``vprf``: pseudo-relevance feedback on the vector lane (Rocchio): the query vector moves
