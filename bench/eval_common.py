@@ -123,7 +123,10 @@ class KeywordIndex:
             kind=KEYWORD(),
             ident=ID(),
         )
-        self._ix = RamStorage().create_index(schema)
+        # Whoosh's writer spills to "<tmp>/<indexname>.tmp" and removes that folder when done:
+        # under the default name "MAIN" two bench processes on one machine delete each other's
+        # files mid-build, so each index gets a name of its own.
+        self._ix = RamStorage().create_index(schema, indexname=f"bench{os.getpid()}x{id(self):x}")
         writer = self._ix.writer()
         for i, (t, k) in enumerate(zip(texts, kinds, strict=True)):
             writer.add_document(idx=i, text=t, kind=k)
@@ -224,6 +227,7 @@ def ranking_retriever(params: ranking.RankingParams, mode: str = "targeted", lim
             mode=mode,
             limit=limit,
             exclude=() if own is None else {own},
+            prose=ranking.prose_query(query),
         ).results
 
     return run

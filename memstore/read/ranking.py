@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..index.terms import STOP_WORDS, tokenize, top_k
+from ..index.terms import CODE_PATTERN, STOP_WORDS, code_shaped, tokenize, top_k
 from .neighbours import Neighbours, best_hop
 
 
@@ -119,6 +119,15 @@ class RankingParams:
     keyword_pool: int = 50
     keyword_lane: int = 10
     keyword_weight: float = 0.5
+    # A query that names no identifier (prose: a question, a description) weighs its keyword
+    # hits by this share of the query's idf they cover (an absolute scale: every query word
+    # found is 1.0), the rest by BM25 / the best BM25 (a relative one: the best hit is 1.0
+    # however little of the query it holds). Coverage counts the words ``text`` holds, blind to
+    # identifiers matched in ``code``, so a query naming one keeps BM25 alone. Chosen by
+    # leave-one-conversation-out on LoCoMo (folds 0.75 x3, 1.0 x2: recall@10 +0.010 out of
+    # fold); on GitBugs, where 85 % of titles name an identifier, and on identifier look-ups it
+    # moves one query or none (bench/research_recall.py, RESULTS.md "Recall research").
+    prose_coverage: float = 0.75
     bm25_b: float = 0.4
     bm25_k1: float = 1.2
 
@@ -202,6 +211,18 @@ def query_gate(
         return GateDecision(True, top, bar, "ok")
     why = "no query name or identifier occurs in the store; " if novel else ""
     return GateDecision(False, top, bar, f"{why}best similarity {top:.2f} < bar {bar:.2f}")
+
+
+def prose_query(query: str) -> bool:
+    """True when the query names no identifier (``raise_for_status``, ``FSImage``, ``E11000``)."""
+    return not any(code_shaped(t) for t in re.findall(CODE_PATTERN, query))
+
+
+def prose_keyword(kw: Mapping[int, float], evidence: Mapping[int, tuple[float, float]],
+                  share: float) -> dict[int, float]:
+    """The keyword feature of a prose query: ``share`` of it the query idf each hit covers, the
+    rest its BM25 / best BM25 (``RankingParams.prose_coverage``)."""
+    return {i: (1.0 - share) * s + share * evidence.get(i, (1.0, 0.0))[0] for i, s in kw.items()}
 
 
 def normalize_keyword(hits: Sequence[tuple[int, float]]) -> dict[int, float]:
@@ -344,6 +365,7 @@ def rank(
     evidence: Mapping[int, tuple[float, float]] | None = None,
     named: bool = False,
     unembedded: np.ndarray | None = None,
+    prose: bool = False,
 ) -> Ranking:
     """The whole scoring path for one scope: gate -> lanes -> association -> fuse -> select.
 
@@ -359,7 +381,8 @@ def rank(
     ``named``: the query is nothing but identifiers of the store (``raise_for_status``); the
     memories that hold one verbatim then rank above all others. ``unembedded``: a boolean mask
     of the rows whose vector is not made yet (their matrix rows are placeholders): they enter
-    through the keyword lane alone, with a stand-in similarity (``_stand_in``).
+    through the keyword lane alone, with a stand-in similarity (``_stand_in``). ``prose``: the
+    query names no identifier (``prose_query``); its keyword hits are weighed by coverage too.
     """
     p = params or RankingParams()
     ex = _mask(exclude, len(kinds))
@@ -405,6 +428,8 @@ def rank(
         _mark_unembedded(scored, blind)
         return Ranking(select(scored, kinds, p, mode, limit), gate, len(scored))
 
+    if prose and p.prose_coverage > 0:
+        kw = prose_keyword(kw, ev, p.prose_coverage)
     if p.prf_weight > 0:
         first = fuse(_stand_in(sims, blind, kw), top_k(sims, p.semantic_pool), kw, kw_order, p)
         top = sorted(first, key=lambda i: -first[i][0])[: p.prf_docs]

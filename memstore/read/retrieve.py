@@ -519,6 +519,7 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
         params=rp, mode=mode, limit=limit, ids=rows.ids, offsets=row_offsets(rows, rp),
         exclude=rows.excluded if rows.excluded is not None else (),
         near=None if waiting else kept_neighbours(ws, sc, rows, rp), unembedded=unembedded,
+        prose=ranking.prose_query(query),
     )
     hits = {rows.ids[r.index]: Hit(sc.memories[rows.ids[r.index]], r.score, list(r.reasons),
                                    group_key(sc.memories[rows.ids[r.index]])) for r in ranked.results}
