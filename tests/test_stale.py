@@ -149,3 +149,46 @@ def test_a_store_that_is_not_its_repos_memory_folder_is_never_stale(tmp_path: Pa
     ws = open_workspace(cwd=repo)
     annotate(ws, results, ws.catalog("repo").memories)
     assert results[0]["stale"] is not None and results[0]["stale"]["files"] == ["pyproject.toml"]
+
+
+def test_one_read_s_results_are_checked_together_as_each_alone(repo: Path) -> None:
+    """After a commit a read's results are worked out in one batch (one git log, one diff per
+    base): each answer must be what that memory alone gets, whatever its neighbours in the batch."""
+    src = repo / "src"
+    src.mkdir(exist_ok=True)
+    for name in ("a", "b", "c", "d"):
+        (src / f"{name}.py").write_text(f"{name} = 1\n")
+    git(repo, "add", "src")
+    git(repo, "commit", "-q", "-m", "code")
+    pinned = git(repo, "rev-parse", "HEAD").strip()
+    ids = {}
+    for name, ref in (("a", "file:src/a.py"), ("b", "file:src/b.py"), ("c", f"file:src/c.py@{pinned[:10]}"),
+                      ("cd", "file:src/c.py")):
+        refs = [ref, "file:src/d.py"] if name == "cd" else [ref]
+        ids[name] = api.write(reopen(repo), write_req("fact", f"Module {name} is set to one.",
+                                                       evidence=[*refs, "user:x"]))["id"]
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "memories")
+    (src / "c.py").write_text("c = 2\n")
+    git(repo, "commit", "-q", "-am", "change c")
+    (src / "d.py").write_text("d = 2\n")
+    git(repo, "commit", "-q", "-am", "change d")
+    (src / "a.py").write_text("a = 2\n")  # a work-tree edit only
+    ids["new"] = api.write(reopen(repo), write_req("fact", "Module b is new here.",
+                                                   evidence=["file:src/b.py", "user:x"]))["id"]
+    git(repo, "commit", "-q", "--allow-empty", "-m", "move HEAD")
+
+    alone = {}
+    for key, mem_id in ids.items():
+        (repo / ".memory" / ".index" / "stale.json").unlink(missing_ok=True)
+        alone[key] = check(repo, mem_id)
+    (repo / ".memory" / ".index" / "stale.json").unlink(missing_ok=True)
+    ws = reopen(repo)
+    results = [{"id": mem_id, "scope": "repo", "stale": None} for mem_id in ids.values()]
+    annotate(ws, results, ws.catalog("repo").memories)
+    together = dict(zip(ids, (r["stale"] for r in results), strict=True))
+    assert together == alone
+    assert together["a"]["files"] == ["src/a.py"] and together["a"]["commits_since"] == 0
+    assert together["b"] is None and together["new"] is None
+    assert together["c"] == {"files": ["src/c.py"], "commits_since": 1, "since": pinned[:12]}
+    assert together["cd"]["files"] == ["src/c.py", "src/d.py"] and together["cd"]["commits_since"] == 2

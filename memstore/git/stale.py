@@ -93,56 +93,98 @@ class StaleChecker:
     # -- the check ----------------------------------------------------------------------------------
     def check(self, mem: Memory) -> dict[str, Any] | None:
         """``{"files": [...], "commits_since": n, "since": sha}`` or None when not stale."""
-        if self.worktree is None or self.head is None or mem.scope != "repo" or not mem.path:
-            return None
-        refs = file_refs(mem)
-        if not refs:
-            return None
-        paths = [p for p, _ in refs]
-        sig = _signature(self.worktree, paths)
-        hit = self._cache.get(mem.id)
-        if hit is not None and hit.get("sig") == sig:
-            return hit.get("stale")
-        result = self._compute(mem, refs)
-        self._cache[mem.id] = {"sig": sig, "stale": result}
-        self._dirty = True
-        return result
+        return self.check_many([mem]).get(mem.id)
 
-    def _added_in(self, mem: Memory) -> str | None:
-        assert self.worktree is not None
-        shown = self.store.display_path(mem.path)
-        proc = gitops.run(["log", "--diff-filter=A", "--format=%H", "-1", "--", shown], self.worktree, check=False)
-        sha = proc.stdout.strip()
-        return sha or None
+    def check_many(self, mems: list[Memory]) -> dict[str, dict[str, Any] | None]:
+        """``check`` for each memory, by id. After a commit (a new HEAD empties the cache) a
+        read's results are worked out together: one ``git log`` for when their files were
+        added and one ``git diff`` per base commit, not two or three git runs per result
+        (~24 runs, ~75 ms, for ten results citing files)."""
+        out: dict[str, dict[str, Any] | None] = {}
+        todo: list[tuple[Memory, list[tuple[str, str | None]], list[Any]]] = []
+        for mem in mems:
+            if self.worktree is None or self.head is None or mem.scope != "repo" or not mem.path:
+                out[mem.id] = None
+                continue
+            refs = file_refs(mem)
+            if not refs:
+                out[mem.id] = None
+                continue
+            sig = _signature(self.worktree, [p for p, _ in refs])
+            hit = self._cache.get(mem.id)
+            if hit is not None and hit.get("sig") == sig:
+                out[mem.id] = hit.get("stale")
+            else:
+                todo.append((mem, refs, sig))
+        if todo:
+            computed = self._compute(todo)
+            for mem, _refs, sig in todo:
+                out[mem.id] = computed.get(mem.id)
+                self._cache[mem.id] = {"sig": sig, "stale": out[mem.id]}
+            self._dirty = True
+        return out
 
-    def _compute(self, mem: Memory, refs: list[tuple[str, str | None]]) -> dict[str, Any] | None:
+    def _added_in(self, mems: list[Memory]) -> dict[str, str]:
+        """The commit that last added each memory's file (``git log --diff-filter=A -1`` per
+        file, asked once for all): memory id -> sha; a memory not committed yet is absent."""
         assert self.worktree is not None
-        added = self._added_in(mem)
-        if added is None:
-            return None  # not committed yet: written against the code as it is now
-        by_base: dict[str, list[str]] = {}
-        for path, rev in refs:
-            base = (gitops.resolve_commit(rev, self.worktree) if rev else None) or added
-            by_base.setdefault(base, []).append(path)
-        changed: list[str] = []
-        commits: set[str] = set()
-        since: str | None = None
-        for base, paths in by_base.items():
+        shown = {self.store.display_path(m.path): m.id for m in mems if m.path}
+        proc = gitops.run(["log", "--diff-filter=A", "--no-renames", "--format=%x01%H", "--name-only", "--",
+                           *shown], self.worktree, check=False)
+        added: dict[str, str] = {}
+        sha = ""
+        for line in proc.stdout.split("\n"):
+            if line.startswith("\x01"):
+                sha = line[1:]
+            elif line in shown and shown[line] not in added and sha:
+                added[shown[line]] = sha  # newest first: the last time the file was added
+        return added
+
+    def _compute(self, todo: list[tuple[Memory, list[tuple[str, str | None]], list[Any]]]
+                 ) -> dict[str, dict[str, Any] | None]:
+        assert self.worktree is not None
+        added = self._added_in([m for m, _, _ in todo])
+        revs: dict[str, str | None] = {}
+        wanted: dict[str, set[str]] = {}  # base commit -> files asked about against it
+        plans: list[tuple[Memory, dict[str, list[str]]]] = []
+        for mem, refs, _sig in todo:
+            if mem.id not in added:
+                continue  # not committed yet: written against the code as it is now
+            by_base: dict[str, list[str]] = {}
+            for path, rev in refs:
+                if rev and rev not in revs:
+                    revs[rev] = gitops.resolve_commit(rev, self.worktree)
+                base = (revs[rev] if rev else None) or added[mem.id]
+                by_base.setdefault(base, []).append(path)
+                wanted.setdefault(base, set()).add(path)
+            plans.append((mem, by_base))
+        changed: dict[str, set[str] | None] = {}
+        for base, paths in wanted.items():
             # base tree vs the work tree (staged or not): what the agent would read now
-            proc = gitops.run(["diff", "--name-only", "--no-renames", base, "--", *paths], self.worktree,
+            proc = gitops.run(["diff", "--name-only", "--no-renames", base, "--", *sorted(paths)], self.worktree,
                               check=False)
-            if proc.returncode != 0:
-                continue
-            moved = [p for p in paths if p in set(proc.stdout.split("\n"))]
-            if not moved:
-                continue
-            changed += moved
-            since = since or base
-            log = gitops.run(["rev-list", f"{base}..HEAD", "--", *moved], self.worktree, check=False)
-            commits.update(line for line in log.stdout.split() if line)
-        if not changed:
-            return None
-        return {"files": changed, "commits_since": len(commits), "since": (since or added)[:12]}
+            changed[base] = set(proc.stdout.split("\n")) if proc.returncode == 0 else None
+        commits_since: dict[tuple[str, tuple[str, ...]], set[str]] = {}
+        out: dict[str, dict[str, Any] | None] = {}
+        for mem, by_base in plans:
+            moved_all: list[str] = []
+            commits: set[str] = set()
+            since: str | None = None
+            for base, paths in by_base.items():
+                moved_set = changed[base]
+                moved = [p for p in paths if moved_set is not None and p in moved_set]
+                if not moved:
+                    continue
+                moved_all += moved
+                since = since or base
+                key = (base, tuple(moved))
+                if key not in commits_since:
+                    log = gitops.run(["rev-list", f"{base}..HEAD", "--", *moved], self.worktree, check=False)
+                    commits_since[key] = {line for line in log.stdout.split() if line}
+                commits |= commits_since[key]
+            out[mem.id] = ({"files": moved_all, "commits_since": len(commits), "since": (since or added[mem.id])[:12]}
+                           if moved_all else None)
+        return out
 
 
 def owning_worktree(store: Store) -> Path | None:
@@ -171,8 +213,8 @@ def annotate(ws: Workspace, results: list[dict[str, Any]], memories: dict[str, M
         sc = checker(ws)
         if sc is None:
             return
+        found = sc.check_many([m for r in results if (m := memories.get(r["id"])) is not None])
         for r in results:
-            mem = memories.get(r["id"])
-            if mem is not None:
-                r["stale"] = sc.check(mem)
+            if r["id"] in found:
+                r["stale"] = found[r["id"]]
         sc.save()
