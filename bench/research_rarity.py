@@ -1,5 +1,5 @@
-"""Cross-validation of the small-store rules (``rare_share``, ``coverage_lift``,
-``gate_coverage``, ``named_holders_only``) through the real ``memstore.read.ranking.rank`` over the product's
+"""Cross-validation of the small-store rules (``rare_share``, ``gate_coverage``,
+``named_holders_only``) through the real ``memstore.read.ranking.rank`` over the product's
 keyword index, on three data sets none of which the rules were written from.
 
 Protocol (bench/cv.py's): LoCoMo, leave one conversation out (tune on four, report the fifth),
@@ -9,13 +9,16 @@ MRR (title and title+body queries); identifiers (psf/requests), queries split al
 two halves, the same both ways, objective MRR. Every "out of fold" figure comes from a value
 chosen without the data it is reported on. Each sweep varies one rule, the others at the
 shipped defaults; "idf>=1.5" is the rule ``rare_share`` replaced (an identifier is rare when
-its Robertson idf reaches 1.5), kept as a reference row.
+its Robertson idf reaches 1.5), kept as a reference row. A fourth rule, ``coverage_lift`` (the
+gate's cosine plus a weight times the memory's keyword coverage), was swept by this script at
+commit ea76056 (``--only lift``) and rejected by every LoCoMo fold; the product has no such
+parameter since.
 
     python bench/research_rarity.py --locomo ../shared/eval/locomo/locomo_dev.json \\
         --corpus ../shared/eval/gitbugs/hadoop_corpus.jsonl --qrels ../shared/eval/gitbugs/hadoop_qrels.json \\
         --identifiers ../shared/eval/identifiers/requests_corpus.jsonl \\
         --identifier-qrels ../shared/eval/identifiers/requests_qrels.json \\
-        [--only rare|coverage|lift|named] [--keyword-only]
+        [--only rare|coverage|named] [--keyword-only]
 """
 
 from __future__ import annotations
@@ -39,7 +42,6 @@ from memstore.read import ranking
 
 SHARES = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5)  # 0.0: only a term one memory holds is rare
 COVERAGES = (2.0, 1.0, 0.9, 0.8, 0.6)  # 2.0: off
-LIFTS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5)
 
 Evidence = dict[int, tuple[float, int, int, int]]
 
@@ -136,9 +138,6 @@ def sweeps(only: str | None) -> list[tuple[str, list[Setting]]]:
     if only in (None, "coverage"):
         out.append(("gate_coverage", [Setting(f"gate_coverage={v}", dataclasses.replace(base, gate_coverage=v))
                                       for v in COVERAGES]))
-    if only in (None, "lift"):
-        out.append(("coverage_lift", [Setting(f"coverage_lift={v}", dataclasses.replace(base, coverage_lift=v))
-                                      for v in LIFTS]))
     if only in (None, "named"):
         out.append(("named_holders_only", [Setting(f"named_holders_only={v}",
                                                    dataclasses.replace(base, named_holders_only=v))
@@ -154,7 +153,7 @@ def main() -> None:
     ap.add_argument("--identifiers", type=Path, required=True)
     ap.add_argument("--identifier-qrels", type=Path, required=True)
     ap.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE)
-    ap.add_argument("--only", choices=("rare", "coverage", "lift", "named"), default=None)
+    ap.add_argument("--only", choices=("rare", "coverage", "named"), default=None)
     ap.add_argument("--keyword-only", action="store_true", help="no query vector (a read without the model)")
     args = ap.parse_args()
     cache = EmbeddingCache(args.cache_dir)

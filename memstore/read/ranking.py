@@ -82,9 +82,6 @@ class RankingParams:
     # Added to the bar when the query names things (capitalised words, identifiers) and not
     # one of them occurs anywhere in the store: the store has never heard of the subject.
     novelty_penalty: float = 0.15
-    # Keyword support for the gate: a memory passes it when its cosine plus this times the share
-    # of the query's idf it holds verbatim (keyword coverage) clears the bar. 0: the cosine alone.
-    coverage_lift: float = 0.0
     # Per-kind offsets to every bar and floor; negative = more permissive (SPEC §1.2:
     # preferences are retrieved more permissively than facts).
     kind_offset: Mapping[str, float] = field(
@@ -208,24 +205,17 @@ def query_gate(
     params: RankingParams,
     mode: str = "targeted",
     offsets: np.ndarray | None = None,
-    support: Mapping[int, float] | None = None,
 ) -> GateDecision:
     """Decide, once per query, whether the store knows anything about it.
 
     ``offsets`` (``kind_offsets(kinds, params)``) may be passed in by a caller that ranks the
-    same rows many times: building it is a Python loop over every memory. ``support``: row ->
-    share of the query's idf the memory holds (keyword coverage), lifting that row's margin by
-    ``coverage_lift`` times it."""
+    same rows many times: building it is a Python loop over every memory."""
     bar = float(params.for_mode(params.query_bar, mode)) + (params.novelty_penalty if novel else 0.0)
     if sims.size == 0:
         return GateDecision(False, 0.0, bar, "empty store")
     if offsets is None:
         offsets = kind_offsets(kinds, params)
     margin = sims - offsets
-    if support and params.coverage_lift > 0:
-        margin = margin.copy()
-        rows = np.fromiter(support, dtype=np.int64, count=len(support))
-        margin[rows] += params.coverage_lift * np.fromiter(support.values(), dtype=np.float64, count=len(support))
     best = int(np.argmax(margin))
     top = float(sims[best])
     if margin[best] >= bar:
@@ -422,9 +412,7 @@ def rank(
         sims[ex] = -np.inf
     if blind is not None:
         sims[blind] = -np.inf  # the gate, the semantic lane and the hops see only real vectors
-    support = {i: ev.get(i, NO_EVIDENCE)[0] for i in kw_order} if p.coverage_lift > 0 else None
-    gate = query_gate(sims, kinds, novel=novelty(salient, doc_freq), params=p, mode=mode, offsets=offsets,
-                      support=support)
+    gate = query_gate(sims, kinds, novel=novelty(salient, doc_freq), params=p, mode=mode, offsets=offsets)
     if not gate.passed:
         # Rows without a vector cannot be judged by the gate: they pass as the keyword-only
         # path would pass them (most of the query's rare words).
