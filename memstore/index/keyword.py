@@ -376,8 +376,11 @@ class ArrayScorer:
             # The top-level searcher's statistics, as Whoosh's BM25FScorer takes them.
             if field_name in searcher.schema and searcher.schema[field_name].scorable:
                 stats[field_name, text] = (searcher.idf(field_name, text), searcher.avg_field_length(field_name) or 1)
-            if field_name == "text" or (field_name == "code" and text in identifiers):
-                dfs[field_name, text] = int(searcher.doc_frequency(field_name, text))
+                if field_name == "text" or (field_name == "code" and text in identifiers):
+                    # Whoosh's document frequency (deleted documents included, as in the idf),
+                    # from the postings the scoring below reads anyway (cached): no term lookup.
+                    dfs[field_name, text] = sum(len(got[0]) for reader, _ in leaves
+                                                if (got := self._term_postings(reader, field_name, text)) is not None)
         b, k1 = self.b, self.k1
         text_idf = sum(stats[p][0] for p in stats if p[0] == "text") or 1.0
         scores_parts: list[np.ndarray] = []
