@@ -371,16 +371,14 @@ class ArrayScorer:
         leaves = list(searcher.reader().leaf_readers())
         self._forget_gone({r.segment().segment_id() for r, _ in leaves})
         stats = {}
-        dfs: dict[tuple[str, str], int] = {}
         for field_name, text in pairs:
             # The top-level searcher's statistics, as Whoosh's BM25FScorer takes them.
             if field_name in searcher.schema and searcher.schema[field_name].scorable:
                 stats[field_name, text] = (searcher.idf(field_name, text), searcher.avg_field_length(field_name) or 1)
-                if field_name == "text" or (field_name == "code" and text in identifiers):
-                    # Whoosh's document frequency (deleted documents included, as in the idf),
-                    # from the postings the scoring below reads anyway (cached): no term lookup.
-                    dfs[field_name, text] = sum(len(got[0]) for reader, _ in leaves
-                                                if (got := self._term_postings(reader, field_name, text)) is not None)
+        # Each query word's and identifier's document frequency (deleted documents included, as
+        # Whoosh's), summed from the postings the scoring reads anyway: no term lookup.
+        dfs: dict[tuple[str, str], int] = {}
+        held_parts: list[tuple[np.ndarray, int, dict[str, list[tuple[tuple[str, str], np.ndarray]]]]] = []
         b, k1 = self.b, self.k1
         text_idf = sum(stats[p][0] for p in stats if p[0] == "text") or 1.0
         scores_parts: list[np.ndarray] = []
@@ -394,8 +392,7 @@ class ArrayScorer:
                 continue
             scores = np.zeros(n)
             cover = np.zeros(n)
-            code_df = np.zeros(n, dtype=np.int64)  # 0: no identifier held
-            word_df = np.zeros(n, dtype=np.int64)  # 0: no query word held
+            held: dict[str, list[tuple[tuple[str, str], np.ndarray]]] = {"text": [], "code": []}
             matched = np.zeros(n, dtype=bool)
             for field_name, text in pairs:
                 if (field_name, text) not in stats:
@@ -411,9 +408,9 @@ class ArrayScorer:
                 matched[ids] = True
                 if field_name == "text":
                     cover[ids] += idf
-                    _keep_rarest(word_df, ids, dfs[field_name, text])
-                elif field_name == "code" and text in identifiers:
-                    _keep_rarest(code_df, ids, dfs[field_name, text])
+                if field_name == "text" or (field_name == "code" and text in identifiers):
+                    held[field_name].append(((field_name, text), ids))
+                    dfs[field_name, text] = dfs.get((field_name, text), 0) + len(ids)
             deleted = reader.deleted_docs_set
             if deleted:
                 matched[np.fromiter(deleted, dtype=np.int64, count=len(deleted))] = False
@@ -421,10 +418,12 @@ class ArrayScorer:
             scores_parts.append(scores[docs])
             docs_parts.append(docs + offset)
             cover_parts.append(cover[docs])
-            code_parts.append(code_df[docs])
-            word_parts.append(word_df[docs])
+            held_parts.append((docs, n, held))
         if not docs_parts:
             return []
+        for docs, n, held in held_parts:  # the frequencies are whole only now
+            word_parts.append(_rarest([(dfs[t], ids) for t, ids in held["text"]], n)[docs])
+            code_parts.append(_rarest([(dfs[t], ids) for t, ids in held["code"]], n)[docs])
         scores = np.concatenate(scores_parts)
         docs = np.concatenate(docs_parts)
         covers = np.concatenate(cover_parts) / text_idf
@@ -490,14 +489,16 @@ class ArrayScorer:
         return got
 
 
-def _keep_rarest(held: np.ndarray, ids: np.ndarray, df: int) -> None:
-    """Lower ``held[ids]`` (0: nothing held yet) to ``df``, a matched term's document frequency."""
+def _rarest(terms: list[tuple[int, np.ndarray]], n: int) -> np.ndarray:
+    """Per document of a segment of ``n``, the smallest document frequency among the ``terms``
+    ((df, document numbers) each) it holds; 0 where it holds none. The rarest term is written
+    last, so each document keeps the smallest: one scatter per term."""
     import numpy as np
 
-    if df <= 0:
-        return
-    now = held[ids]
-    held[ids] = np.where(now > 0, np.minimum(now, df), df)
+    out = np.zeros(n, dtype=np.int64)
+    for df, ids in sorted(terms, key=lambda t: -t[0]):
+        out[ids] = df
+    return out
 
 
 def _read_postings(reader: Any, field_name: str, text: str) -> tuple[np.ndarray, np.ndarray] | None:
