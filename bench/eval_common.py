@@ -151,6 +151,9 @@ class KeywordIndex:
         return [(int(h["idx"]), float(h.score)) for h in hits]
 
 
+Evidence = tuple[float, int, int, int]  # what ``ranking.rank`` takes per keyword hit
+
+
 class ProductKeyword:
     """The product's keyword index (``memstore.index.keyword``: code + text fields, the array
     scorer, the gates' evidence) built in a temporary folder, addressed by row number."""
@@ -164,12 +167,13 @@ class ProductKeyword:
         self.index = StoreKeyword(Path(self._dir.name) / "keyword", params)
         self.index.apply(((str(i), k, [], t) for i, (t, k) in enumerate(zip(texts, kinds, strict=True))), [])
 
-    def hits(self, query: str, limit: int) -> tuple[list[tuple[int, float]], dict[int, tuple[float, float]], bool]:
-        """(row, BM25) best first, row -> (coverage, verbatim identifier idf), and whether the
+    def hits(self, query: str, limit: int) -> tuple[list[tuple[int, float]], dict[int, Evidence], bool]:
+        """(row, BM25) best first, row -> (coverage, memories holding its rarest verbatim
+        identifier, store size, memories holding its rarest query word), and whether the
         query is nothing but identifiers of the store."""
         got = self.index.hits(query, limit)
-        return ([(int(h.id), h.score) for h in got], {int(h.id): (h.coverage, h.code_idf) for h in got},
-                any(h.named for h in got))
+        evidence = {int(h.id): (h.coverage, h.code_df, h.docs, h.word_df) for h in got}
+        return [(int(h.id), h.score) for h in got], evidence, any(h.named for h in got)
 
     def doc_freq(self, term: str) -> int:
         return self.index.doc_freq(term)

@@ -1,5 +1,7 @@
-"""Cross-validation of the code lane's constants (``verbatim_idf``, ``keyword_only_coverage``)
-through the real ``memstore.read.ranking.rank`` over the product's keyword index.
+"""Cross-validation of the code lane's keyword-only bar (``keyword_only_coverage``, against the
+identifier rarity ``rare_share``) through the real ``memstore.read.ranking.rank`` over the
+product's keyword index. The rarity rules with the model (``rare_share``, ``gate_coverage``,
+``named_holders_only``; ``verbatim_idf`` before them) are swept by research_rarity.py.
 
 LoCoMo: leave one conversation out (tune on four, report the fifth); the objective is the mean of
 recall@10 and abstention (the two things a read is judged on). GitBugs (Hadoop): the duplicate
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,13 +25,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from eval_common import DEFAULT_CACHE, EmbeddingCache, Store, build_store
+from eval_common import DEFAULT_CACHE, EmbeddingCache, Evidence, Store, build_store
 from eval_gitbugs import load as load_gitbugs
 from eval_locomo import HEADLINE_CATEGORIES, load_conversations, recall_at
 
 from memstore.read import ranking
 
-VERBATIM = (1.0, 1.5, 2.0, 3.0, 4.0, math.inf)  # inf: the signal off
+SHARES = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5)  # rare_share; 0.0: only a term one memory holds is rare
 COVERAGE = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # 0.0: no keyword-only abstention
 
 
@@ -38,7 +39,7 @@ class Cached:
     """Keyword hits per (store, query), computed once: only the ranking varies in a sweep."""
 
     def __init__(self) -> None:
-        self.memo: dict[tuple[str, str, int], tuple[list[tuple[int, float]], dict[int, tuple[float, float]], bool]] = {}
+        self.memo: dict[tuple[str, str, int], tuple[list[tuple[int, float]], dict[int, Evidence], bool]] = {}
 
     def rank(self, store: Store, query: str, qvec: np.ndarray | None, p: ranking.RankingParams,
              own: int | None = None, limit: int = 25) -> list[ranking.Ranked]:
@@ -138,20 +139,14 @@ def main() -> None:
     ap.add_argument("--corpus", type=Path, required=True)
     ap.add_argument("--qrels", type=Path, required=True)
     ap.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE)
-    ap.add_argument("--only", choices=("verbatim", "coverage"), default=None)
     args = ap.parse_args()
     cache = EmbeddingCache(args.cache_dir)
     base = ranking.RankingParams()
     memo = Cached()
     sweeps: list[tuple[str, bool, list[tuple[str, ranking.RankingParams]]]] = []
-    if args.only in (None, "verbatim"):
-        sweeps.append(("verbatim_idf, with embeddings", False,
-                       [(f"verbatim_idf={v}", dataclasses.replace(base, verbatim_idf=v)) for v in VERBATIM]))
-    if args.only in (None, "coverage"):
-        sweeps.append(("keyword_only_coverage x verbatim_idf, keyword only", True,
-                       [(f"coverage={c} verbatim_idf={v}",
-                         dataclasses.replace(base, keyword_only_coverage=c, verbatim_idf=v))
-                        for c in COVERAGE for v in VERBATIM]))
+    sweeps.append(("keyword_only_coverage x rare_share, keyword only", True,
+                   [(f"coverage={c} rare_share={v}", dataclasses.replace(base, keyword_only_coverage=c, rare_share=v))
+                    for c in COVERAGE for v in SHARES]))
     for title, kw_only, grid in sweeps:
         labels = [label for label, _ in grid]
         params = [p for _, p in grid]

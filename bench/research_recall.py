@@ -147,19 +147,19 @@ class Ranker:
         order = [i for i, _ in hits if i in kw]
         if v.family == "fusion":
             how, share, w = v.setting
-            cov = {i: ev.get(i, (1.0, 0.0))[0] for i in kw}
+            cov = {i: ev.get(i, ranking.NO_EVIDENCE)[0] for i in kw}
             mix = {"mix": lambda b, c: (1 - share) * b + share * c, "product": lambda b, c: b * c, "max": max}[how]
             kw = {i: mix(kw[i], cov[i]) for i in kw}
             p = dataclasses.replace(p, keyword_weight=w)
         if v.family == "prose" and not any(code_shaped(t) for t in re.findall(CODE_PATTERN, query)):
             # Coverage counts the query's words in ``text`` only: blind to identifiers matched in
             # ``code``, so only a query that names none reads it.
-            cov = {i: ev.get(i, (1.0, 0.0))[0] for i in kw}
+            cov = {i: ev.get(i, ranking.NO_EVIDENCE)[0] for i in kw}
             kw = {i: (1 - v.setting[0]) * kw[i] + v.setting[0] * cov[i] for i in kw}
         if v.family == "covmix":
             # cos + w * bm25/max + w2 * coverage, over 1 + w + w2: both keyword readings at once.
             w, w2 = p.keyword_weight, v.setting[1]
-            cov = {i: ev.get(i, (1.0, 0.0))[0] for i in kw}
+            cov = {i: ev.get(i, ranking.NO_EVIDENCE)[0] for i in kw}
             kw = {i: (w * kw[i] + w2 * cov[i]) / w for i in kw}
             p = dataclasses.replace(p, keyword_weight=w)
             sims = sims * (1 + w) / (1 + w + w2)
@@ -174,7 +174,7 @@ class Ranker:
                 kw2 = ranking.normalize_keyword(more)
                 kw = {i: (1 - lam) * kw.get(i, 0.0) + lam * kw2.get(i, 0.0) for i in set(kw) | set(kw2)}
                 order = sorted(kw, key=lambda i: -kw[i])
-        verbatim = [i for i in order if ev.get(i, (1.0, 0.0))[1] >= p.verbatim_idf]
+        verbatim = [i for i in order if i in ev and ranking.rare(ev[i][1], ev[i][2], p.rare_share)]
         scored = ranking.fuse(sims, top_k(sims, p.semantic_pool), kw, order, p, extra=verbatim)
         seeds = sorted(scored.items(), key=lambda kv: -kv[1][0])[: p.hop_seeds]
         hops = ranking.association_chain([(i, s) for i, (s, _) in seeds], m, p.hop_bars[: p.semantic_hops],
@@ -182,7 +182,7 @@ class Ranker:
         for i, (rel, why) in hops.items():
             old, reasons = scored.get(i, (0.0, []))
             scored[i] = (max(old, rel), [*reasons, why])
-        ranking._prefer_verbatim(scored, verbatim, named)
+        ranking._prefer_verbatim(scored, verbatim, named, p.named_holders_only)
         return ranking.select(scored, store.kinds, p, limit=limit)
 
 

@@ -136,3 +136,14 @@ def test_code_forms_keep_identifiers_whole_and_by_pieces() -> None:
     assert terms.code_forms("asyncpg") == []  # a plain word: the text field has it
     words = [t.text for t in terms.keyword_analyzer()("UniqueViolationError raise_for_status")]
     assert words == ["uniqu", "violat", "error", "rais", "statu"]
+
+
+def test_rarity_is_a_share_of_the_store_whatever_its_size() -> None:
+    """A term one memory of four holds is as rare as one 2,000 of 10,000 hold (an idf bar could
+    not say so: no term of a four-memory store reaches idf 1.5); half of a small store is not."""
+    share = ranking.RankingParams().rare_share
+    assert ranking.rare(1, 4, share) and ranking.rare(1, 10_000, share)
+    assert ranking.rare(2_000, 10_000, share) and not ranking.rare(2_001, 10_000, share)
+    assert ranking.rare(3, 15, share) and not ranking.rare(4, 15, share)
+    assert not ranking.rare(2, 4, share) and not ranking.rare(5, 10, share)
+    assert not ranking.rare(0, 4, share)  # held by none: nothing to answer with

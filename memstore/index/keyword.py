@@ -41,8 +41,12 @@ class KeywordHit(NamedTuple):
     id: str
     score: float
     coverage: float  # share of the query's text idf its words carry (1.0: every query word)
-    code_idf: float  # idf of the rarest query identifier it holds verbatim (0.0: none)
+    # Memories of this index that hold the rarest query identifier this one holds verbatim
+    # (0: it holds none), and how many memories the index has: rarity is a share of the store.
+    code_df: int
+    docs: int
     named: bool = False  # the query is nothing but identifiers of this store (a name look-up)
+    word_df: int = 0  # memories holding the rarest query word (``text`` term) this one holds
 
 _T = TypeVar("_T")
 
@@ -280,7 +284,8 @@ class KeywordIndex:
                 self._scorer = None
         # Whoosh's search gives no per-term matches: every hit counts as covering the query
         # and none as a verbatim identifier (the gates then behave as before the code lane).
-        return [KeywordHit(mid, score, 1.0, 0.0) for mid, score in whoosh_search(searcher, pairs, limit)]
+        docs = int(searcher.doc_count_all())
+        return [KeywordHit(mid, score, 1.0, 0, docs) for mid, score in whoosh_search(searcher, pairs, limit)]
 
     def _identifiers(self, searcher: Any, pairs: list[tuple[str, str]]) -> frozenset[str]:
         """The query's ``code`` terms that name an identifier in this store: identifier-shaped
@@ -357,7 +362,8 @@ class ArrayScorer:
     def search(self, searcher: Any, pairs: list[tuple[str, str]], limit: int,
                identifiers: frozenset[str] = frozenset()) -> list[KeywordHit]:
         """Every match scored; the ``limit`` best, each with the share of the query's ``text``
-        idf it covers and the idf of the rarest of ``identifiers`` (``code`` terms) it holds."""
+        idf it covers and the document frequency of the rarest of ``identifiers`` (``code``
+        terms) it holds."""
         import numpy as np
 
         if searcher.doc_count_all() == 0:
@@ -369,19 +375,24 @@ class ArrayScorer:
             # The top-level searcher's statistics, as Whoosh's BM25FScorer takes them.
             if field_name in searcher.schema and searcher.schema[field_name].scorable:
                 stats[field_name, text] = (searcher.idf(field_name, text), searcher.avg_field_length(field_name) or 1)
+        # Each query word's and identifier's document frequency (deleted documents included, as
+        # Whoosh's), summed from the postings the scoring reads anyway: no term lookup.
+        dfs: dict[tuple[str, str], int] = {}
+        held_parts: list[tuple[np.ndarray, int, dict[str, list[tuple[tuple[str, str], np.ndarray]]]]] = []
         b, k1 = self.b, self.k1
         text_idf = sum(stats[p][0] for p in stats if p[0] == "text") or 1.0
         scores_parts: list[np.ndarray] = []
         docs_parts: list[np.ndarray] = []
         cover_parts: list[np.ndarray] = []
         code_parts: list[np.ndarray] = []
+        word_parts: list[np.ndarray] = []
         for reader, offset in leaves:
             n = reader.doc_count_all()
             if n == 0:
                 continue
             scores = np.zeros(n)
             cover = np.zeros(n)
-            code_idf = np.zeros(n)
+            held: dict[str, list[tuple[tuple[str, str], np.ndarray]]] = {"text": [], "code": []}
             matched = np.zeros(n, dtype=bool)
             for field_name, text in pairs:
                 if (field_name, text) not in stats:
@@ -397,8 +408,9 @@ class ArrayScorer:
                 matched[ids] = True
                 if field_name == "text":
                     cover[ids] += idf
-                elif field_name == "code" and text in identifiers:
-                    code_idf[ids] = np.maximum(code_idf[ids], idf)
+                if field_name == "text" or (field_name == "code" and text in identifiers):
+                    held[field_name].append(((field_name, text), ids))
+                    dfs[field_name, text] = dfs.get((field_name, text), 0) + len(ids)
             deleted = reader.deleted_docs_set
             if deleted:
                 matched[np.fromiter(deleted, dtype=np.int64, count=len(deleted))] = False
@@ -406,22 +418,28 @@ class ArrayScorer:
             scores_parts.append(scores[docs])
             docs_parts.append(docs + offset)
             cover_parts.append(cover[docs])
-            code_parts.append(code_idf[docs])
+            held_parts.append((docs, n, held))
         if not docs_parts:
             return []
+        for docs, n, held in held_parts:  # the frequencies are whole only now
+            word_parts.append(_rarest([(dfs[t], ids) for t, ids in held["text"]], n)[docs])
+            code_parts.append(_rarest([(dfs[t], ids) for t, ids in held["code"]], n)[docs])
         scores = np.concatenate(scores_parts)
         docs = np.concatenate(docs_parts)
         covers = np.concatenate(cover_parts) / text_idf
         codes = np.concatenate(code_parts)
+        words = np.concatenate(word_parts)
         if limit < len(docs):
             keep = np.argpartition(-scores, limit - 1)[:limit]
             # ties at the cut keep the lower document numbers, as Whoosh's collector does
             cut = scores[keep].min()
             keep = np.flatnonzero(scores >= cut)
-            scores, docs, covers, codes = scores[keep], docs[keep], covers[keep], codes[keep]
+            scores, docs, covers, codes, words = scores[keep], docs[keep], covers[keep], codes[keep], words[keep]
         order = np.lexsort((docs, -scores))[:limit]
+        total = int(searcher.doc_count_all())
         return [KeywordHit(searcher.stored_fields(int(docs[i]))["id"], float(scores[i]),
-                           min(float(covers[i]), 1.0), float(codes[i])) for i in order]
+                           min(float(covers[i]), 1.0), int(codes[i]), total, word_df=int(words[i]))
+                for i in order]
 
     def _forget_gone(self, segments: set[str]) -> None:
         if segments == self._segments:
@@ -469,6 +487,18 @@ class ArrayScorer:
                                            or len(self._postings) > self.POSTINGS_ENTRIES):
             self._drop(next(iter(self._postings)))
         return got
+
+
+def _rarest(terms: list[tuple[int, np.ndarray]], n: int) -> np.ndarray:
+    """Per document of a segment of ``n``, the smallest document frequency among the ``terms``
+    ((df, document numbers) each) it holds; 0 where it holds none. The rarest term is written
+    last, so each document keeps the smallest: one scatter per term."""
+    import numpy as np
+
+    out = np.zeros(n, dtype=np.int64)
+    for df, ids in sorted(terms, key=lambda t: -t[0]):
+        out[ids] = df
+    return out
 
 
 def _read_postings(reader: Any, field_name: str, text: str) -> tuple[np.ndarray, np.ndarray] | None:

@@ -89,16 +89,26 @@ class RankingParams:
             {"preference": -0.05, "fact": 0.0, "problem": 0.0, "solution": 0.0, "failed_tactic": 0.0, "change": 0.0}
         )
     )
-    # A query identifier held verbatim in a memory's ``code`` field with at least this idf
-    # (rare in the store: about 1 memory in 5 or fewer) is evidence of relevance on its own:
-    # when the cosine bar refuses the query, the memories holding such an identifier are still
-    # answered. Cross-validated flat from 1.0 to 4.0 on LoCoMo and GitBugs (RESULTS.md, "code
-    # lane"); 1.5 still counts an identifier two of fifteen memories hold.
-    verbatim_idf: float = 1.5
+    # A query identifier held verbatim in a memory's ``code`` field is evidence of relevance on
+    # its own when it is rare in the store: held by at most max(1, rare_share * N) of its N
+    # memories (one memory in a store of four, as 2,000 in one of 10,000). When the cosine bar
+    # refuses the query, the memories holding such an identifier are still answered. A share
+    # and not an idf bar: the largest idf a store of four can give a term (1.2) is under any
+    # bar that means "rare" in a store of thousands. Chosen by cross-validation (RESULTS.md,
+    # "rarity as a share of the store").
+    rare_share: float = 0.2
+    # A memory that holds at least this share of the query's idf (1.0: every query word), one
+    # of the words rare in the store (``rare_share``), passes the gate as a rare identifier
+    # does: the query's own words, verbatim. Above 1.0: off.
+    gate_coverage: float = 1.0
     # Keyword-only mode (no embedder): a memory is answered when it holds at least this share
     # of the query's idf mass, or a rare query identifier verbatim; else the answer is empty.
     # Chosen by leave-one-conversation-out on LoCoMo (every fold chose 0.4).
     keyword_only_coverage: float = 0.4
+    # A query that is nothing but identifiers of the store (a look-up by name) is answered with
+    # the memories holding one of them verbatim alone (and what links pull in); False: the others
+    # follow them, ranked below the last holder.
+    named_holders_only: bool = True
     # -- per-result floor on the fused score, once the query passed the gate.
     result_floor: Mapping[str, float] = field(default_factory=lambda: _frozen({"targeted": 0.15, "ambient": 0.30}))
     # -- relative cut: drop results below this fraction of the best result's score. An absolute
@@ -181,6 +191,16 @@ def novelty(salient: Sequence[str], doc_freq: Callable[[str], int] | None) -> bo
     return all(doc_freq(t) == 0 for t in salient)
 
 
+NO_EVIDENCE = (1.0, 0, 0, 0)  # a keyword hit the index gave no per-term evidence for
+
+
+def rare(df: int, docs: int, share: float) -> bool:
+    """Whether a term held by ``df`` of a store's ``docs`` memories is rare there: held by at
+    most ``max(1, share * docs)`` of them. The same share in a store of four as in one of
+    10,000; a term only one memory holds is always rare."""
+    return 0 < df <= max(1.0, share * docs)
+
+
 def kind_offsets(kinds: Sequence[str], params: RankingParams) -> np.ndarray:
     """Each row's kind offset, as an array the gate subtracts from the similarities."""
     return np.array([params.kind_offset.get(k, 0.0) for k in kinds], dtype=np.float32)
@@ -218,11 +238,11 @@ def prose_query(query: str) -> bool:
     return not any(code_shaped(t) for t in re.findall(CODE_PATTERN, query))
 
 
-def prose_keyword(kw: Mapping[int, float], evidence: Mapping[int, tuple[float, float]],
+def prose_keyword(kw: Mapping[int, float], evidence: Mapping[int, tuple[float, int, int, int]],
                   share: float) -> dict[int, float]:
     """The keyword feature of a prose query: ``share`` of it the query idf each hit covers, the
     rest its BM25 / best BM25 (``RankingParams.prose_coverage``)."""
-    return {i: (1.0 - share) * s + share * evidence.get(i, (1.0, 0.0))[0] for i, s in kw.items()}
+    return {i: (1.0 - share) * s + share * evidence.get(i, NO_EVIDENCE)[0] for i, s in kw.items()}
 
 
 def normalize_keyword(hits: Sequence[tuple[int, float]]) -> dict[int, float]:
@@ -362,7 +382,7 @@ def rank(
     exclude: Collection[int] | np.ndarray = (),
     offsets: np.ndarray | None = None,
     near: Neighbours | None = None,
-    evidence: Mapping[int, tuple[float, float]] | None = None,
+    evidence: Mapping[int, tuple[float, int, int, int]] | None = None,
     named: bool = False,
     unembedded: np.ndarray | None = None,
     prose: bool = False,
@@ -376,8 +396,10 @@ def rank(
     without rebuilding the matrix, as row numbers or a boolean mask over the rows; the answer
     is the one the matrix without those rows would give. ``offsets``: ``kind_offsets(kinds,
     params)``, precomputed. ``near``: see ``association_chain``. ``evidence``: for keyword hits,
-    row -> (share of the query's idf the memory covers, idf of the rarest query identifier it
-    holds verbatim); a hit without an entry covers the whole query and holds no identifier.
+    row -> (share of the query's idf the memory covers, memories of its store holding the
+    rarest query identifier it holds verbatim (0: none), memories in its store, memories
+    holding the rarest query word it holds); a hit without an entry covers the whole query and
+    holds no identifier.
     ``named``: the query is nothing but identifiers of the store (``raise_for_status``); the
     memories that hold one verbatim then rank above all others. ``unembedded``: a boolean mask
     of the rows whose vector is not made yet (their matrix rows are placeholders): they enter
@@ -394,15 +416,17 @@ def rank(
     kw = normalize_keyword(keyword_hits)
     kw_order = [i for i, _ in keyword_hits if i in kw]
     ev = evidence or {}
-    verbatim = [i for i in kw_order if ev.get(i, (1.0, 0.0))[1] >= p.verbatim_idf]
+    verbatim = [i for i in kw_order if i in ev and rare(ev[i][1], ev[i][2], p.rare_share)]
+    covering = [i for i in kw_order if i in ev and ev[i][0] >= p.gate_coverage - 1e-9
+                and rare(ev[i][3], ev[i][2], p.rare_share) and i not in verbatim]
     no_vectors = blind is not None and bool((blind if ex is None else blind | ex).all())
     if qvec is None or matrix.shape[0] == 0 or (ex is not None and bool(ex.all())) or no_vectors:
         # No similarity to gate on: a memory must carry most of the query's rare words, or one
         # of its rare identifiers, or the answer is empty (an unrelated query shares a word or
         # two with almost any store).
-        covered = [i for i in kw_order if ev.get(i, (1.0, 0.0))[0] >= p.keyword_only_coverage or i in verbatim]
+        covered = [i for i in kw_order if ev.get(i, NO_EVIDENCE)[0] >= p.keyword_only_coverage or i in verbatim]
         degraded = {i: (kw[i] / (1.0 + p.keyword_weight), [f"keyword:{kw[i]:.2f}"]) for i in covered}
-        _prefer_verbatim(degraded, verbatim, named)
+        _prefer_verbatim(degraded, verbatim, named, p.named_holders_only)
         gate = GateDecision(bool(degraded), 0.0, 0.0, "keyword only (no embeddings)")
         return Ranking(select(degraded, kinds, p, mode, limit), gate, len(degraded))
 
@@ -416,15 +440,17 @@ def rank(
         # Rows without a vector cannot be judged by the gate: they pass as the keyword-only
         # path would pass them (most of the query's rare words).
         alone = [i for i in kw_order if blind is not None and blind[i]
-                 and ev.get(i, (1.0, 0.0))[0] >= p.keyword_only_coverage]
-        if not verbatim and not alone:
+                 and ev.get(i, NO_EVIDENCE)[0] >= p.keyword_only_coverage]
+        if not verbatim and not covering and not alone:
             return Ranking([], gate, 0)
-        # The store holds a rare identifier the query names: those memories are answered
-        # (and only they), whatever the cosine says; embeddings blur identifiers.
-        gate = GateDecision(True, gate.top_similarity, gate.bar,
-                            "a rare query identifier occurs verbatim" if verbatim else "keyword only (no vectors yet)")
-        scored = fuse(_stand_in(sims, blind, kw), [], kw, [], p, extra=[*verbatim, *alone])
-        _prefer_verbatim(scored, verbatim, named)
+        # The store holds a rare identifier the query names, or all of the query's words (one of
+        # them rare): those memories are answered (and only they), whatever the cosine says;
+        # embeddings blur identifiers, and a short query's cosine is low even on its own words.
+        why = ("a rare query identifier occurs verbatim" if verbatim else
+               "every query word occurs in a memory" if covering else "keyword only (no vectors yet)")
+        gate = GateDecision(True, gate.top_similarity, gate.bar, why)
+        scored = fuse(_stand_in(sims, blind, kw), [], kw, [], p, extra=[*verbatim, *covering, *alone])
+        _prefer_verbatim(scored, verbatim, named, p.named_holders_only)
         _mark_unembedded(scored, blind)
         return Ranking(select(scored, kinds, p, mode, limit), gate, len(scored))
 
@@ -454,7 +480,7 @@ def rank(
                 scored[i] = (max(old, rel), [*reasons, why])
             else:
                 scored[i] = (rel, [why])
-    _prefer_verbatim(scored, verbatim, named)
+    _prefer_verbatim(scored, verbatim, named, p.named_holders_only)
     _mark_unembedded(scored, blind)
     return Ranking(select(scored, kinds, p, mode, limit), gate, len(scored))
 
@@ -490,16 +516,23 @@ def _mark_unembedded(scored: dict[int, tuple[float, list[str]]], blind: np.ndarr
             reasons.append("no-vector-yet")
 
 
-def _prefer_verbatim(scored: dict[int, tuple[float, list[str]]], verbatim: Sequence[int], named: bool) -> None:
-    """Mark the memories holding a rare query identifier; when the query is only a name, scale
-    every other memory below the lowest of them (their order kept). A query that says
-    ``raise_for_status`` asks for the memories that call it, however close the prose of
-    others is; a sentence that mentions an identifier is still ranked as a whole (on GitBugs,
-    ranking every title's identifier matches first cost hit@5 0.75 -> 0.70, RESULTS.md)."""
+def _prefer_verbatim(scored: dict[int, tuple[float, list[str]]], verbatim: Sequence[int], named: bool,
+                     holders_only: bool = True) -> None:
+    """Mark the memories holding a rare query identifier; when the query is only a name, the
+    answer is those memories (``holders_only``), or every other memory is scaled below the
+    lowest of them (their order kept). A query that says ``raise_for_status`` asks for the
+    memories that call it, however close the prose of others is (``httpx.ReadTimeout`` is not
+    a question about the preference for httpx); a sentence that mentions an identifier is
+    still ranked as a whole (on GitBugs, ranking every title's identifier matches first cost
+    hit@5 0.75 -> 0.70, RESULTS.md)."""
     held = {i for i in verbatim if i in scored}
     for i in held:
         scored[i][1].append("verbatim")
     if not named or not held:
+        return
+    if holders_only:
+        for i in [i for i in scored if i not in held]:
+            del scored[i]
         return
     floor = min(scored[i][0] for i in held)
     top = max((s for i, (s, _) in scored.items() if i not in held), default=0.0)

@@ -220,7 +220,9 @@ def row_offsets(rows: Rows, rp: ranking.RankingParams) -> np.ndarray:
 
 class LaneB(NamedTuple):
     hits: list[tuple[int, float]]  # (row, BM25 / its store's best), best first
-    evidence: dict[int, tuple[float, float]]  # row -> (query idf share covered, verbatim identifier idf)
+    # row -> (query idf share covered, memories holding its rarest verbatim identifier, store
+    # size, memories holding its rarest query word)
+    evidence: dict[int, tuple[float, int, int, int]]
     named: bool  # the query is nothing but identifiers of a store in scope
 
 
@@ -228,7 +230,7 @@ def keyword_lane(sc: Scope, query: str, rows: Rows, pool: int) -> LaneB:
     """Lane B over every store in scope. BM25 scores of different indexes have different scales
     (their idf comes from different corpora), so each store's are divided by its own best."""
     hits: list[tuple[int, float]] = []
-    evidence: dict[int, tuple[float, float]] = {}
+    evidence: dict[int, tuple[float, int, int, int]] = {}
     named = False
     for si in sc.indexes:
         if si.keyword is None:
@@ -238,7 +240,7 @@ def keyword_lane(sc: Scope, query: str, rows: Rows, pool: int) -> LaneB:
         best = max((h.score for _, h in found), default=0.0)
         if best > 0:
             hits += [(row, h.score / best) for row, h in found]
-            evidence.update((row, (h.coverage, h.code_idf)) for row, h in found)
+            evidence.update((row, (h.coverage, h.code_df, h.docs, h.word_df)) for row, h in found)
             named = named or any(h.named for _, h in found)
     hits.sort(key=lambda h: -h[1])
     return LaneB(hits[:pool], evidence, named)
