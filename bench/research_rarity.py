@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from eval_common import DEFAULT_CACHE, EmbeddingCache, Store, build_store
 from eval_identifiers import load as load_identifiers
-from research_codelane import gitbugs_cv, gitbugs_table, locomo_cv, locomo_table
+from research_codelane import gitbugs_table, halves_cv, locomo_cv, locomo_table
 
 from memstore.read import ranking
 
@@ -109,24 +109,6 @@ def identifiers_table(corpus: Path, qrels: Path, cache: EmbeddingCache, grid: Se
     return out, [i % 2 for i in range(len(names))]
 
 
-def identifiers_cv(table: np.ndarray, halves: list[int], labels: Sequence[str]) -> None:
-    h = np.asarray(halves)
-    oof = np.zeros(5)
-    for tune in (0, 1):
-        best = max(range(len(labels)), key=lambda g: table[g, h == tune, 3].mean())
-        rep = table[best, h != tune].mean(axis=0)
-        oof += table[best, h != tune].sum(axis=0)
-        print(f"  tuned on half {tune}: chose {labels[best]}; other half hit@1/5/10 "
-              f"{rep[0]:.3f}/{rep[1]:.3f}/{rep[2]:.3f}, MRR {rep[3]:.3f}, answer size {rep[4]:.2f}")
-    oof /= len(halves)
-    print(f"  identifiers out of fold: hit@1 {oof[0]:.4f}, hit@5 {oof[1]:.4f}, hit@10 {oof[2]:.4f}, "
-          f"MRR {oof[3]:.4f}, answer size {oof[4]:.2f}")
-    for g, label in enumerate(labels):
-        m = table[g].mean(axis=0)
-        print(f"    (all) {label}: hit@1 {m[0]:.4f}, hit@5 {m[1]:.4f}, hit@10 {m[2]:.4f}, MRR {m[3]:.4f}, "
-              f"answer size {m[4]:.2f}")
-
-
 def sweeps(only: str | None) -> list[tuple[str, list[Setting]]]:
     base = ranking.RankingParams()
     out: list[tuple[str, list[Setting]]] = []
@@ -164,9 +146,9 @@ def main() -> None:
         print(f"## {title}{' (keyword only)' if args.keyword_only else ''}", flush=True)
         locomo_cv(locomo_table(args.locomo, cache, grid, args.keyword_only, memo), labels)  # type: ignore[arg-type]
         table, halves = gitbugs_table(args.corpus, args.qrels, cache, grid, args.keyword_only, memo)  # type: ignore[arg-type]
-        gitbugs_cv(table, halves, labels)
+        halves_cv(table, halves, labels)
         table, halves = identifiers_table(args.identifiers, args.identifier_qrels, cache, grid, args.keyword_only, memo)
-        identifiers_cv(table, halves, labels)
+        halves_cv(table, halves, labels, "identifiers")
 
 
 if __name__ == "__main__":
