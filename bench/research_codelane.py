@@ -47,9 +47,14 @@ class Cached:
         if key not in self.memo:
             self.memo[key] = store.code.hits(query, key[2])
         hits, evidence, named = self.memo[key]
+        evidence = self.evidence_for(p, evidence)
         return ranking.rank(qvec, store.matrix, hits, store.kinds, evidence=evidence, named=named,
                             salient=ranking.salient_terms(query), doc_freq=store.code.doc_freq, params=p,
                             limit=limit, exclude=() if own is None else {own}).results
+
+    def evidence_for(self, p: ranking.RankingParams, evidence: dict[int, Evidence]) -> dict[int, Evidence]:
+        """The keyword evidence a setting ranks with (a sweep may view it differently)."""
+        return evidence
 
 
 def locomo_table(path: Path, cache: EmbeddingCache, grid: Sequence[ranking.RankingParams], keyword_only: bool,

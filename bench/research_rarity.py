@@ -34,9 +34,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from eval_common import DEFAULT_CACHE, EmbeddingCache, Store, build_store
+from eval_common import DEFAULT_CACHE, EmbeddingCache, build_store
 from eval_identifiers import load as load_identifiers
-from research_codelane import gitbugs_table, halves_cv, locomo_cv, locomo_table
+from research_codelane import Cached, gitbugs_table, halves_cv, locomo_cv, locomo_table
 
 from memstore.read import ranking
 
@@ -67,26 +67,16 @@ class Setting:
         self.label, self.params, self.view = label, params, view
 
 
-class Memo:
-    """Keyword hits per (store, query), computed once; only the ranking varies in a sweep.
-    Stands in for research_codelane.Cached: ``rank`` takes a Setting's parameters."""
+class Memo(Cached):
+    """Cached keyword hits, each setting's evidence seen through its ``view``."""
 
     def __init__(self, settings: Sequence[Setting]) -> None:
-        self.hits: dict[tuple[str, str, int], tuple[list[tuple[int, float]], Evidence, bool]] = {}
+        super().__init__()
         self.view = {id(s.params): s.view for s in settings}
 
-    def rank(self, store: Store, query: str, qvec: np.ndarray | None, p: ranking.RankingParams,
-             own: int | None = None, limit: int = 25) -> list[ranking.Ranked]:
-        key = (store.name, query, p.keyword_pool + (own is not None))
-        if key not in self.hits:
-            self.hits[key] = store.code.hits(query, key[2])
-        hits, evidence, named = self.hits[key]
+    def evidence_for(self, p: ranking.RankingParams, evidence: Evidence) -> Evidence:
         view = self.view.get(id(p))
-        if view is not None:
-            evidence = view(evidence)
-        return ranking.rank(qvec, store.matrix, hits, store.kinds, evidence=evidence, named=named,
-                            salient=ranking.salient_terms(query), doc_freq=store.code.doc_freq, params=p,
-                            limit=limit, exclude=() if own is None else {own}).results
+        return evidence if view is None else view(evidence)
 
 
 def identifiers_table(corpus: Path, qrels: Path, cache: EmbeddingCache, grid: Sequence[ranking.RankingParams],
