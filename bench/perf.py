@@ -18,7 +18,7 @@ The machine's load average is printed with the results: on a shared 2-core box i
     python bench/perf.py cold                  # a teammate's first read after `git clone`, 1k and 10k
     python bench/perf.py cold --sizes 100000   # the same at 100k (embeds for minutes)
     python bench/perf.py cold --sizes 10000 --workers 1 2   # in-process encoder beside 2 workers
-    python bench/perf.py cold --sizes 10000 --workers 1 2 --corpus mixed   # bench/embed_speed.py's mixed set
+    python bench/perf.py cold --sizes 10000 --workers 1 2 --corpus mixed --eval-dir ../shared/eval
 
 ``cold`` commits each generated store as ``.memory/`` of a git repo (kept under
 ``bench/.cache/perf/``), starts a daemon (model loaded, as on a machine that used memstore
@@ -218,13 +218,16 @@ def _text(rng: random.Random, kind: str, i: int) -> str:
 KIND_MIX = [("problem", 25), ("solution", 20), ("failed_tactic", 15), ("fact", 20), ("preference", 10), ("change", 10)]
 
 
+EVAL_DIR = [ROOT.parent / "shared" / "eval"]  # --eval-dir of `cold`
+
+
 def mixed_texts(n: int) -> list[str]:
     """bench/embed_speed.py's mixed set: half LoCoMo turns, half Hadoop bug reports (<= 4000
     characters, a memory's cap; the model reads the first 256 tokens anyway)."""
     sys.path.insert(0, str(ROOT / "bench"))
-    from embed_speed import EVAL, load_texts
+    from embed_speed import load_texts
 
-    return [t[:4000] for t in load_texts(n, EVAL)[1]]
+    return [t[:4000] for t in load_texts(n, EVAL_DIR[0])[1]]
 
 
 def generate_store(root: Path, n: int, corpus: str = "templates") -> None:
@@ -767,7 +770,9 @@ def cold_main(argv: list[str]) -> int:
                     help="MEMSTORE_EMBED_WORKERS values, each a run of its own (1: the in-process encoder)")
     ap.add_argument("--corpus", choices=("templates", "mixed"), default="templates",
                     help="templates: ~21-word generated memories; mixed: bench/embed_speed.py's mixed set")
+    ap.add_argument("--eval-dir", type=Path, default=EVAL_DIR[0], help="the shared eval data (for --corpus mixed)")
     a = ap.parse_args(argv)
+    EVAL_DIR[0] = a.eval_dir
     import compileall  # as main() does: measure an installed package, not bytecode compiling
 
     compileall.compile_dir(str(Path(client.__file__).parent), quiet=1)
