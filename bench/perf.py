@@ -17,6 +17,8 @@ The machine's load average is printed with the results: on a shared 2-core box i
 
     python bench/perf.py cold                  # a teammate's first read after `git clone`, 1k and 10k
     python bench/perf.py cold --sizes 100000   # the same at 100k (embeds for minutes)
+    python bench/perf.py cold --sizes 10000 --workers 1 2   # in-process encoder beside 2 workers
+    python bench/perf.py cold --sizes 10000 --workers 1 2 --corpus mixed --eval-dir ../shared/eval
 
 ``cold`` commits each generated store as ``.memory/`` of a git repo (kept under
 ``bench/.cache/perf/``), starts a daemon (model loaded, as on a machine that used memstore
@@ -24,6 +26,8 @@ before), clones the repo, and times: the first CLI read in the clone, the time u
 memory has a vector (``daemon status``), the daemon's peak RSS; then the same first read in a
 fresh clone with no daemon running (answered in-process; it starts the daemon); and beside
 them, in the same run, ``python -c pass``, warm CLI reads of the clone and the encoder alone.
+While the daemon embeds, a CLI read every ~second shows what a read costs meanwhile (p50 and
+the worst). ``--workers`` runs it all once per ``MEMSTORE_EMBED_WORKERS`` value (1: in-process).
 """
 
 from __future__ import annotations
@@ -214,8 +218,22 @@ def _text(rng: random.Random, kind: str, i: int) -> str:
 KIND_MIX = [("problem", 25), ("solution", 20), ("failed_tactic", 15), ("fact", 20), ("preference", 10), ("change", 10)]
 
 
-def generate_store(root: Path, n: int) -> None:
-    """``n`` memories + votes, deterministic text (ids are fresh ULIDs; the cache keys on text)."""
+EVAL_DIR = [ROOT.parent / "shared" / "eval"]  # --eval-dir of `cold`
+
+
+def mixed_texts(n: int) -> list[str]:
+    """bench/embed_speed.py's mixed set: half LoCoMo turns, half Hadoop bug reports (<= 4000
+    characters, a memory's cap; the model reads the first 256 tokens anyway)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from embed_speed import load_texts
+
+    return [t[:4000] for t in load_texts(n, EVAL_DIR[0])[1]]
+
+
+def generate_store(root: Path, n: int, corpus: str = "templates") -> None:
+    """``n`` memories + votes, deterministic text (ids are fresh ULIDs; the cache keys on text);
+    ``corpus="mixed"``: the texts are ``mixed_texts``."""
+    given = mixed_texts(n) if corpus == "mixed" else None
     from memstore.store import ids as idmod
     from memstore.store.config import Config
     from memstore.store.disk import Store
@@ -241,7 +259,7 @@ def generate_store(root: Path, n: int) -> None:
         mem = Memory(
             id=idmod.new_id(),
             kind=kind,
-            text=_text(rng, kind, i),
+            text=_text(rng, kind, i) if given is None else given[i],
             scope="repo",
             created=f"2026-{1 + i % 12:02d}-{1 + i % 28:02d}T10:00:00Z",
             author="bench",
@@ -590,16 +608,20 @@ def daemon_runs(root: Path, reps: int, n: int) -> dict[str, Any]:
 
 
 # -- cold: the first read after a clone -------------------------------------------------------------
-def git_origin(n: int) -> Path:
+def _corpus_name(n: int, corpus: str) -> str:
+    return f"{n}" if corpus == "templates" else f"{corpus}-{n}"
+
+
+def git_origin(n: int, corpus: str = "templates") -> Path:
     """A git repo whose committed ``.memory/`` holds the generated store of ``n`` (made once)."""
-    origin = CACHE / f"origin-{n}"
+    origin = CACHE / f"origin-{_corpus_name(n, corpus)}"
     if (origin / ".complete").exists():
         return origin
-    store = CACHE / f"store-{n}"
+    store = CACHE / f"store-{_corpus_name(n, corpus)}"
     if not (store / ".complete").exists():
         shutil.rmtree(store, ignore_errors=True)
         t0 = time.perf_counter()
-        generate_store(store, n)
+        generate_store(store, n, corpus)
         print(f"# generated {n} memories in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     shutil.rmtree(origin, ignore_errors=True)
     origin.mkdir(parents=True)
@@ -621,30 +643,35 @@ def python_start(reps: int = 10) -> list[float]:
     return out
 
 
-def encode_rate(n: int, count: int = 300) -> float:
-    """Texts/s of the embedder alone on this store's texts, in this process: the floor beside
-    the daemon's rate of embedding a clone (on a shared machine both move with the load)."""
-    from memstore.index.embedder import get_embedder
+def encode_rate(origin: Path, workers: int, count: int = 1000) -> float:
+    """Texts/s of the embedder alone on this store's texts, in this process (with ``workers``
+    worker processes, as the daemon would use them): the floor beside the daemon's rate of
+    embedding a clone (on a shared machine both move with the load)."""
+    from memstore.index.embedder import Embedder
     from memstore.store.files import parse_markdown
 
-    paths = sorted((CACHE / f"origin-{n}" / ".memory").glob("*/*.md"))
+    paths = sorted((origin / ".memory").glob("*/*.md"))
     step = max(1, len(paths) // count)
     texts = [parse_markdown(p.read_text(encoding="utf-8"))[1].strip() for p in paths[::step][:count]]
-    emb = get_embedder()
-    emb.encode(["warm up"])
+    emb = Embedder(workers=workers)
+    for _ in emb.encode_parts(texts):  # the model loaded and the workers started: not timed
+        pass
     t0 = time.perf_counter()
-    emb.encode(texts)
-    return len(texts) / (time.perf_counter() - t0)
+    for _ in emb.encode_parts(texts):
+        pass
+    rate = len(texts) / (time.perf_counter() - t0)
+    emb.close()
+    return rate
 
 
-def cold_run(n: int, reps: int) -> dict[str, Any]:
-    origin = git_origin(n)
+def cold_run(n: int, reps: int, workers: int, corpus: str = "templates") -> dict[str, Any]:
+    origin = git_origin(n, corpus)
     work = Path(tempfile.mkdtemp(prefix=f"mscold-{n}-", dir="/tmp"))
     rdir = work / "run"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
     env.update({"MEMSTORE_HOME": str(work / "global"), "MEMSTORE_RUNTIME_DIR": str(rdir), "MEMSTORE_DAEMON": "1",
-                "MEMSTORE_CODE_VERSION": client.code_version()})
-    row: dict[str, Any] = {"n": n}
+                "MEMSTORE_CODE_VERSION": client.code_version(), "MEMSTORE_EMBED_WORKERS": str(workers)})
+    row: dict[str, Any] = {"n": n, "corpus": corpus, "workers": workers}
     log = open(work / "serve.out", "ab")  # noqa: SIM115
     proc = subprocess.Popen([sys.executable, "-m", "memstore", "serve", "--idle", "900"], env=env,
                             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
@@ -662,7 +689,10 @@ def cold_run(n: int, reps: int) -> dict[str, Any]:
         row["first_read_ms"] = ms(first_s)
         row["first_read_partial"] = first.get("partial")
         row["first_read_results"] = len(first["results"])
-        seconds_done = wait_all_vectors(env, t0)
+        during: list[float] = []
+        seconds_done = wait_all_vectors(env, t0, reads=(clone, during))
+        row["read_while_embedding_p50_ms"] = ms(pct(during, 50))
+        row["read_while_embedding_max_ms"] = ms(max(during, default=float("nan")))
         row["all_vectors_s"] = round(seconds_done, 1) if seconds_done is not None else None
         row["embed_rate_per_s"] = round(n / seconds_done) if seconds_done else None
         row["daemon_peak_rss_mb"] = client.status(env=env).get("peak_rss_mb")
@@ -679,14 +709,21 @@ def cold_run(n: int, reps: int) -> dict[str, Any]:
         except subprocess.TimeoutExpired:
             proc.kill()
         shutil.rmtree(work, ignore_errors=True)
-    row.update(cold_without_daemon(n, origin))
-    row["encoder_alone_per_s"] = round(encode_rate(n))  # with the daemon gone: nothing else embeds
+    row.update(cold_without_daemon(n, origin, env["MEMSTORE_EMBED_WORKERS"]))
+    # With the daemon gone: nothing else embeds.
+    row["encoder_alone_per_s"] = round(encode_rate(origin, workers))
     return row
 
 
-def wait_all_vectors(env: dict[str, str], t0: float) -> float | None:
-    """Seconds from ``t0`` until ``daemon status`` shows every store's memories with a vector."""
+def wait_all_vectors(env: dict[str, str], t0: float, reads: tuple[Path, list[float]] | None = None) -> float | None:
+    """Seconds from ``t0`` until ``daemon status`` shows every store's memories with a vector;
+    with ``reads`` (a clone, a list), a CLI read in the clone about every second meanwhile,
+    its seconds appended to the list."""
+    last_read = time.perf_counter()
     while time.perf_counter() - t0 < 3600:
+        if reads is not None and time.perf_counter() - last_read >= 1.0:
+            reads[1].append(timed_cli(["read", *QUERIES[len(reads[1]) % len(QUERIES)].split()], env, reads[0])[0])
+            last_read = time.perf_counter()
         try:
             st = client.status(env=env)
         except OSError:
@@ -694,17 +731,18 @@ def wait_all_vectors(env: dict[str, str], t0: float) -> float | None:
         stores = [s for w in st.get("workspaces", []) for s in w.get("stores", [])]
         if stores and all(s["embedded"] == s["total"] for s in stores):
             return time.perf_counter() - t0
-        time.sleep(0.5)
+        time.sleep(0.25 if reads is not None else 0.5)
     return None
 
 
-def cold_without_daemon(n: int, origin: Path) -> dict[str, Any]:
+def cold_without_daemon(n: int, origin: Path, workers: str) -> dict[str, Any]:
     """The same clone when no daemon runs: the first read is answered in-process (waiting as a
     daemon read would) and starts the daemon with ``--warm``, which embeds the rest."""
     work = Path(tempfile.mkdtemp(prefix=f"mscold-nd-{n}-", dir="/tmp"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
     env.update({"MEMSTORE_HOME": str(work / "global"), "MEMSTORE_RUNTIME_DIR": str(work / "run"),
-                "MEMSTORE_DAEMON": "1", "MEMSTORE_CODE_VERSION": client.code_version()})
+                "MEMSTORE_DAEMON": "1", "MEMSTORE_CODE_VERSION": client.code_version(),
+                "MEMSTORE_EMBED_WORKERS": workers})
     out: dict[str, Any] = {}
     try:
         clone = work / "clone"
@@ -728,7 +766,13 @@ def cold_main(argv: list[str]) -> int:
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json-out", type=Path)
+    ap.add_argument("--workers", type=int, nargs="+", default=[1],
+                    help="MEMSTORE_EMBED_WORKERS values, each a run of its own (1: the in-process encoder)")
+    ap.add_argument("--corpus", choices=("templates", "mixed"), default="templates",
+                    help="templates: ~21-word generated memories; mixed: bench/embed_speed.py's mixed set")
+    ap.add_argument("--eval-dir", type=Path, default=EVAL_DIR[0], help="the shared eval data (for --corpus mixed)")
     a = ap.parse_args(argv)
+    EVAL_DIR[0] = a.eval_dir
     import compileall  # as main() does: measure an installed package, not bytecode compiling
 
     compileall.compile_dir(str(Path(client.__file__).parent), quiet=1)
@@ -736,15 +780,19 @@ def cold_main(argv: list[str]) -> int:
     CACHE.mkdir(parents=True, exist_ok=True)
     rows = []
     for n in a.sizes:
-        row = cold_run(n, a.reps)
-        rows.append(row)
-        print(f"# {json.dumps(row)}", file=sys.stderr, flush=True)
-    cols = [("n", "memories"), ("clone_s", "git clone s"), ("first_read_ms", "first read ms"),
+        for workers in a.workers:
+            row = cold_run(n, a.reps, workers, a.corpus)
+            rows.append(row)
+            print(f"# {json.dumps(row)}", file=sys.stderr, flush=True)
+    cols = [("n", "memories"), ("corpus", "corpus"), ("workers", "workers"), ("clone_s", "git clone s"),
+            ("first_read_ms", "first read ms"),
             ("first_read_partial", "first read partial"), ("all_vectors_s", "all vectors s"),
             ("embed_rate_per_s", "memories/s"), ("encoder_alone_per_s", "floor: encoder alone texts/s"),
             ("daemon_peak_rss_mb", "daemon peak RSS MB"),
             ("no_daemon_first_read_ms", "no daemon: first read ms"), ("no_daemon_first_read_partial", "partial"),
             ("no_daemon_all_vectors_s", "all vectors s"),
+            ("read_while_embedding_p50_ms", "read while embedding p50 ms"),
+            ("read_while_embedding_max_ms", "max"),
             ("warm_read_p50_ms", "warm read p50 ms"), ("warm_read_p95_ms", "p95"),
             ("python_start_p50_ms", "floor python start ms")]
     print("| " + " | ".join(h for _, h in cols) + " |")

@@ -60,6 +60,9 @@ class EmbeddingCache:
     def __len__(self) -> int:
         return len(self._row)
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._row
+
     def get_many(self, keys: list[str]) -> tuple[np.ndarray, list[int]]:
         """Vectors for the keys found (in order) and the positions of the keys missing. A row
         that is not a unit vector (garbled on disk) counts as missing: it is embedded again."""

@@ -9,6 +9,11 @@ used when ``MEMSTORE_EMBED_BACKEND=torch``, when onnxruntime is missing or when 
 fails (logged once). The backends' vectors differ slightly, so each has its own ``model_id``:
 caches and indexes built by one are rebuilt, never mixed, by the other.
 
+A large batch (``encode_parts``: a clone's memories, a rebuild) is spread over worker
+processes, one per core (``encoder_pool``, ``MEMSTORE_EMBED_WORKERS``), each running the same
+ONNX encoder; one text per run makes a text's vector its own, so theirs are byte-equal to this
+process's. A query is always encoded here.
+
 Importing this module is cheap on purpose: torch and sentence-transformers cost ~5 s to
 import, and most CLI calls (write, update, check) never embed anything. The model loads on
 the first ``encode``. If it cannot load, ``EmbedderUnavailable`` is raised so readers can
@@ -30,8 +35,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .onnx_encoder import MODEL_DIM, OnnxEncoder
+
 if TYPE_CHECKING:
     import numpy as np
+
+    from .encoder_pool import EncoderPool
+
+__all__ = ["MODEL_DIM", "Embedder", "EmbedderUnavailable", "OnnxEncoder", "get_embedder"]
 
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -40,20 +51,23 @@ log = logging.getLogger(__name__)
 
 MODEL_ID = "all-MiniLM-L6-v2"  # the torch backend's id, as before: old caches stay valid for it
 ONNX_MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
-MODEL_DIM = 384
 BACKENDS = ("onnx", "torch")
 BACKEND_ENV = "MEMSTORE_EMBED_BACKEND"
-# sentence_bert_config.json of the package; tokenizer.json alone would cut at 128.
-MAX_TOKENS = 256
 EXPORT_TIMEOUT_S = 600
 # Texts per onnxruntime run. The int8 graph quantises activations with one scale per run, so
 # a text's vector would depend on the texts beside it (cosine 0.991 between a query alone and
 # the same text in a batch); one text per run keeps a text's vector its own, query or stored,
 # and wastes nothing on padding (bench/embed_speed.py: faster than batches of 32, too).
 ONNX_TEXTS_PER_RUN = 1
-# One text per run is too small to split across cores: one thread gave ~2x the texts/s of two
-# on 2 cores (bench/embed_speed.py), and a query leaves the other core to numpy.
-ONNX_THREADS = 1
+# Worker processes for large encodes (encoder_pool): the CPU count by default; 0 or 1 encodes
+# in this process, as a read's query always is.
+WORKERS_ENV = "MEMSTORE_EMBED_WORKERS"
+# Fewer texts than this are encoded in-process: starting the workers costs ~1 s, which ~500
+# short texts repay at two workers; once they run, a few requests' worth is enough.
+POOL_START_TEXTS = 500
+POOL_MIN_TEXTS = 64
+# Texts encoded in-process between two answers of ``encode_parts``: ~50 ms of short text.
+PART = 16
 # Part of the cached file's name: bump when onnx_export changes what it writes.
 EXPORT_FORMAT = "int8pc1"
 # A query or two is encoded on one thread. torch's OpenMP workers spin for a while after each
@@ -112,54 +126,17 @@ class EmbedderUnavailable(Exception):
     """The embedding model cannot be loaded; callers fall back to keyword-only retrieval."""
 
 
-class OnnxEncoder:
-    """The exported model in onnxruntime, plus the pooling sentence-transformers would add."""
-
-    def __init__(self, model_file: Path, tokenizer_file: Path, threads: int = ONNX_THREADS) -> None:
-        import onnxruntime as ort
-        from tokenizers import Tokenizer
-
-        self._tok = Tokenizer.from_file(str(tokenizer_file))
-        self._tok.enable_truncation(MAX_TOKENS)
-        self._tok.enable_padding(pad_id=0, pad_token="[PAD]")  # noqa: S106 (to the batch's longest)
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads  # 0: one per physical core
-        opts.inter_op_num_threads = 1
-        if threads == 1:
-            # See SMALL_BATCH: a query must leave the cores to numpy's passes right after.
-            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        opts.log_severity_level = 3
-        self._session = ort.InferenceSession(str(model_file), opts, providers=["CPUExecutionProvider"])
-
-    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
-        import numpy as np
-
-        session = self._session
-        out = np.empty((len(texts), MODEL_DIM), dtype=np.float32)
-        # Longest first, as sentence-transformers does: a batch pads to its longest text only.
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-        for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
-            enc = self._tok.encode_batch([texts[i].strip() for i in idx])
-            mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
-            feed = {
-                "input_ids": np.array([e.ids for e in enc], dtype=np.int64),
-                "attention_mask": mask,
-                "token_type_ids": np.array([e.type_ids for e in enc], dtype=np.int64),
-            }
-            hidden = session.run(["last_hidden_state"], feed)[0]
-            weights = mask[:, :, None].astype(np.float32)
-            out[idx] = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
-        return out
-
-
 class Embedder:
     """Lazily loaded MiniLM sentence encoder producing unit-length float32 vectors."""
 
     dim: int = MODEL_DIM
 
-    def __init__(self, model_path: str | None = None, device: str = "cpu", backend: str | None = None) -> None:
+    def __init__(self, model_path: str | None = None, device: str = "cpu", backend: str | None = None,
+                 workers: int | None = None) -> None:
         self._model_path = model_path
+        self._workers = workers
+        self._pool: EncoderPool | None = None
+        self._tokenizer_file: Path | None = None
         self._device = device
         self._wanted = backend
         self._backend: str | None = None
@@ -259,8 +236,9 @@ class Embedder:
                 return
             path = self._resolve_path()
             if backend == "onnx" and self._onnx_file is not None:
+                self._tokenizer_file = Path(path) / "tokenizer.json"
                 try:
-                    self._model = OnnxEncoder(self._onnx_file, Path(path) / "tokenizer.json")
+                    self._model = OnnxEncoder(self._onnx_file, self._tokenizer_file)
                 except Exception as exc:
                     # The id is settled; vectors from torch under the onnx id would mix backends.
                     raise EmbedderUnavailable(
@@ -316,9 +294,61 @@ class Embedder:
             finally:
                 torch.set_num_threads(before)
 
-    def _encode(self, texts: list[str], batch_size: int) -> np.ndarray:
-        import numpy as np
+    @property
+    def workers(self) -> int:
+        """Worker processes a large encode uses (``encode_parts``); 0: this process encodes."""
+        if self._workers is None:
+            self._workers = workers_setting()
+        return self._workers
 
+    def encode_parts(self, texts: list[str], *, pool: bool = True) -> Iterator[tuple[list[int], np.ndarray]]:
+        """``texts``' unit vectors a part at a time, as (positions in ``texts``, rows), in no
+        set order: from the worker processes when there are enough texts for them (and
+        ``pool``), in this process otherwise. The rows are byte-equal either way. Leaving the
+        loop early stops the work not yet handed out."""
+        if not texts:
+            return
+        self.load()
+        workers = self._pool_for(len(texts)) if pool else None
+        if workers is None:
+            for start in range(0, len(texts), PART):
+                idx = list(range(start, min(start + PART, len(texts))))
+                yield idx, self.encode([texts[i] for i in idx])
+            return
+        for idx, raw in workers.encode_parts(texts):
+            yield idx, self._finish(raw, len(idx))
+
+    def _pool_for(self, n: int) -> EncoderPool | None:
+        if n < POOL_MIN_TEXTS or self.workers <= 1 or not isinstance(self._model, OnnxEncoder):
+            return None
+        if n < POOL_START_TEXTS and (self._pool is None or not self._pool.running):
+            return None
+        assert self._onnx_file is not None and self._tokenizer_file is not None
+        with self._lock:
+            if self._pool is None:
+                from .encoder_pool import EncoderPool
+
+                self._pool = EncoderPool(self.workers, self._onnx_file, self._tokenizer_file, self._raw_onnx)
+            return None if self._pool.broken else self._pool
+
+    def worker_pids(self) -> list[int]:
+        """The embedding workers running now (none until a large encode starts them)."""
+        return self._pool.pids() if self._pool is not None else []
+
+    def close(self) -> None:
+        """Stop the embedding workers, if any (they also stop by themselves when idle)."""
+        if self._pool is not None:
+            self._pool.stop()
+
+    def _raw_onnx(self, texts: list[str]) -> np.ndarray:
+        """A chunk a dead worker left, encoded here: pooled, not yet normalised."""
+        assert isinstance(self._model, OnnxEncoder)
+        try:
+            return self._model.encode(texts, ONNX_TEXTS_PER_RUN)
+        except Exception as exc:
+            raise EmbedderUnavailable(f"embedding failed ({type(exc).__name__}: {exc})") from exc
+
+    def _encode(self, texts: list[str], batch_size: int) -> np.ndarray:
         try:
             if isinstance(self._model, OnnxEncoder):
                 vecs = self._model.encode(list(texts), ONNX_TEXTS_PER_RUN)
@@ -332,13 +362,36 @@ class Embedder:
                 )
         except Exception as exc:
             raise EmbedderUnavailable(f"embedding failed ({type(exc).__name__}: {exc})") from exc
-        vecs = np.asarray(vecs, dtype=np.float32).reshape(len(texts), self.dim)
+        return self._finish(vecs, len(texts))
+
+    def _finish(self, vecs: Any, n: int) -> np.ndarray:
+        """Rows made unit length: the same bytes for a row whichever process pooled it."""
+        import numpy as np
+
+        vecs = np.asarray(vecs, dtype=np.float32).reshape(n, self.dim)
         # The torch model already normalises, the ONNX graph does not; normalising here also
         # guards against a swapped model dir, because every score downstream assumes
         # cosine == inner product.
         norms = np.linalg.norm(vecs, axis=1, keepdims=True)
         np.divide(vecs, np.maximum(norms, 1e-12), out=vecs)
         return vecs
+
+
+def workers_setting(env: dict[str, str] | None = None) -> int:
+    """``MEMSTORE_EMBED_WORKERS``, or the CPU count; a value that is not a whole number >= 0
+    is warned about and ignored."""
+    raw = (os.environ if env is None else env).get(WORKERS_ENV, "").strip()
+    default = os.cpu_count() or 1
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        _warn_once(f"{WORKERS_ENV}={raw!r} is not a whole number >= 0; using {default}")
+        return default
+    return value
 
 
 def _version(dist: str) -> str:
@@ -350,6 +403,12 @@ def _version(dist: str) -> str:
 
 _shared: Embedder | None = None
 _shared_lock = threading.Lock()
+
+
+def close_shared() -> None:
+    """Stop the shared embedder's workers (the daemon's shutdown)."""
+    if _shared is not None:
+        _shared.close()
 
 
 def get_embedder() -> Embedder:

@@ -31,7 +31,6 @@ from .vectors import VectorIndex
 log = logging.getLogger("memstore.index")
 
 META_VERSION = 2
-EMBED_PIECE = 16  # texts encoded between looks at the clock: ~50 ms of short text, ~0.3 s of long
 SAVE_EVERY_S = 1.0  # new vectors reach the embedding cache at least this often: a kill loses little
 # A refresh with a time budget plans at most this many waiting memories: planning and looking up
 # every waiting memory costs ~20 ms per slice at 10k (2 ms with this cap), so ~200 ms of each
@@ -80,6 +79,10 @@ class StoreIndex:
         self.embed_wait: float | None = None
         self.progress: Progress | None = None
         self.pending: list[str] = []  # memories in the catalog whose vector is not made yet
+        # Vectors a background encode made (``offer``) for text keys ``waiting_texts`` handed
+        # out, until a refresh puts them into the index and the embedding cache.
+        self._wanted: set[str] = set()
+        self._ready: dict[str, np.ndarray] = {}
 
     # -- loading -------------------------------------------------------------------------------
     @property
@@ -455,6 +458,43 @@ class StoreIndex:
         self.pending = pending
         return changed
 
+    # -- embedding in the background (the daemon) ------------------------------------------------
+    def waiting_texts(self) -> dict[str, str]:
+        """Text key -> text of the memories waiting for a vector that the embedding cache does
+        not hold: what a background encode should make (the caller holds the workspace lock)."""
+        cache = self.embedding_cache() if self.semantic_ready else None
+        out: dict[str, str] = {}
+        for mid in self.pending:
+            known = self._keys.get(mid)
+            if known is not None and cache is not None and known[2] not in cache:
+                out[known[2]] = known[0].text
+        self._wanted = set(out)
+        return out
+
+    def offer(self, keys: list[str], vecs: np.ndarray) -> None:
+        """Vectors a background encode made, from any thread: kept for the next ``take_ready``."""
+        for key, vec in zip(keys, vecs, strict=True):
+            if key in self._wanted:
+                self._ready[key] = vec
+
+    def take_ready(self) -> bool:
+        """Put offered vectors into the index: one refresh that embeds nothing itself, over the
+        waiting memories whose vector is ready (the first ``PLAN_WAITING`` of them). Returns
+        whether any were ready; call again until it returns False."""
+        ready, keys = self._ready, self._keys
+        if not ready or not self.embedding_pending:
+            ready.clear()
+            return False
+        flags = [(k := keys.get(m)) is not None and k[2] in ready for m in self.pending]
+        if not any(flags):
+            ready.clear()  # for memories no longer waiting (deleted, or their text changed)
+            return False
+        # Ready ones first: a refresh with a budget plans the head of the waiting list.
+        self.pending = ([m for m, f in zip(self.pending, flags, strict=True) if f]
+                        + [m for m, f in zip(self.pending, flags, strict=True) if not f])
+        self.refresh(walk=False, budget=0.0)
+        return True
+
     def embedding_cache(self) -> EmbeddingCache:
         assert self.embedder is not None
         if self._cache is None:
@@ -463,36 +503,56 @@ class StoreIndex:
 
     def _embed(self, keys: list[str], texts: list[str], deadline: float | None,
                with_vector: int = 0) -> tuple[np.ndarray, np.ndarray]:
-        """The texts' vectors, from the cache or the model, and which of them are done: all,
-        or (with a ``deadline``) those cached or embedded before it. ``with_vector``: memories
-        of the store that already have one (for the progress report)."""
+        """The texts' vectors, from the cache, a background encode (``offer``) or the model,
+        and which of them are done: all, or (with a ``deadline``) those found or embedded
+        before it. ``with_vector``: memories of the store that already have one (for the
+        progress report). Without a deadline the worker processes may encode (a rebuild);
+        with one, this process does, a part at a time (a read's wait)."""
         assert self.embedder is not None
         cache = self.embedding_cache()
         out, missing = cache.get_many(keys)
         done = np.ones(len(keys), dtype=bool)
         done[missing] = False
-        total = with_vector + len(keys)
-        report = self.progress if missing else None
         # Saved to the cache as it goes: embedding a large store takes minutes, and an
         # interrupted build (a kill, a read's time bound) must not lose what it paid for.
         unsaved: list[int] = []
+        if self._ready and missing:
+            for i in missing:
+                vec = self._ready.get(keys[i])
+                if vec is not None:
+                    out[i], done[i] = vec, True
+                    unsaved.append(i)
+            missing = [i for i in missing if not done[i]]
+        total = with_vector + len(keys)
+        report = self.progress if missing or unsaved else None
         saved_at = time.monotonic()
-        at = 0
+
+        def save() -> None:
+            cache.put_many([keys[i] for i in unsaved], out[unsaved])
+            for i in unsaved:
+                self._ready.pop(keys[i], None)
+
+        parts = self.embedder.encode_parts([texts[i] for i in missing], pool=deadline is None)
         try:
-            while at < len(missing) and (deadline is None or time.monotonic() < deadline):
-                part = missing[at:at + EMBED_PIECE]
-                out[part] = self.embedder.encode([texts[i] for i in part])
-                done[part] = True
-                unsaved += part
-                at += len(part)
+            while deadline is None or time.monotonic() < deadline:
+                got = next(parts, None)
+                if got is None:
+                    break
+                rows = [missing[j] for j in got[0]]
+                out[rows] = got[1]
+                done[rows] = True
+                unsaved += rows
                 if time.monotonic() - saved_at >= SAVE_EVERY_S:
-                    cache.put_many([keys[i] for i in unsaved], out[unsaved])
+                    save()
                     unsaved, saved_at = [], time.monotonic()
                 if report is not None:
                     report(self.store.root, with_vector + int(done.sum()), total)
         finally:
+            parts.close()  # the work not handed out yet is dropped
             if unsaved:
-                cache.put_many([keys[i] for i in unsaved], out[unsaved])
+                save()
+        if report is not None:
+            report(self.store.root, with_vector + int(done.sum()), total)
         return out, done
 
     # -- queries -----------------------------------------------------------------------------------

@@ -357,28 +357,72 @@ class Daemon:
         threading.Thread(target=self._embed_rest, args=(entry,), daemon=True).start()
 
     def _embed_rest(self, entry: Entry) -> None:
-        """Embed in slices, letting requests in between; each slice's vectors reach the
-        embedding cache on disk as they are made, and the index is saved in the next pause."""
+        """Embed what waits: every waiting text goes to the encoder at once (the worker
+        processes, or this process's encoder, outside the workspace lock), and what comes back
+        is put into the indexes every ``EMBED_SLICE`` under the lock, so a request waits at
+        most one such step. The vectors reach the embedding cache on disk as they are put in,
+        and the index is saved in the next pause."""
+        from ..index.embedder import EmbedderUnavailable
+
         t0 = time.monotonic()
         try:
             while not self._stop.is_set():
                 with entry.lock:
                     if entry.evicted:
                         return
-                    left = False
-                    for si in list(entry.ws.indexes.values()):
-                        if si.embedding_pending:
-                            si.refresh(walk=False, budget=EMBED_SLICE)
-                            left = left or si.embedding_pending
-                if not left:
+                    waiting = [si for si in entry.ws.indexes.values() if si.embedding_pending]
+                    work = [si.waiting_texts() for si in waiting]
+                if not waiting:
                     log.info("embedded the waiting memories in %.1f s", time.monotonic() - t0)
                     return
-                time.sleep(0.005)  # the lock is not fair: a request waiting for it gets it now
+                texts = {key: text for part in work for key, text in part.items()}
+                try:
+                    self._stream(entry, waiting, texts)
+                except EmbedderUnavailable:
+                    texts = {}  # a refresh of its own meets the failure and goes keyword-only
+                if not texts:
+                    # What waits is in the embedding cache already (or the encoder failed): a
+                    # slice of refresh takes it from there.
+                    with entry.lock:
+                        for si in waiting:
+                            if not entry.evicted and si.embedding_pending:
+                                si.refresh(walk=False, budget=EMBED_SLICE)
+                while self._take_ready(entry, waiting):
+                    time.sleep(0.005)  # the lock is not fair: a request waiting for it gets it now
         except Exception:  # reads embed what they meet themselves; the daemon lives on
             log.exception("embedding in the background failed")
         finally:
             with self._state:
                 entry.embedding = False
+
+    def _stream(self, entry: Entry, waiting: list[Any], texts: dict[str, str]) -> None:
+        if not texts:
+            return
+        keys, values = list(texts), list(texts.values())
+        parts = waiting[0].embedder.encode_parts(values)
+        put_at = time.monotonic()
+        try:
+            for idx, vecs in parts:
+                part = [keys[i] for i in idx]
+                for si in waiting:
+                    si.offer(part, vecs)
+                if self._stop.is_set() or entry.evicted:
+                    return
+                if time.monotonic() - put_at >= EMBED_SLICE:
+                    self._take_ready(entry, waiting)
+                    put_at = time.monotonic()
+        finally:
+            parts.close()
+
+    def _take_ready(self, entry: Entry, waiting: list[Any]) -> bool:
+        """One step of putting offered vectors into the indexes; False when none are left."""
+        with entry.lock:
+            if entry.evicted:
+                return False
+            more = False
+            for si in waiting:
+                more = si.take_ready() or more
+            return more
 
     def status(self) -> dict[str, Any]:
         now = time.monotonic()
@@ -507,8 +551,13 @@ class Daemon:
                 if not self._socket_is_ours():
                     log.info("socket file replaced or removed: exiting")
                     return
+                # Not while embedding: a flush at 10k+ memories holds the GIL for a JSON dump,
+                # the neighbour fill competes for the workspace lock and a core, and either
+                # slows the embedding; the flush comes in the first pause after it.
+                with self._entries_lock:
+                    embedding = any(e.embedding for e in self.entries.values())
                 with self._state:
-                    quiet = self.active == 0 and now - self.last_activity > FLUSH_SECONDS
+                    quiet = self.active == 0 and now - self.last_activity > FLUSH_SECONDS and not embedding
                 if quiet and now - last_flush > FLUSH_SECONDS and not self._flushing.locked():
                     # Only in a pause: saving a large store's projections takes seconds (written
                     # without the workspace lock, but competing for the CPU), and the idle work
@@ -635,6 +684,9 @@ class Daemon:
                     self.sock_path.unlink()
             self._sock = None
         self.watcher.stop()
+        from ..index.embedder import close_shared
+
+        close_shared()  # the embedding workers exit now, not at their stdin's EOF
         self.flush_all()
         with self._entries_lock:
             entries = list(self.entries.values())

@@ -1,0 +1,233 @@
+"""Embedding in worker processes (index/encoder_pool.py), through the real daemon: the vectors are
+byte-equal to those the daemon's own encoder makes, a worker killed mid-run costs nothing, no
+worker outlives the daemon, and ``MEMSTORE_EMBED_WORKERS=0`` embeds in-process."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from daemonworld import Env, _poll
+
+from memstore import gitops
+from memstore.store.ids import ALPHABET
+from memstore.store.workspace import open_workspace
+from memstore.verbs import api
+
+pytestmark = [pytest.mark.model, pytest.mark.slow]
+
+WORDS = ["cache", "worker", "queue", "schema", "index", "migration", "deploy", "token", "session", "build",
+         "config", "retry", "timeout", "client", "server", "router", "handler", "fixture", "module", "parser"]
+QUERY = "queue worker retry timeout"
+MARK = b"memstore.index.encoder_pool"
+N = 800  # enough that the workers start (embedder.POOL_START_TEXTS)
+
+
+def _id(i: int) -> str:
+    return "01m6gbcm3h832wbgwh16z" + "".join(ALPHABET[(i >> (5 * k)) & 31] for k in range(4, -1, -1))
+
+
+def _origin(base: Path, n: int) -> Path:
+    """A repo whose committed store holds ``n`` facts of mixed lengths: most short, every tenth
+    long enough to be cut at the model's 256 tokens."""
+    root = base / "origin"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=root, check=True)
+    gitops.toplevel.cache_clear()
+    api.init(open_workspace(cwd=root))
+    rng = random.Random(11)
+    facts = root / ".memory" / "facts"
+    for i in range(n):
+        words = 300 if i % 10 == 0 else rng.randrange(4, 40)
+        text = f"Note {i}: " + " ".join(rng.choice(WORDS) for _ in range(words)) + "."
+        (facts / f"{_id(i)}.md").write_text(
+            f"---\nid: {_id(i)}\nkind: fact\nscope: repo\ncreated: 2026-11-01T10:00:00Z\n---\n{text}\n")
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run(["git", "commit", "-q", "-m", "memories"], cwd=root, check=True)
+    return root
+
+
+def _clone(origin: Path, name: str) -> Path:
+    dest = origin.parent / name
+    subprocess.run(["git", "clone", "-q", str(origin), str(dest)], check=True)
+    return dest
+
+
+def _stores(world: Env, repo: Path) -> list[dict[str, Any]]:
+    root = str((repo / ".memory").resolve())
+    status = world.status()
+    return [s for w in status.get("workspaces", []) for s in w["stores"] if w["repo"] == root]
+
+
+def _all_embedded(world: Env, repo: Path) -> bool:
+    stores = _stores(world, repo)
+    return bool(stores) and stores[0]["embedded"] == stores[0]["total"]
+
+
+def _cache(repo: Path) -> dict[str, bytes]:
+    """Text key -> the vector's bytes, as the embedding cache on disk holds them."""
+    folder = repo / ".memory" / ".index" / "embeddings"
+    keys = next(folder.glob("*.keys")).read_text().split()
+    rows = np.fromfile(next(folder.glob("*.f32")), dtype=np.float32).reshape(-1, 384)
+    return {k: rows[i].tobytes() for i, k in enumerate(keys)}
+
+
+def _children(pid: int) -> list[int]:
+    """Embedding workers whose parent is ``pid``."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == pid and MARK in cmd:
+            out.append(int(entry.name))
+    return out
+
+
+def _workers_anywhere() -> set[int]:
+    """Every live embedding worker on the machine (zombies count as gone)."""
+    out = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes()
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if MARK in cmd and state != "Z":
+                out.add(int(entry.name))
+    return out
+
+
+def _start(world: Env, workers: str, procs: list[subprocess.Popen[bytes]]) -> tuple[subprocess.Popen[bytes], int]:
+    world.vars["MEMSTORE_EMBED_WORKERS"] = workers
+    proc = world.start("--idle", "600")
+    procs.append(proc)
+    return proc, int(world.status()["pid"])
+
+
+def _end(world: Env, procs: list[subprocess.Popen[bytes]]) -> None:
+    world.cleanup()
+    for proc in procs:
+        proc.wait(timeout=60)
+
+
+def _first_read(world: Env, repo: Path) -> dict[str, Any]:
+    rc, answer, err = world.cli("read", QUERY, cwd=repo, MEMSTORE_READ_WAIT="0.1")
+    assert rc == 0, err
+    return answer
+
+
+def test_vectors_from_the_workers_are_byte_equal_to_in_process_ones(tmp_path: Path) -> None:
+    world = Env(tmp_path / "equal")
+    with world.environ():
+        origin = _origin(world.base, N)
+    alone, pooled = _clone(origin, "alone"), _clone(origin, "pooled")
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        proc, pid = _start(world, "0", procs)
+        _first_read(world, alone)
+        assert _poll(lambda: _all_embedded(world, alone), timeout=180, every=0.5), world.log()
+        assert _children(pid) == []  # 0: the daemon's own encoder, no worker process
+        rc, want, err = world.cli("read", QUERY, cwd=alone)
+        assert rc == 0 and "partial" not in want, err
+        world.stop()
+        proc.wait(timeout=60)
+
+        proc, pid = _start(world, "2", procs)
+        seen: set[int] = set()
+        first = _first_read(world, pooled)
+        assert first.get("partial"), "the first read should answer before every vector exists"
+
+        def done() -> bool:
+            seen.update(_children(pid))
+            return _all_embedded(world, pooled)
+
+        assert _poll(done, timeout=180, every=0.05), world.log()
+        assert len(seen) == 2, (seen, world.log())
+        a, b = _cache(alone), _cache(pooled)
+        assert len(a) == N and a == b
+        rc, got, err = world.cli("read", QUERY, cwd=pooled)
+        assert rc == 0 and "partial" not in got, err
+        assert [(r["id"], r["score"]) for r in got["results"]] == [(r["id"], r["score"]) for r in want["results"]]
+    finally:
+        _end(world, procs)
+
+
+def test_a_worker_killed_mid_run_loses_nothing(tmp_path: Path) -> None:
+    world = Env(tmp_path / "kill")
+    n = 2000
+    with world.environ():
+        origin = _origin(world.base, n)
+    repo = _clone(origin, "clone")
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        _, pid = _start(world, "2", procs)
+        _first_read(world, repo)
+        workers = _poll(lambda: _children(pid), timeout=60, every=0.02)
+        assert workers, world.log()
+        stores = _stores(world, repo)
+        os.kill(workers[0], signal.SIGKILL)
+        assert stores[0]["embedded"] < n, "the run ended before the kill: nothing was shown"
+        assert _poll(lambda: _all_embedded(world, repo), timeout=300, every=0.5), world.log()
+        assert "embedding worker" in world.log() and "in-process" in world.log()
+        cache = _cache(repo)
+        assert len(cache) == n
+        vecs = np.frombuffer(b"".join(cache.values()), dtype=np.float32).reshape(n, 384)
+        assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-3)
+        rc, got, err = world.cli("read", QUERY, cwd=repo)
+        assert rc == 0 and "partial" not in got, err
+    finally:
+        _end(world, procs)
+
+
+def test_no_worker_outlives_the_daemon(tmp_path: Path) -> None:
+    world = Env(tmp_path / "exit")
+    with world.environ():
+        origin = _origin(world.base, 2000)
+    stopped, killed = _clone(origin, "stopped"), _clone(origin, "killed")
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        proc, pid = _start(world, "2", procs)
+        _first_read(world, stopped)
+        workers = _poll(lambda: _children(pid), timeout=60, every=0.02)
+        assert len(workers) == 2, world.log()
+        world.stop()  # asked to stop mid-run
+        proc.wait(timeout=60)
+        assert _poll(lambda: not (set(workers) & _workers_anywhere()), timeout=15), workers
+
+        proc, pid = _start(world, "2", procs)
+        _first_read(world, killed)
+        workers = _poll(lambda: _children(pid), timeout=60, every=0.02)
+        assert len(workers) == 2, world.log()
+        os.kill(pid, signal.SIGKILL)  # no shutdown at all: the workers see their stdin close
+        proc.wait(timeout=30)
+        assert _poll(lambda: not (set(workers) & _workers_anywhere()), timeout=15), workers
+    finally:
+        _end(world, procs)
+
+
+def test_a_bad_worker_count_is_warned_about_and_embedding_goes_on(tmp_path: Path) -> None:
+    """``MEMSTORE_EMBED_WORKERS=lots``: a warning, the default count, and every vector made."""
+    world = Env(tmp_path / "bad")
+    with world.environ():
+        origin = _origin(world.base, 100)
+    repo = _clone(origin, "clone")
+    try:
+        rc, answer, err = world.cli("read", QUERY, cwd=repo, MEMSTORE_DAEMON="0", MEMSTORE_EMBED_WORKERS="lots")
+        assert rc == 0 and "partial" not in answer, err
+        assert "MEMSTORE_EMBED_WORKERS='lots' is not a whole number" in err
+        assert len(_cache(repo)) == 100
+    finally:
+        world.cleanup()
