@@ -14,7 +14,7 @@ import yaml
 
 from memstore.errors import InvalidFile
 from memstore.store import plainyaml
-from memstore.store.files import _FM_BOUNDARY, dump_yaml, parse_markdown, safe_yaml
+from memstore.store.files import _FM_BOUNDARY, _normalise, dump_yaml, parse_markdown, safe_yaml
 from memstore.store.model import Memory
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,11 +39,16 @@ def _frontmatter(text: str) -> str:
 
 
 def _check(fm: str) -> Any:
-    """The fast result, after asserting it is CSafeLoader's whenever it is not None."""
+    """The fast result, after asserting it is CSafeLoader's whenever it is not None, and its
+    normalised form that of ``safe_yaml`` over CSafeLoader's."""
     fast = plainyaml.parse(fm)
+    norm = plainyaml.parse(fm, normalise=True)
     if fast is not None:
         want = yaml.load(fm, Loader=yaml.CSafeLoader)
         assert _same(fast, want), (fm, fast, want)
+        assert norm is None or _same(norm, _normalise(want)), (fm, norm)
+    else:
+        assert norm is None
     return fast
 
 
@@ -160,6 +165,11 @@ def test_safe_yaml_keeps_every_check() -> None:
         safe_yaml("a: " + "9" * 30 + "\n")
     with pytest.raises(InvalidFile, match="not valid YAML at line"):
         safe_yaml("a: 1\nb: 2\nc: [\n", first_line=1)
+    with pytest.raises(InvalidFile, match="too long to read"):
+        safe_yaml("a: " + "9" * 5000 + "\n")
+    with pytest.raises(InvalidFile, match="not finite"):
+        safe_yaml("a: " + "9" * 400 + ".5\n")
+    assert safe_yaml("a: " + "9" * 18 + "\nb: [-3, 0.5]\n") == {"a": 10**18 - 1, "b": [-3, 0.5]}
     assert safe_yaml("a: 1\na: 2\n") == {"a": 2}  # a duplicate key: the last wins, as before
     assert safe_yaml("created: 2026-11-18T15:31:04Z\nday: 2026-11-18\n") == {
         "created": "2026-11-18T15:31:04Z", "day": "2026-11-18"}

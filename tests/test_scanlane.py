@@ -23,7 +23,8 @@ WORDS = [
     "fixture", "flaky", "deadlock", "failed", "failing", "fails", "the", "and", "HTTP 409", "self-care",
     "resp.raise_for_status()", "app/db/session.py", "TZ=UTC", "E11000", "UniqueViolationError",
     "asyncpg.exceptions.UniqueViolationError", "HTTPAdapter", "myStore", "ORA-00942", "db-primary",
-    "v2.3.1", "10:30", "Frobnicator.rotate_tokens", "naïve", "café", "don't", "user's",
+    "v2.3.1", "10:30", "Frobnicator.rotate_tokens", "naïve", "café", "don't", "user's", "2026", "42", "7",
+    "Migration", "The", "A", "Ab", "aB", "MIGRATION", "Running", "x86", "3rd",
 ]
 QUERIES = [
     "sqlite migration column already exists", "kafka consumer offset retry", "flaky pytest fixture",
@@ -31,7 +32,8 @@ QUERIES = [
     "TZ=UTC E11000 status", "UniqueViolationError", "asyncpg", "asyncpg.exceptions", "HTTP 409 conflict",
     "ORA-00942 table", "db-primary timeout", "rotate_tokens", "Frobnicator.rotate_tokens", "frobnicator",
     "why did the migration fail", "HTTPAdapter retries", "mystore", "café naïve", "the and of", "v2.3.1",
-    "10:30 cron", "self-care", "user's session", "tenant", "session.py", "app/db",
+    "10:30 cron", "self-care", "user's session", "tenant", "session.py", "app/db", "2026 42 7", "running migrations",
+    "x86 3rd ab",
 ]
 
 
@@ -68,9 +70,17 @@ def _whoosh(folder: Path, docs: list[tuple[str, str, list[str], str]]) -> Keywor
     return ki
 
 
-def _key(hits: list[KeywordHit]) -> list[KeywordHit]:
-    # Equal scores may come in another order: Whoosh numbers documents per segment.
-    return sorted(hits, key=lambda h: (-h.score, h.id))
+def _same(got: list[KeywordHit], want: list[KeywordHit], limit: int) -> bool:
+    """The same hits; where documents tie at the cut, which of them make it depends on how
+    each index numbers its documents (Whoosh's bulk writer: by segment, in the order its
+    processes finish), so there only the scores must agree."""
+    got, want = (sorted(h, key=lambda h: (-h.score, h.id)) for h in (got, want))
+    if [h.score for h in got] != [h.score for h in want]:
+        return False
+    if len(want) < limit or not want:
+        return got == want
+    cut = want[-1].score
+    return [h for h in got if h.score > cut] == [h for h in want if h.score > cut]
 
 
 @pytest.mark.parametrize(("n", "seed"), [(300, 1), (2300, 2)])  # one writer; the bulk writer's segments
@@ -85,7 +95,7 @@ def test_hits_and_scores_equal_whoosh(tmp_path: Path, n: int, seed: int) -> None
         for limit in (5, 50):
             want, got = ki.hits(query, limit), lane.hits(query, limit)
             assert ki._scorer is not None
-            assert _key(got) == _key(want), (query, limit)
+            assert _same(got, want, limit), (query, limit)
     assert any(h.named for h in lane.hits("UniqueViolationError", 5))
     for word in ["migration", "failing", "UniqueViolationError", "asyncpg", "session.py", "the", "zzz", "HTTP"]:
         assert lane.doc_freq(word) == ki.doc_freq(word), word
@@ -99,7 +109,7 @@ def test_the_example_store_ranks_the_same(tmp_path: Path) -> None:
     lane = _scan(docs)
     for query in [*QUERIES, "database driver psycopg", "asyncpg.exceptions.UniqueViolationError",
                   "alembic migration stamp", "DuplicateColumn", "tests/conftest.py"]:
-        assert _key(lane.hits(query, 20)) == _key(ki.hits(query, 20)), query
+        assert _same(lane.hits(query, 20), ki.hits(query, 20), 20), query
     ki.close()
 
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from itertools import chain
 
 import numpy as np
 
@@ -24,6 +25,7 @@ from .keyword import BM25Params, KeywordHit, _byte_lengths, _rarest
 from .terms import (
     CODE_PATTERN,
     EXACT,
+    STOP_WORDS,
     code_analyzer,
     code_forms,
     code_shaped,
@@ -34,6 +36,18 @@ from .terms import (
 
 _TOKENS = re.compile(CODE_PATTERN)
 FIELDS = ("text", "code", "tags")
+
+
+class _Memo(dict[str, list[str]]):
+    """A token's terms, computed once: looked up from C (``map(memo.__getitem__, tokens)``)."""
+
+    def __init__(self, fn: Callable[[str], list[str]]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def __missing__(self, key: str) -> list[str]:
+        value = self[key] = self.fn(key)
+        return value
 
 
 class _Doc:
@@ -61,11 +75,25 @@ class ScanLane:
         self._code_analyzer = code_analyzer()
         self._tags_analyzer = KeywordAnalyzer(lowercase=True, commas=True)
         self._length_to_byte = length_to_byte
-        self._words: dict[str, list[str]] = {}  # raw token -> its text-field terms
-        self._forms: dict[str, list[str]] = {}  # raw token -> its code-field terms
-        self._tags: dict[str, list[str]] = {}
+        from whoosh.lang.porter import stem
+
+        text_analyzer, tags_analyzer = self._text_analyzer, self._tags_analyzer
+
+        def words(raw: str) -> list[str]:
+            if raw.isascii() and (raw.isdigit() or (raw.isalpha() and (raw.islower() or raw[1:].islower()))):
+                # A word or a number with nothing to split (no case change inside, no digit
+                # next to a letter): the analyser only lowers, stops or stems it (its
+                # StemFilter is this Porter stemmer behind a cache).
+                low = raw.lower()
+                return [] if len(low) < 2 or low in STOP_WORDS else [stem(low)]
+            return [t.text for t in text_analyzer(raw, mode="index")]
+
+        self._words = _Memo(words)
+        self._forms = _Memo(code_forms)
+        self._tags = _Memo(lambda joined: [t.text for t in tags_analyzer(joined, mode="index")])
         self._by_key: dict[str, _Doc] = {}  # doc key -> analysed document (reused across updates)
         self.docs: list[_Doc] = []
+        self._cols: list[list[Counter[str]]] = [[], [], []]  # per field, every document's term counts
         self._postings: dict[tuple[str, str], tuple[np.ndarray, np.ndarray] | None] = {}
         self._totals = (0, 0, 0)
         self._quantised: np.ndarray = np.zeros((0, 3))
@@ -83,6 +111,7 @@ class ScanLane:
             out.append(doc)
         self._by_key = by_key
         self.docs = out
+        self._cols = [[d.fields[i] for d in out] for i in range(3)]
         self._postings = {}
         self._totals = tuple(sum(d.lengths[i] for d in out) for i in range(3))  # type: ignore[assignment]
         lengths = _byte_lengths()
@@ -91,23 +120,12 @@ class ScanLane:
                                    dtype=np.float64).reshape(len(out), 3)
 
     def _analyse(self, mid: str, tags: list[str], text: str) -> _Doc:
-        words: Counter[str] = Counter()
-        forms: Counter[str] = Counter()
-        known_words, known_forms = self._words, self._forms
-        for raw in _TOKENS.findall(text):
-            got = known_words.get(raw)
-            if got is None:
-                got = known_words[raw] = [t.text for t in self._text_analyzer(raw, mode="index")]
-            words.update(got)
-            fgot = known_forms.get(raw)
-            if fgot is None:
-                fgot = known_forms[raw] = code_forms(raw)
-            forms.update(fgot)
-        joined = ",".join(tags)
-        tgot = self._tags.get(joined)
-        if tgot is None:
-            tgot = self._tags[joined] = [t.text for t in self._tags_analyzer(joined, mode="index")]
-        return _Doc(mid, (words, forms, Counter(tgot)))
+        # Both analysers work token by token after one regular expression: each distinct token
+        # is analysed once, and a document costs a few C-level look-ups per token.
+        tokens = _TOKENS.findall(text)
+        words = Counter(chain.from_iterable(map(self._words.__getitem__, tokens)))
+        forms = Counter(chain.from_iterable(map(self._forms.__getitem__, tokens)))
+        return _Doc(mid, (words, forms, Counter(self._tags[",".join(tags)])))
 
     # -- the read side -------------------------------------------------------------------------------
     def doc_count(self) -> int:
@@ -129,15 +147,9 @@ class ScanLane:
         key = (field_name, term)
         if key in self._postings:
             return self._postings[key]
-        col = FIELDS.index(field_name)
-        ids: list[int] = []
-        weights: list[float] = []
-        for i, doc in enumerate(self.docs):
-            freq = doc.fields[col].get(term)
-            if freq:
-                ids.append(i)
-                weights.append(float(freq))
-        got = (np.array(ids, dtype=np.int64), np.array(weights, dtype=np.float64)) if ids else None
+        col = self._cols[FIELDS.index(field_name)]
+        ids = [i for i, counts in enumerate(col) if term in counts]
+        got = (np.array(ids, dtype=np.int64), np.array([col[i][term] for i in ids], dtype=np.float64)) if ids else None
         self._postings[key] = got
         return got
 

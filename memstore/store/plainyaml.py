@@ -17,6 +17,7 @@ false, null, UTC timestamps and dates), any other resolves to ``None`` (fallback
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from typing import Any
 
@@ -51,8 +52,10 @@ _DATETIME_RE = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(Z?)\Z")
 _DATE_RE = re.compile(r"(\d{4})-(\d\d)-(\d\d)\Z")
 
 
-def parse(text: str) -> dict[str, Any] | None:
-    """The mapping CSafeLoader would build from ``text``, or None: read it with CSafeLoader."""
+def parse(text: str, *, normalise: bool = False) -> dict[str, Any] | None:
+    """The mapping CSafeLoader would build from ``text``, or None: read it with CSafeLoader.
+    ``normalise``: with dates and timestamps as ``files.safe_yaml`` hands them on (ISO strings),
+    and None for an integer beyond 64 bits (the C path refuses it with its error)."""
     if "\\" in text or _BAD_CHARS.search(text):  # tabs and carriage returns included
         return None
     lines = text.split("\n")
@@ -75,11 +78,13 @@ def parse(text: str) -> dict[str, Any] | None:
                 raise _Unknown  # a duplicate (pyyaml keeps the last; not worth copying) or a typed key
             rest = line[m.end():]
             if not rest:
-                out[key], at = _block(lines, at, 0)
+                value, at = _block(lines, at, 0)
             elif at < n and lines[at][:1] == " ":
-                out[key], at = _inline(rest, lines, at, 0)
+                value, at = _inline(rest, lines, at, 0)
             else:
-                out[key] = _one_line(rest)
+                out[key] = _one_line(rest, normalise)
+                continue
+            out[key] = _norm(value) if normalise else value
     except _Unknown:
         return None
     return out or None
@@ -87,39 +92,91 @@ def parse(text: str) -> dict[str, Any] | None:
 
 # Values seen before, as built (immutable, or copied on the way out): a store repeats most of its
 # frontmatter values (kinds, scopes, authors, dates, tag lists). Bounded; cleared when full.
-_SEEN: dict[str, tuple[int, Any]] = {}
+_SEEN: dict[str, tuple[int, Any, Any]] = {}  # value text -> (kind, value, normalised value)
 _KEYS: dict[str, bool] = {}
 _SEEN_MAX = 1 << 16
 _FAILED, _SCALAR, _LIST, _MAP = 0, 1, 2, 3
 
 
-def _one_line(rest: str) -> Any:
+def _one_line(rest: str, normalise: bool) -> Any:
     """The value written after a key on its own line."""
     got = _SEEN.get(rest)
     if got is None:
         try:
             head = rest.rstrip(" ")
             if head[0] == "[":
-                got = (_LIST, tuple(_flow_list(head)))
+                value: Any = _flow_list(head)
+                got = (_LIST, tuple(value), _frozen(value))
             elif head[0] == "{":
-                got = (_MAP, tuple(_flow_map(head).items()))
+                value = _flow_map(head)
+                got = (_MAP, tuple(value.items()), _frozen(value))
             elif head[0] in "'\"":
-                got = (_SCALAR, _quoted(head))
+                value = _quoted(head)
+                got = (_SCALAR, value, value)
             else:
                 _plain_ok(head)
-                got = (_SCALAR, _scalar(head))
+                value = _scalar(head)
+                got = (_SCALAR, value, _frozen(value))
         except _Unknown:
-            got = (_FAILED, None)
+            got = (_FAILED, None, None)
         if len(_SEEN) >= _SEEN_MAX:
             _SEEN.clear()
         _SEEN[rest] = got
-    kind, value = got
+    kind, value, norm = got
+    if normalise:
+        value = norm
+        if value is _UNFIT:
+            raise _Unknown
     if kind == _SCALAR:
         return value
     if kind == _LIST:
         return list(value)
     if kind == _MAP:
         return dict(value)
+    raise _Unknown
+
+
+_UNFIT = object()  # a value the normalised form refuses (the C path then says why)
+_MAX_INT = 2**63  # files.MAX_INT
+
+
+def _frozen(value: Any) -> Any:
+    """The normalised form of a one-line value, as cached (lists and mappings as tuples)."""
+    try:
+        norm = _norm(value)
+    except _Unknown:
+        return _UNFIT
+    if isinstance(norm, list):
+        return tuple(norm)
+    if isinstance(norm, dict):
+        return tuple(norm.items())
+    return norm
+
+
+def _norm(value: Any) -> Any:
+    """``files._normalise`` for what this parser builds: ISO strings for dates and timestamps;
+    an integer beyond 64 bits or a float that is not finite raises (the C path reports it)."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return value
+    if kind is int:
+        if not -_MAX_INT <= value < _MAX_INT:
+            raise _Unknown
+        return value
+    if kind is float:
+        if not math.isfinite(value):
+            raise _Unknown
+        return value
+    if kind is dt.datetime:
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
+        return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+    if kind is dt.date:
+        return value.isoformat()
+    if kind is list:
+        return [_norm(v) for v in value]
+    if kind is dict:
+        return {k: _norm(v) for k, v in value.items()}
     raise _Unknown
 
 
@@ -332,6 +389,8 @@ def _scalar(value: str) -> Any:
     tag = _resolve(value)
     if tag == _STR:
         return value
+    if len(value) > 64:
+        raise _Unknown  # a number that long: the C path's checks say what is wrong with it
     if tag == _INT and _INT_RE.match(value):
         return int(value)
     if tag == _FLOAT and _FLOAT_RE.match(value):
