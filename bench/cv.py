@@ -33,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from eval_common import DEFAULT_CACHE, EmbeddingCache, build_store, log, ranking_retriever
+from eval_common import DEFAULT_CACHE, EmbeddingCache, build_store, cluster_halves, log, ranking_retriever
 
 from memstore.read import ranking
 
@@ -113,19 +113,7 @@ def gitbugs_lists(corpus: Path, qrels: Path, cache: EmbeddingCache,
     row = {r.id: i for i, r in enumerate(reports)}
     store = build_store("gitbugs", [r.memory_text for r in reports], ["problem"] * len(reports), cache)
     qids = [q for q in rels if q in row and any(d in row for d in rels[q])]
-    # Duplicate clusters: connected components of the qrels, so a cluster never spans halves.
-    parent = {q: q for q in qids}
-
-    def find(x: str) -> str:
-        while parent.setdefault(x, x) != x:
-            x = parent[x]
-        return x
-
-    for q in qids:
-        for d in rels[q]:
-            parent[find(d)] = find(q)
-    roots = sorted({find(q) for q in qids})
-    half = {root: i % 2 for i, root in enumerate(roots)}
+    half = cluster_halves(qids, rels)
     run = ranking_retriever(params, limit=50)
     out: list[dict] = []
     halves: list[int] = []
@@ -137,7 +125,7 @@ def gitbugs_lists(corpus: Path, qrels: Path, cache: EmbeddingCache,
             ranked = run(store, text, vec, row[q])
             ranked = [x for x in ranked if x.index != row[q]]
             out.append({"query": qname, "rel": [x.index in rel for x in ranked], "scores": [x.score for x in ranked]})
-            halves.append(half[find(q)])
+            halves.append(half[q])
     return out, halves
 
 

@@ -15,7 +15,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -257,6 +257,23 @@ def vector_retriever(limit: int = 50) -> Retriever:
         ]
 
     return run
+
+
+def cluster_halves(qids: Sequence[str], rels: Mapping[str, Sequence[str]]) -> dict[str, int]:
+    """Each query's half (0 or 1) for two-fold cross-validation on duplicate reports: a cluster
+    (a connected component of the qrels) never spans the two halves."""
+    parent = {q: q for q in qids}
+
+    def find(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    for q in qids:
+        for d in rels[q]:
+            parent[find(d)] = find(q)
+    half = {root: i % 2 for i, root in enumerate(sorted({find(q) for q in qids}))}
+    return {q: half[find(q)] for q in qids}
 
 
 def percentile_ms(samples: Sequence[float], q: float) -> float:

@@ -47,9 +47,14 @@ class Cached:
         if key not in self.memo:
             self.memo[key] = store.code.hits(query, key[2])
         hits, evidence, named = self.memo[key]
+        evidence = self.evidence_for(p, evidence)
         return ranking.rank(qvec, store.matrix, hits, store.kinds, evidence=evidence, named=named,
                             salient=ranking.salient_terms(query), doc_freq=store.code.doc_freq, params=p,
                             limit=limit, exclude=() if own is None else {own}).results
+
+    def evidence_for(self, p: ranking.RankingParams, evidence: dict[int, Evidence]) -> dict[int, Evidence]:
+        """The keyword evidence a setting ranks with (a sweep may view it differently)."""
+        return evidence
 
 
 def locomo_table(path: Path, cache: EmbeddingCache, grid: Sequence[ranking.RankingParams], keyword_only: bool,
@@ -117,20 +122,26 @@ def gitbugs_table(corpus: Path, qrels: Path, cache: EmbeddingCache, grid: Sequen
     return out, halves
 
 
-def gitbugs_cv(table: np.ndarray, halves: list[int], labels: Sequence[str]) -> None:
+def halves_cv(table: np.ndarray, halves: list[int], labels: Sequence[str], name: str = "GitBugs") -> None:
+    """Tune on one half (objective MRR), report the other, both ways. ``table``'s last axis is
+    (hit@1, hit@5, hit@10, rr[, answer size])."""
     h = np.asarray(halves)
-    oof = np.zeros(4)
+    sized = table.shape[-1] > 4
+
+    def line(m: np.ndarray, digits: int) -> str:
+        size = f", answer size {m[4]:.2f}" if sized else ""
+        return (f"hit@1 {m[0]:.{digits}f}, hit@5 {m[1]:.{digits}f}, hit@10 {m[2]:.{digits}f}, "
+                f"MRR {m[3]:.{digits}f}{size}")
+
+    oof = np.zeros(table.shape[-1])
     for tune in (0, 1):
         best = max(range(len(labels)), key=lambda g: table[g, h == tune, 3].mean())
-        rep = table[best, h != tune].mean(axis=0)
-        oof += table[best, h != tune].sum(axis=0)
-        print(f"  tuned on half {tune}: chose {labels[best]}; other half hit@1/5/10 "
-              f"{rep[0]:.3f}/{rep[1]:.3f}/{rep[2]:.3f}, MRR {rep[3]:.3f}")
-    oof /= len(halves)
-    print(f"  GitBugs out of fold: hit@1 {oof[0]:.4f}, hit@5 {oof[1]:.4f}, hit@10 {oof[2]:.4f}, MRR {oof[3]:.4f}")
+        other = table[best, h != tune]
+        oof += other.sum(axis=0)
+        print(f"  tuned on half {tune}: chose {labels[best]}; other half {line(other.mean(axis=0), 3)}")
+    print(f"  {name} out of fold: {line(oof / len(halves), 4)}")
     for g, label in enumerate(labels):
-        m = table[g].mean(axis=0)
-        print(f"    (all) {label}: hit@1 {m[0]:.4f}, hit@5 {m[1]:.4f}, hit@10 {m[2]:.4f}, MRR {m[3]:.4f}")
+        print(f"    (all) {label}: {line(table[g].mean(axis=0), 4)}")
 
 
 def main() -> None:
@@ -153,7 +164,7 @@ def main() -> None:
         print(f"## {title}", flush=True)
         locomo_cv(locomo_table(args.locomo, cache, params, kw_only, memo), labels)
         table, halves = gitbugs_table(args.corpus, args.qrels, cache, params, kw_only, memo)
-        gitbugs_cv(table, halves, labels)
+        halves_cv(table, halves, labels)
 
 
 

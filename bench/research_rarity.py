@@ -34,9 +34,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from eval_common import DEFAULT_CACHE, EmbeddingCache, Store, build_store
+from eval_common import DEFAULT_CACHE, EmbeddingCache, build_store
 from eval_identifiers import load as load_identifiers
-from research_codelane import gitbugs_cv, gitbugs_table, locomo_cv, locomo_table
+from research_codelane import Cached, gitbugs_table, halves_cv, locomo_cv, locomo_table
 
 from memstore.read import ranking
 
@@ -67,26 +67,16 @@ class Setting:
         self.label, self.params, self.view = label, params, view
 
 
-class Memo:
-    """Keyword hits per (store, query), computed once; only the ranking varies in a sweep.
-    Stands in for research_codelane.Cached: ``rank`` takes a Setting's parameters."""
+class Memo(Cached):
+    """Cached keyword hits, each setting's evidence seen through its ``view``."""
 
     def __init__(self, settings: Sequence[Setting]) -> None:
-        self.hits: dict[tuple[str, str, int], tuple[list[tuple[int, float]], Evidence, bool]] = {}
+        super().__init__()
         self.view = {id(s.params): s.view for s in settings}
 
-    def rank(self, store: Store, query: str, qvec: np.ndarray | None, p: ranking.RankingParams,
-             own: int | None = None, limit: int = 25) -> list[ranking.Ranked]:
-        key = (store.name, query, p.keyword_pool + (own is not None))
-        if key not in self.hits:
-            self.hits[key] = store.code.hits(query, key[2])
-        hits, evidence, named = self.hits[key]
+    def evidence_for(self, p: ranking.RankingParams, evidence: Evidence) -> Evidence:
         view = self.view.get(id(p))
-        if view is not None:
-            evidence = view(evidence)
-        return ranking.rank(qvec, store.matrix, hits, store.kinds, evidence=evidence, named=named,
-                            salient=ranking.salient_terms(query), doc_freq=store.code.doc_freq, params=p,
-                            limit=limit, exclude=() if own is None else {own}).results
+        return evidence if view is None else view(evidence)
 
 
 def identifiers_table(corpus: Path, qrels: Path, cache: EmbeddingCache, grid: Sequence[ranking.RankingParams],
@@ -107,24 +97,6 @@ def identifiers_table(corpus: Path, qrels: Path, cache: EmbeddingCache, grid: Se
             if first is not None:
                 out[gi, qi, :4] = (first < 1, first < 5, first < 10, 1.0 / (first + 1))
     return out, [i % 2 for i in range(len(names))]
-
-
-def identifiers_cv(table: np.ndarray, halves: list[int], labels: Sequence[str]) -> None:
-    h = np.asarray(halves)
-    oof = np.zeros(5)
-    for tune in (0, 1):
-        best = max(range(len(labels)), key=lambda g: table[g, h == tune, 3].mean())
-        rep = table[best, h != tune].mean(axis=0)
-        oof += table[best, h != tune].sum(axis=0)
-        print(f"  tuned on half {tune}: chose {labels[best]}; other half hit@1/5/10 "
-              f"{rep[0]:.3f}/{rep[1]:.3f}/{rep[2]:.3f}, MRR {rep[3]:.3f}, answer size {rep[4]:.2f}")
-    oof /= len(halves)
-    print(f"  identifiers out of fold: hit@1 {oof[0]:.4f}, hit@5 {oof[1]:.4f}, hit@10 {oof[2]:.4f}, "
-          f"MRR {oof[3]:.4f}, answer size {oof[4]:.2f}")
-    for g, label in enumerate(labels):
-        m = table[g].mean(axis=0)
-        print(f"    (all) {label}: hit@1 {m[0]:.4f}, hit@5 {m[1]:.4f}, hit@10 {m[2]:.4f}, MRR {m[3]:.4f}, "
-              f"answer size {m[4]:.2f}")
 
 
 def sweeps(only: str | None) -> list[tuple[str, list[Setting]]]:
@@ -164,9 +136,9 @@ def main() -> None:
         print(f"## {title}{' (keyword only)' if args.keyword_only else ''}", flush=True)
         locomo_cv(locomo_table(args.locomo, cache, grid, args.keyword_only, memo), labels)  # type: ignore[arg-type]
         table, halves = gitbugs_table(args.corpus, args.qrels, cache, grid, args.keyword_only, memo)  # type: ignore[arg-type]
-        gitbugs_cv(table, halves, labels)
+        halves_cv(table, halves, labels)
         table, halves = identifiers_table(args.identifiers, args.identifier_qrels, cache, grid, args.keyword_only, memo)
-        identifiers_cv(table, halves, labels)
+        halves_cv(table, halves, labels, "identifiers")
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from eval_common import DEFAULT_CACHE, ROOT, EmbeddingCache, Store, build_store, log
+from eval_common import DEFAULT_CACHE, ROOT, EmbeddingCache, Store, build_store, cluster_halves, log
 from eval_gitbugs import load as load_gitbugs
 from eval_identifiers import WHOLE_NAMES
 from eval_identifiers import load as load_identifiers
@@ -261,17 +261,7 @@ def gitbugs_table(corpus: Path, qrels: Path, cache: EmbeddingCache, variants: li
     row = {x.id: i for i, x in enumerate(reports)}
     store = build_store("gitbugs", [x.memory_text for x in reports], ["problem"] * len(reports), cache)
     qids = [q for q in rels if q in row and any(d in row for d in rels[q])]
-    parent = {q: q for q in qids}
-
-    def find(x: str) -> str:
-        while parent.setdefault(x, x) != x:
-            x = parent[x]
-        return x
-
-    for q in qids:
-        for d in rels[q]:
-            parent[find(d)] = find(q)
-    half = {root: i % 2 for i, root in enumerate(sorted({find(q) for q in qids}))}
+    half = cluster_halves(qids, rels)
     texts = [reports[row[q]].title.strip() for q in qids] + [reports[row[q]].memory_text for q in qids]
     qvecs = cache.embed(texts)
     out = np.zeros((len(variants), len(texts), 4))
@@ -283,7 +273,7 @@ def gitbugs_table(corpus: Path, qrels: Path, cache: EmbeddingCache, variants: li
             first = next((k for k, x in enumerate(got) if x.index in rel), None)
             if first is not None:
                 out[vi, n] = (first < 1, first < 5, first < 10, 1.0 / (first + 1))
-    return out, np.array([half[find(qids[n % len(qids)])] for n in range(len(texts))])
+    return out, np.array([half[qids[n % len(qids)]] for n in range(len(texts))])
 
 
 def identifiers_table(corpus: Path, qrels: Path, cache: EmbeddingCache, variants: list[Variant],

@@ -110,6 +110,10 @@ def safe_yaml(text: str, what: str = "YAML", *, first_line: int = 1) -> Any:
                     raise InvalidFile(f"{what} uses YAML anchors/aliases, which memstore does not accept")
         data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
+        if "maximum nesting depth" in str(exc):
+            # libyaml's own nesting limit (newer PyYAML wheels) stops the event scan above before
+            # it counts past ours: the same finding, whichever parser saw it first.
+            raise InvalidFile(f"{what} nests deeper than {MAX_YAML_DEPTH} levels", code="too_deep") from None
         raise InvalidFile(f"{what} is not valid YAML{_where(exc, first_line)}: {str(exc).splitlines()[0]}") from exc
     except ValueError as exc:  # int() past Python's 4,300-digit limit, a date like 2026-13-45
         if "digits" in str(exc):
