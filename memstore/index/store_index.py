@@ -662,7 +662,9 @@ class _KeywordBuild:
         try:
             index = KeywordIndex(self.folder, params, fresh=True)
             try:
-                index.apply(((mid, kind, tags, text) for mid, _key, kind, tags, text in docs), [])
+                # One writer in this thread: forking Whoosh's writer processes from a daemon
+                # whose other threads hold locks left children waiting on them for ever.
+                index.apply(((mid, kind, tags, text) for mid, _key, kind, tags, text in docs), [], fork=False)
             finally:
                 index.close()
         except BaseException as exc:  # reported by the swap; reads keep the scan lane until then
