@@ -156,3 +156,42 @@ def test_a_daemon_killed_mid_build_loses_nothing(tmp_path: Path) -> None:
     finally:
         world.cleanup()
         proc.wait(timeout=30)
+
+
+def test_a_large_build_runs_in_one_writer_while_the_scan_lane_answers(tmp_path: Path) -> None:
+    """Over Whoosh's bulk size (2,000) the build still runs in its thread, one writer (one
+    segment): a daemon's thread must not fork writer processes. Until it is swapped in, the
+    scan lane answers; after, the index gives the same hits and nothing is left beside it."""
+    from memstore.index.store_index import StoreIndex
+    from memstore.read import ranking
+
+    n = 2100
+    root = tmp_path / "big"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=root, check=True)
+    gitops.toplevel.cache_clear()
+    ws = open_workspace(cwd=root)
+    api.init(ws)
+    rng = random.Random(5)
+    for i in range(n):
+        text = TARGET if i == 7 else f"Note {i}: " + " ".join(rng.choice(WORDS) for _ in range(12))
+        (root / ".memory" / "facts" / f"{_id(i)}.md").write_text(
+            f"---\nid: {_id(i)}\nkind: fact\nscope: repo\ncreated: 2026-11-01T10:00:00Z\n---\n{text}\n")
+    si = StoreIndex(open_workspace(cwd=root).catalog("repo"), None, ranking.RankingParams())
+    si.defer_saves = True  # as the daemon's
+    si.refresh()
+    assert si.scan is not None and si.lane is si.scan
+    queries = [RARE, "worker queue retry", "zanzibar"]
+    scanned = {q: [(h.id, h.score) for h in si.scan.hits(q, 10)] for q in queries}
+    assert scanned[RARE][0][0] == _id(7)
+    def swapped() -> bool:
+        si.refresh(walk=False)  # starts the planned build, then swaps the finished one in
+        return si.scan is None
+
+    assert _poll(swapped, timeout=180, every=0.2)
+    assert si.lane is si.keyword is not None
+    assert len(list(si.keyword.searcher.reader().leaf_readers())) == 1
+    for q in queries:
+        assert [(h.id, h.score) for h in si.keyword.hits(q, 10)] == scanned[q], q
+    assert not list(si.dir.glob("keyword.*-*"))
+    si.close()
