@@ -19,6 +19,8 @@ The machine's load average is printed with the results: on a shared 2-core box i
     python bench/perf.py cold --sizes 100000   # the same at 100k (embeds for minutes)
     python bench/perf.py cold --sizes 10000 --workers 1 2   # in-process encoder beside 2 workers
     python bench/perf.py cold --sizes 10000 --workers 1 2 --corpus mixed --eval-dir ../shared/eval
+    python bench/perf.py cold --firsts 5       # and the first read p50 of 5 clones, each
+                                               # against a daemon of its own (model loaded)
 
 ``cold`` commits each generated store as ``.memory/`` of a git repo (kept under
 ``bench/.cache/perf/``), starts a daemon (model loaded, as on a machine that used memstore
@@ -664,21 +666,62 @@ def encode_rate(origin: Path, workers: int, count: int = 1000) -> float:
     return rate
 
 
-def cold_run(n: int, reps: int, workers: int, corpus: str = "templates") -> dict[str, Any]:
-    origin = git_origin(n, corpus)
-    work = Path(tempfile.mkdtemp(prefix=f"mscold-{n}-", dir="/tmp"))
-    rdir = work / "run"
+def cold_env(work: Path, workers: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
-    env.update({"MEMSTORE_HOME": str(work / "global"), "MEMSTORE_RUNTIME_DIR": str(rdir), "MEMSTORE_DAEMON": "1",
-                "MEMSTORE_CODE_VERSION": client.code_version(), "MEMSTORE_EMBED_WORKERS": str(workers)})
-    row: dict[str, Any] = {"n": n, "corpus": corpus, "workers": workers}
+    env.update({"MEMSTORE_HOME": str(work / "global"), "MEMSTORE_RUNTIME_DIR": str(work / "run"),
+                "MEMSTORE_DAEMON": "1", "MEMSTORE_CODE_VERSION": client.code_version(),
+                "MEMSTORE_EMBED_WORKERS": str(workers)})
+    return env
+
+
+def start_daemon(work: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """A daemon for ``env``, returned once it answers (its model is loaded before it binds)."""
     log = open(work / "serve.out", "ab")  # noqa: SIM115
     proc = subprocess.Popen([sys.executable, "-m", "memstore", "serve", "--idle", "900"], env=env,
                             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     log.close()
+    if not client.wait_until_up(120, env=env):
+        raise RuntimeError(f"daemon did not start: {(work / 'run' / 'daemon.log').read_text()[-2000:]}")
+    return proc
+
+
+def stop_daemon(proc: subprocess.Popen[bytes], env: dict[str, str]) -> None:
+    client.stop(env=env)
     try:
-        if not client.wait_until_up(120, env=env):
-            raise RuntimeError(f"daemon did not start: {(rdir / 'daemon.log').read_text()[-2000:]}")
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def first_read_once(origin: Path, workers: int) -> float:
+    """Seconds of the first CLI read in a fresh clone, against a daemon of its own that has
+    loaded the model and has seen no other clone (nothing else embeds meanwhile)."""
+    work = Path(tempfile.mkdtemp(prefix="msfirst-", dir="/tmp"))
+    env = cold_env(work, workers)
+    proc = start_daemon(work, env)
+    try:
+        clone = work / "clone"
+        subprocess.run(["git", "clone", "-q", str(origin), str(clone)], check=True)
+        return timed_cli(["read", *QUERIES[0].split()], env, clone)[0]
+    finally:
+        stop_daemon(proc, env)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def cold_run(n: int, reps: int, workers: int, corpus: str = "templates", firsts: int = 1,
+             firsts_only: bool = False) -> dict[str, Any]:
+    origin = git_origin(n, corpus)
+    row: dict[str, Any] = {"n": n, "corpus": corpus, "workers": workers}
+    if firsts > 1 or firsts_only:
+        times = [first_read_once(origin, workers) for _ in range(firsts)]
+        row["firsts"] = [ms(t) for t in times]
+        row["first_read_p50_ms"] = ms(pct(times, 50))
+        if firsts_only:
+            return row
+    work = Path(tempfile.mkdtemp(prefix=f"mscold-{n}-", dir="/tmp"))
+    env = cold_env(work, workers)
+    proc = start_daemon(work, env)
+    try:
         t0 = time.perf_counter()
         clone = work / "clone"
         subprocess.run(["git", "clone", "-q", str(origin), str(clone)], check=True)
@@ -703,11 +746,7 @@ def cold_run(n: int, reps: int, workers: int, corpus: str = "templates") -> dict
         row["warm_read_p95_ms"] = ms(pct(warm, 95))
         row["python_start_p50_ms"] = ms(pct(python_start(), 50))
     finally:
-        client.stop(env=env)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_daemon(proc, env)
         shutil.rmtree(work, ignore_errors=True)
     row.update(cold_without_daemon(n, origin, env["MEMSTORE_EMBED_WORKERS"]))
     # With the daemon gone: nothing else embeds.
@@ -771,6 +810,10 @@ def cold_main(argv: list[str]) -> int:
     ap.add_argument("--corpus", choices=("templates", "mixed"), default="templates",
                     help="templates: ~21-word generated memories; mixed: bench/embed_speed.py's mixed set")
     ap.add_argument("--eval-dir", type=Path, default=EVAL_DIR[0], help="the shared eval data (for --corpus mixed)")
+    ap.add_argument("--firsts", type=int, default=1,
+                    help="time the first read in this many fresh clones (each with its own daemon) and "
+                         "report their p50 beside the full run's single first read")
+    ap.add_argument("--firsts-only", action="store_true", help="only the --firsts first reads")
     a = ap.parse_args(argv)
     EVAL_DIR[0] = a.eval_dir
     import compileall  # as main() does: measure an installed package, not bytecode compiling
@@ -781,11 +824,11 @@ def cold_main(argv: list[str]) -> int:
     rows = []
     for n in a.sizes:
         for workers in a.workers:
-            row = cold_run(n, a.reps, workers, a.corpus)
+            row = cold_run(n, a.reps, workers, a.corpus, a.firsts, a.firsts_only)
             rows.append(row)
             print(f"# {json.dumps(row)}", file=sys.stderr, flush=True)
     cols = [("n", "memories"), ("corpus", "corpus"), ("workers", "workers"), ("clone_s", "git clone s"),
-            ("first_read_ms", "first read ms"),
+            ("first_read_ms", "first read ms"), ("first_read_p50_ms", f"first read p50 of {a.firsts} ms"),
             ("first_read_partial", "first read partial"), ("all_vectors_s", "all vectors s"),
             ("embed_rate_per_s", "memories/s"), ("encoder_alone_per_s", "floor: encoder alone texts/s"),
             ("daemon_peak_rss_mb", "daemon peak RSS MB"),

@@ -214,8 +214,11 @@ class KeywordIndex:
                         fromindex=self.ix)
 
     @_healing
-    def apply(self, upserts: Iterable[tuple[str, str, list[str], str]], removes: Iterable[str]) -> None:
-        """Add or replace (id, kind, tags, text) documents and delete ids, in one commit."""
+    def apply(self, upserts: Iterable[tuple[str, str, list[str], str]], removes: Iterable[str], *,
+              fork: bool = True) -> None:
+        """Add or replace (id, kind, tags, text) documents and delete ids, in one commit.
+        ``fork=False``: never Whoosh's multi-process writer (a thread beside others must not
+        fork: a child can inherit a lock another thread held, and wait on it for ever)."""
         from whoosh.writing import AsyncWriter
 
         upserts = list(upserts)
@@ -232,7 +235,10 @@ class KeywordIndex:
         else:
             reader = self.searcher.reader()
             present = {mid for mid, *_ in upserts if ("id", mid) in reader}
-        writer = self.ix.writer(procs=2, multisegment=True, limitmb=128) if big else AsyncWriter(self.ix)
+        if big and fork:
+            writer = self.ix.writer(procs=2, multisegment=True, limitmb=128)
+        else:
+            writer = self.ix.writer(limitmb=128) if big else AsyncWriter(self.ix)
         try:
             for mid in removes:
                 writer.delete_by_term("id", mid)

@@ -9,10 +9,12 @@ so a process notices when another one moved the on-disk index ahead of its own c
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -26,6 +28,7 @@ from ..store.model import Memory
 from .embcache import EmbeddingCache, text_key
 from .embedder import Embedder, EmbedderUnavailable
 from .keyword import BM25Params, KeywordIndex
+from .scanlane import ScanLane
 from .vectors import VectorIndex
 
 log = logging.getLogger("memstore.index")
@@ -36,6 +39,15 @@ SAVE_EVERY_S = 1.0  # new vectors reach the embedding cache at least this often:
 # every waiting memory costs ~20 ms per slice at 10k (2 ms with this cap), so ~200 ms of each
 # quarter-second slice at 100k.
 PLAN_WAITING = 1024
+# A long-lived process whose keyword index lacks more of the catalog's documents than this (a
+# fresh clone, a big pull) builds the Whoosh index in the background, beside the old one, and
+# answers meanwhile from a scan of the texts in memory (``scanlane``): Whoosh's writer takes ~4 s
+# per 1k memories on 2 cores, the scan lane ~0.1 s, and their hits and scores are the same.
+KW_DEFER = 256
+# A read that finds more than KW_DEFER memories without a vector embeds only this many before it
+# answers (partial): its wait cannot finish them, and the daemon embeds the rest behind it. The
+# probe still shows at once whether the model works.
+EMBED_PROBE = 4
 
 # (store root, memories with a vector, memories): how far embedding has come, for a progress bar.
 Progress = Callable[[Any, int, int], None]
@@ -83,6 +95,16 @@ class StoreIndex:
         # out, until a refresh puts them into the index and the embedding cache.
         self._wanted: set[str] = set()
         self._ready: dict[str, np.ndarray] = {}
+        # While a background build of the keyword index runs: the lane reads answer from.
+        self.scan: ScanLane | None = None
+        self._scan_gen = -1  # the catalog generation the scan lane holds
+        self._kw_build: _KeywordBuild | None = None
+        self._kw_inline = False  # build the keyword index in the call (rebuild, a failed build)
+
+    @property
+    def lane(self) -> KeywordIndex | ScanLane | None:
+        """What the keyword lane reads: the scan lane while the keyword index is being built."""
+        return self.scan if self.scan is not None else self.keyword
 
     # -- loading -------------------------------------------------------------------------------
     @property
@@ -142,6 +164,7 @@ class StoreIndex:
             private_dir(self.dir)
         else:
             self.dir.mkdir(exist_ok=True)
+        self._clean_builds()
         meta = self._read_meta()
         if meta is not None:
             meta = _valid_meta(meta)
@@ -181,6 +204,24 @@ class StoreIndex:
             self.warnings.append(f"embedding model changed ({meta.get('model_id')} -> {self.embedder.model_id}); "
                                  "vectors rebuilt")
         self._note_written()
+
+    def _clean_builds(self) -> None:
+        """Remove keyword indexes a build left beside the live one (``keyword.next-<pid>-<n>``: a
+        process that died mid-build; ``keyword.old-<pid>``: one that died mid-swap), except
+        those of a build still running. Nothing is lost with them: the files are the truth."""
+        ours = self._kw_build.folder.name if self._kw_build is not None else None
+        with contextlib.suppress(OSError), os.scandir(self.dir) as entries:
+            leftovers = [e for e in entries if e.name.startswith(("keyword.next-", "keyword.old-"))]
+        for entry in leftovers:
+            pid = entry.name.split("-")[1]  # keyword.next-<pid>-<n>
+            if entry.name == ours or (entry.name.startswith("keyword.next-") and pid.isdigit()
+                                      and int(pid) != os.getpid() and _alive(int(pid))):
+                continue
+            if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+            else:
+                shutil.rmtree(entry.path, ignore_errors=True)
 
     def _heal_keyword(self, exc: Exception) -> None:
         """The keyword index's files failed a read: build it again from the catalog, now."""
@@ -259,6 +300,7 @@ class StoreIndex:
         that nothing changed), so skip its stat walk and only sync the projections to it.
         ``budget``: seconds it may spend embedding (default ``embed_wait``; None: no bound);
         what is left stays in ``pending`` for the next refresh."""
+        probe = budget is not None and budget < 0  # a read's own wait, not a background slice
         if budget is not None and budget < 0:
             budget = self.embed_wait
         if not self._loaded:
@@ -266,14 +308,20 @@ class StoreIndex:
         elif self.keyword is not None and self.keyword.damaged():
             # Under a long-lived process: files deleted or rewritten since it last looked.
             self._heal_keyword(RuntimeError("its files were deleted or changed on disk"))
+        swapped = self._finish_keyword()
+        if self._kw_build is not None and not self._kw_build.started:
+            # Planned by an earlier call (a read, which answers sooner without a build beside
+            # it on two cores): the daemon's next refresh, embedding behind that read, starts it.
+            self._kw_build.start()
         if walk:
             self.catalog.refresh()
-        if self.catalog.generation == self._synced_catalog_gen and not self.embedding_pending:
+        if self.catalog.generation == self._synced_catalog_gen and not self.embedding_pending and not swapped:
             return False
         # Only the memories the catalog changed since the last sync (and those still waiting for
         # a vector) can differ from the manifests (comparing all of them costs ~100 ms at 100k);
-        # the first sync compares all.
-        since = self.catalog.changes_since(self._synced_catalog_gen) if self._synced_catalog_gen >= 0 else None
+        # the first sync compares all, and so does the first after a keyword build swapped in.
+        since = (self.catalog.changes_since(self._synced_catalog_gen)
+                 if self._synced_catalog_gen >= 0 and not swapped else None)
         carry: list[str] = []  # waiting memories left out of this plan: still waiting after it
         ids = None
         if since is not None:
@@ -294,7 +342,7 @@ class StoreIndex:
                 self._load()
                 kw, vec = self._plan(None)
                 carry = []
-            changed = self._sync(kw, vec, budget)
+            changed = self._sync(kw, vec, budget, probe=probe and self.embed_wait is not None)
             self.pending += carry
             if changed:
                 self._changed_on_disk()
@@ -362,6 +410,8 @@ class StoreIndex:
         from now until it has run, so no process sees the vectors without their metadata."""
         if not self._loaded:
             return None
+        if self._kw_build is not None and (self._kw_build.done.is_set() or not self._kw_build.started):
+            self.refresh(walk=False, budget=0.0)  # start a planned build; swap a finished one in
         if not self._dirty:
             if self._disk_intact():
                 return None
@@ -424,17 +474,19 @@ class StoreIndex:
                 vec[mid] = text
         return kw, vec
 
-    def _sync(self, kw: dict[str, str | None], vec: dict[str, str | None], budget: float | None = None) -> bool:
+    def _sync(self, kw: dict[str, str | None], vec: dict[str, str | None], budget: float | None = None,
+              *, probe: bool = False) -> bool:
         assert self.keyword is not None and self.vectors is not None
         mems = self.catalog.memories
         changed = False
-        if kw:
+        if kw and not self._keyword_later(kw):
             upsert = [m for m, key in kw.items() if key is not None]
             self.keyword.apply(
                 ((m, mems[m].kind, mems[m].tags, mems[m].text) for m in upsert),
                 [m for m, key in kw.items() if key is None],
             )
             _patch(self.state.kw_manifest, kw)
+            self.scan = None  # the index holds the catalog again
             changed = True
         # Replaced at the end, never emptied before: ``daemon status`` reads it meanwhile.
         pending: list[str] = []
@@ -443,7 +495,7 @@ class StoreIndex:
             deadline = None if budget is None else time.monotonic() + budget
             try:
                 vecs, done = self._embed([vec[m] or "" for m in upsert], [mems[m].text for m in upsert],
-                                         deadline, with_vector=len(mems) - len(upsert))
+                                         deadline, with_vector=len(mems) - len(upsert), probe=probe)
             except EmbedderUnavailable as exc:
                 self.semantic_error = str(exc)
             else:
@@ -495,6 +547,73 @@ class StoreIndex:
         self.refresh(walk=False, budget=0.0)
         return True
 
+    # -- the keyword index built in the background ---------------------------------------------------
+    def _keyword_later(self, kw: dict[str, str | None]) -> bool:
+        """Whether the keyword plan is left to a background build (started now if none runs),
+        with the scan lane answering from the catalog meanwhile; False: apply it now."""
+        if self._kw_build is None:
+            if (self._kw_inline or not self.defer_saves
+                    or sum(1 for key in kw.values() if key is not None) <= KW_DEFER):
+                return False
+            # A one-shot process (the CLI without the daemon) would exit before a build ends;
+            # only a long-lived one (deferred saves: the daemon) leaves it to a thread.
+            docs = self._docs()
+            # Named for this process and build: a workspace the daemon evicted and opened again
+            # may still have a build of its own running.
+            folder = self.dir / f"keyword.next-{os.getpid()}-{next(_BUILDS)}"
+            self._kw_build = _KeywordBuild(folder, self.params, docs)
+            log.info("%s: building the keyword index of %d memories in the background", self.dir, len(docs))
+        if self.scan is None or self._scan_gen != self.catalog.generation:
+            if self.scan is None:
+                self.scan = ScanLane(self.params)
+            self.scan.set_docs((mid, key, kind, tags, text) for mid, key, kind, tags, text in self._docs())
+            self._scan_gen = self.catalog.generation
+        return True
+
+    def _docs(self) -> list[tuple[str, str, str, list[str], str]]:
+        """(id, doc key, kind, tags, text) of every memory of the catalog."""
+        out = []
+        keys = self._keys
+        for mid, mem in self.catalog.memories.items():
+            known = keys.get(mid)
+            if known is None or known[0] is not mem:
+                known = keys[mid] = (mem, doc_key(mem), text_key(mem.text))
+            out.append((mid, known[1], mem.kind, mem.tags, mem.text))
+        return out
+
+    def _finish_keyword(self) -> bool:
+        """Swap a finished background build in for the live keyword index (under the index
+        lock); the next plan then applies what changed since the build began. True if it did."""
+        build = self._kw_build
+        if build is None or not build.done.is_set():
+            return False
+        self._kw_build = None
+        if build.error is not None:
+            # Not worth a second try in the background: the next sync builds it in the call.
+            log.warning("%s: building the keyword index failed (%s); built in the next call", self.dir, build.error)
+            shutil.rmtree(build.folder, ignore_errors=True)
+            self._kw_inline = True
+            return True
+        assert self.keyword is not None
+        live = self.dir / "keyword"
+        old = self.dir / f"keyword.old-{os.getpid()}"
+        with self._lock():
+            self.keyword.close()
+            shutil.rmtree(old, ignore_errors=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(live, old)
+            os.replace(build.folder, live)
+            self.keyword = KeywordIndex(live, self.params)
+            self.keyword.on_fault = self._heal_keyword
+            self.state.kw_manifest = build.manifest
+            self.scan = None
+            self._changed_on_disk()
+            if self.defer_saves:
+                self._save()  # the saved metadata names the keyword files: keep them together
+        shutil.rmtree(old, ignore_errors=True)
+        log.info("%s: keyword index of %d memories built in %.1f s", self.dir, len(build.manifest), build.seconds)
+        return True
+
     def embedding_cache(self) -> EmbeddingCache:
         assert self.embedder is not None
         if self._cache is None:
@@ -502,12 +621,13 @@ class StoreIndex:
         return self._cache
 
     def _embed(self, keys: list[str], texts: list[str], deadline: float | None,
-               with_vector: int = 0) -> tuple[np.ndarray, np.ndarray]:
+               with_vector: int = 0, *, probe: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """The texts' vectors, from the cache, a background encode (``offer``) or the model,
         and which of them are done: all, or (with a ``deadline``) those found or embedded
         before it. ``with_vector``: memories of the store that already have one (for the
         progress report). Without a deadline the worker processes may encode (a rebuild);
-        with one, this process does, a part at a time (a read's wait)."""
+        with one, this process does, a part at a time (a read's wait). ``probe``: a read's
+        wait, which embeds only ``EMBED_PROBE`` texts of a backlog over ``KW_DEFER``."""
         assert self.embedder is not None
         cache = self.embedding_cache()
         out, missing = cache.get_many(keys)
@@ -532,13 +652,14 @@ class StoreIndex:
             for i in unsaved:
                 self._ready.pop(keys[i], None)
 
-        parts = self.embedder.encode_parts([texts[i] for i in missing], pool=deadline is None)
+        todo = missing[:EMBED_PROBE] if probe and deadline is not None and len(missing) > KW_DEFER else missing
+        parts = self.embedder.encode_parts([texts[i] for i in todo], pool=deadline is None)
         try:
             while deadline is None or time.monotonic() < deadline:
                 got = next(parts, None)
                 if got is None:
                     break
-                rows = [missing[j] for j in got[0]]
+                rows = [todo[j] for j in got[0]]
                 out[rows] = got[1]
                 done[rows] = True
                 unsaved += rows
@@ -568,11 +689,62 @@ class StoreIndex:
         self.catalog.reset()
         self._loaded = False
         self._synced_catalog_gen = -1
-        self.refresh()
+        self.scan = None
+        self._kw_inline = True  # whoever asks for a rebuild waits for the keyword index
+        try:
+            self.refresh()
+        finally:
+            self._kw_inline = False
 
     def close(self) -> None:
         if self.keyword is not None:
             self.keyword.close()
+
+
+class _KeywordBuild:
+    """A Whoosh index of a snapshot of the catalog, built by a thread into its own folder."""
+
+    def __init__(self, folder: Any, params: BM25Params, docs: list[tuple[str, str, str, list[str], str]]) -> None:
+        self.folder = folder
+        self.manifest = {mid: key for mid, key, *_ in docs}
+        self.error: BaseException | None = None
+        self.seconds = 0.0
+        self.done = threading.Event()
+        self.started = False
+        self._thread = threading.Thread(target=self._run, args=(params, docs), name="keyword-build", daemon=True)
+
+    def start(self) -> None:
+        self.started = True
+        self._thread.start()
+
+    def _run(self, params: BM25Params, docs: list[tuple[str, str, str, list[str], str]]) -> None:
+        t0 = time.monotonic()
+        try:
+            index = KeywordIndex(self.folder, params, fresh=True)
+            try:
+                # One writer in this thread: forking Whoosh's writer processes from a daemon
+                # whose other threads hold locks left children waiting on them for ever.
+                index.apply(((mid, kind, tags, text) for mid, _key, kind, tags, text in docs), [], fork=False)
+            finally:
+                index.close()
+        except BaseException as exc:  # reported by the swap; reads keep the scan lane until then
+            self.error = exc
+        finally:
+            self.seconds = time.monotonic() - t0
+            self.done.set()
+
+
+_BUILDS = itertools.count(1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _stat(path: Any) -> tuple[int, int, int] | None:

@@ -233,9 +233,10 @@ def keyword_lane(sc: Scope, query: str, rows: Rows, pool: int) -> LaneB:
     evidence: dict[int, tuple[float, int, int, int]] = {}
     named = False
     for si in sc.indexes:
-        if si.keyword is None:
+        lane = si.lane  # the scan lane while the keyword index is built in the background
+        if lane is None:
             continue
-        found = [(row, h) for h in si.keyword.hits(query, pool)
+        found = [(row, h) for h in lane.hits(query, pool)
                  if (row := rows.pos.get(h.id)) is not None and not rows.is_excluded(row)]
         best = max((h.score for _, h in found), default=0.0)
         if best > 0:
@@ -248,7 +249,7 @@ def keyword_lane(sc: Scope, query: str, rows: Rows, pool: int) -> LaneB:
 
 def doc_freq_fn(sc: Scope) -> Any:
     def doc_freq(term: str) -> int:
-        return sum(si.keyword.doc_freq(term) for si in sc.indexes if si.keyword is not None)
+        return sum(lane.doc_freq(term) for si in sc.indexes if (lane := si.lane) is not None)
 
     return doc_freq
 

@@ -1,0 +1,126 @@
+"""The scan lane stands in for the Whoosh index while it is built: on the same documents and
+queries its hits must be Whoosh's (the array scorer's) exactly: ids, BM25F scores, coverage,
+identifier and word rarity, the name look-up flag, document frequencies."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from memstore.index.keyword import KeywordHit, KeywordIndex
+from memstore.index.scanlane import ScanLane
+from memstore.index.store_index import doc_key
+from memstore.read import ranking
+from memstore.store.files import parse_markdown
+from memstore.store.model import Memory
+
+ROOT = Path(__file__).resolve().parent.parent
+WORDS = [
+    "migration", "column", "sqlite", "postgres", "timeout", "retry", "kafka", "consumer", "offset",
+    "redis", "cache", "eviction", "tenant", "billing", "invoice", "webhook", "signature", "pytest",
+    "fixture", "flaky", "deadlock", "failed", "failing", "fails", "the", "and", "HTTP 409", "self-care",
+    "resp.raise_for_status()", "app/db/session.py", "TZ=UTC", "E11000", "UniqueViolationError",
+    "asyncpg.exceptions.UniqueViolationError", "HTTPAdapter", "myStore", "ORA-00942", "db-primary",
+    "v2.3.1", "10:30", "Frobnicator.rotate_tokens", "naïve", "café", "don't", "user's", "2026", "42", "7",
+    "Migration", "The", "A", "Ab", "aB", "MIGRATION", "Running", "x86", "3rd",
+]
+QUERIES = [
+    "sqlite migration column already exists", "kafka consumer offset retry", "flaky pytest fixture",
+    "billing webhook signature invoice", "redis", "nothing matches zzz", "raise_for_status in session.py",
+    "TZ=UTC E11000 status", "UniqueViolationError", "asyncpg", "asyncpg.exceptions", "HTTP 409 conflict",
+    "ORA-00942 table", "db-primary timeout", "rotate_tokens", "Frobnicator.rotate_tokens", "frobnicator",
+    "why did the migration fail", "HTTPAdapter retries", "mystore", "café naïve", "the and of", "v2.3.1",
+    "10:30 cron", "self-care", "user's session", "tenant", "session.py", "app/db", "2026 42 7", "running migrations",
+    "x86 3rd ab",
+]
+
+
+def _random_docs(n: int, seed: int) -> list[tuple[str, str, list[str], str]]:
+    rnd = random.Random(seed)
+    docs = []
+    for i in range(n):
+        words = [rnd.choice(WORDS) for _ in range(rnd.randint(3, 40))]  # repeats: frequencies > 1
+        tags = rnd.sample(["db", "Deploy", "ci", "auth", "billing flow", "x"], rnd.randint(0, 3))
+        docs.append((f"m{i:05d}", rnd.choice(["fact", "problem", "solution"]), tags, " ".join(words)))
+    docs.append(("m-dup-a", "fact", [], "kafka consumer offset retry"))  # equal scores: a tie
+    docs.append(("m-dup-b", "fact", [], "kafka consumer offset retry"))
+    return docs
+
+
+def _example_docs() -> list[tuple[str, str, list[str], str]]:
+    docs = []
+    for path in sorted((ROOT / ".memory-example").glob("*/*.md")):
+        meta, body = parse_markdown(path.read_text(encoding="utf-8"))
+        docs.append((path.stem[:26], str(meta.get("kind", "fact")), list(meta.get("tags") or []), body))
+    return docs
+
+
+def _scan(docs: list[tuple[str, str, list[str], str]]) -> ScanLane:
+    lane = ScanLane(ranking.RankingParams())
+    lane.set_docs((mid, doc_key(Memory(id=mid, kind=kind, text=text, scope="repo", tags=tags)), kind, tags, text)
+                  for mid, kind, tags, text in docs)
+    return lane
+
+
+def _whoosh(folder: Path, docs: list[tuple[str, str, list[str], str]]) -> KeywordIndex:
+    ki = KeywordIndex(folder, ranking.RankingParams(), fresh=True)
+    ki.apply(docs, [])
+    return ki
+
+
+def _same(got: list[KeywordHit], want: list[KeywordHit], limit: int) -> bool:
+    """The same hits; where documents tie at the cut, which of them make it depends on how
+    each index numbers its documents (Whoosh's bulk writer: by segment, in the order its
+    processes finish), so there only the scores must agree."""
+    got, want = (sorted(h, key=lambda h: (-h.score, h.id)) for h in (got, want))
+    if [h.score for h in got] != [h.score for h in want]:
+        return False
+    if len(want) < limit or not want:
+        return got == want
+    cut = want[-1].score
+    return [h for h in got if h.score > cut] == [h for h in want if h.score > cut]
+
+
+@pytest.mark.parametrize(("n", "seed"), [(300, 1), (2300, 2)])  # one writer; the bulk writer's segments
+def test_hits_and_scores_equal_whoosh(tmp_path: Path, n: int, seed: int) -> None:
+    docs = _random_docs(n, seed)
+    ki = _whoosh(tmp_path / "kw", docs)
+    lane = _scan(docs)
+    if n > 2000:
+        assert len(list(ki.searcher.reader().leaf_readers())) >= 2
+    assert lane.doc_count() == ki.doc_count() == len(docs)
+    for query in QUERIES:
+        for limit in (5, 50):
+            want, got = ki.hits(query, limit), lane.hits(query, limit)
+            assert ki._scorer is not None
+            assert _same(got, want, limit), (query, limit)
+    assert any(h.named for h in lane.hits("UniqueViolationError", 5))
+    for word in ["migration", "failing", "UniqueViolationError", "asyncpg", "session.py", "the", "zzz", "HTTP"]:
+        assert lane.doc_freq(word) == ki.doc_freq(word), word
+    ki.close()
+
+
+def test_the_example_store_ranks_the_same(tmp_path: Path) -> None:
+    docs = _example_docs()
+    assert len(docs) > 10
+    ki = _whoosh(tmp_path / "kw", docs)
+    lane = _scan(docs)
+    for query in [*QUERIES, "database driver psycopg", "asyncpg.exceptions.UniqueViolationError",
+                  "alembic migration stamp", "DuplicateColumn", "tests/conftest.py"]:
+        assert _same(lane.hits(query, 20), ki.hits(query, 20), 20), query
+    ki.close()
+
+
+def test_documents_follow_the_catalog() -> None:
+    """Replacing the documents re-analyses only new texts, and drops the removed ones."""
+    docs = _random_docs(50, 3)
+    lane = _scan(docs)
+    kept = [*docs[:20], ("m-new", "fact", [], "Frobnicator.rotate_tokens rotates quillwort")]
+    lane.set_docs((mid, doc_key(Memory(id=mid, kind=kind, text=text, scope="repo", tags=tags)), kind, tags, text)
+                  for mid, kind, tags, text in kept)
+    assert lane.doc_count() == 21
+    assert [h.id for h in lane.hits("quillwort", 5)] == ["m-new"]
+    assert not {h.id for h in lane.hits("kafka consumer", 100)} & {mid for mid, *_ in docs[20:]}
+    assert _scan([]).hits("kafka", 5) == []
