@@ -175,7 +175,7 @@ def test_a_worker_killed_mid_run_loses_nothing(tmp_path: Path) -> None:
     try:
         _, pid = _start(world, "2", procs)
         _first_read(world, repo)
-        workers = _poll(lambda: _children(pid), timeout=60, every=0.02)
+        workers = _poll(lambda: (w if len(w := _children(pid)) == 2 else None), timeout=60, every=0.02) or []
         assert workers, world.log()
         stores = _stores(world, repo)
         os.kill(workers[0], signal.SIGKILL)
@@ -201,7 +201,7 @@ def test_no_worker_outlives_the_daemon(tmp_path: Path) -> None:
     try:
         proc, pid = _start(world, "2", procs)
         _first_read(world, stopped)
-        workers = _poll(lambda: _children(pid), timeout=60, every=0.02)
+        workers = _poll(lambda: (w if len(w := _children(pid)) == 2 else None), timeout=60, every=0.02) or []
         assert len(workers) == 2, world.log()
         world.stop()  # asked to stop mid-run
         proc.wait(timeout=60)
@@ -209,7 +209,7 @@ def test_no_worker_outlives_the_daemon(tmp_path: Path) -> None:
 
         proc, pid = _start(world, "2", procs)
         _first_read(world, killed)
-        workers = _poll(lambda: _children(pid), timeout=60, every=0.02)
+        workers = _poll(lambda: (w if len(w := _children(pid)) == 2 else None), timeout=60, every=0.02) or []
         assert len(workers) == 2, world.log()
         os.kill(pid, signal.SIGKILL)  # no shutdown at all: the workers see their stdin close
         proc.wait(timeout=30)

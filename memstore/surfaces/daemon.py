@@ -301,7 +301,7 @@ class Daemon:
 
                     return context(ws, task=args.get("task"), limit=args.get("limit"), episode=episode), 0
                 finally:
-                    self.embed_behind(entry)
+                    self._embed_after_reply(entry)
             if verb == "show":
                 return api.show(ws, args.get("id")), 0
             if verb == "list":
@@ -345,6 +345,16 @@ class Daemon:
             self.embed_behind(entry)
         except Exception:  # only a head start: the first request opens the workspace anyway
             log.exception("opening %s at start failed", cwd)
+    def _embed_after_reply(self, entry: Entry) -> None:
+        """``embed_behind`` once this connection's answer is sent: started earlier, the encoder
+        (starting its worker processes, the GIL) competes with rendering the answer the agent
+        waits for."""
+        deferred = getattr(_serving, "after_reply", None)
+        if deferred is None:  # not serving a connection (called in-process): start it now
+            self.embed_behind(entry)
+        elif entry not in deferred:
+            deferred.append(entry)
+
     def embed_behind(self, entry: Entry) -> None:
         """Start embedding the workspace's memories that have no vector yet (a read or a refresh
         ran out of its wait), unless that is under way already or nothing waits."""
@@ -439,6 +449,7 @@ class Daemon:
     def _serve_conn(self, conn: socket.socket) -> None:
         with self._state:
             self.active += 1
+        _serving.after_reply = []
         try:
             with conn:
                 if not _same_user(conn):
@@ -466,6 +477,12 @@ class Daemon:
                 with contextlib.suppress(OSError):  # a killed client cannot read its answer
                     conn.sendall(json.dumps(reply, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
         finally:
+            deferred, _serving.after_reply = _serving.after_reply, None
+            for entry in deferred:
+                try:
+                    self.embed_behind(entry)
+                except Exception:  # the next read starts it again; this connection is done
+                    log.exception("starting the background embedding failed")
             with self._state:
                 self.active -= 1
                 self.last_activity = time.monotonic()
@@ -698,6 +715,10 @@ class Daemon:
             os.close(self._lock_fd)  # releases the lifetime lock
             self._lock_fd = None
         log.info("stopped")
+
+
+# Per connection thread: workspaces whose background embedding starts once the answer is sent.
+_serving = threading.local()
 
 
 def one_blas_thread() -> None:
