@@ -25,6 +25,24 @@ from memstore.verbs import api
 WAIT = 60.0  # generous bound for a daemon start (model load) on a loaded 2-core machine
 
 
+def commit_all(root: Path, message: str = "memories") -> None:
+    """Everything in ``root``'s work tree committed: an origin for a teammate to clone."""
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run(["git", "commit", "-q", "-m", message], cwd=root, check=True)
+
+
+def clone(origin: Path, name: str) -> Path:
+    """A real `git clone` of ``origin`` beside it: what a teammate's checkout starts from."""
+    dest = origin.parent / name
+    subprocess.run(["git", "clone", "-q", str(origin), str(dest)], check=True)
+    return dest
+
+
+def ranked(answer: dict[str, Any]) -> list[tuple[str, float]]:
+    """A read's results as (id, score), for comparing two answers."""
+    return [(r["id"], r["score"]) for r in answer["results"]]
+
+
 def _git(cwd: Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from conftest import run_on_tty
-from daemonworld import Env, _poll
+from daemonworld import Env, _poll, clone, commit_all, ranked
 from mcp.client.session import ClientSession
 from test_mcp import ok, run_mcp
 
@@ -54,19 +54,8 @@ def _origin(base: Path, n: int) -> Path:
         text = TARGET if i == n // 2 else (
             f"Note {i}: " + " ".join(rng.choice(WORDS) for _ in range(40)) + f" (case {i}).")
         (facts / f"{_id(i)}.md").write_text(_fact(i, text))
-    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
-    subprocess.run(["git", "commit", "-q", "-m", "memories"], cwd=root, check=True)
+    commit_all(root)
     return root
-
-
-def _clone(origin: Path, name: str) -> Path:
-    dest = origin.parent / name
-    subprocess.run(["git", "clone", "-q", str(origin), str(dest)], check=True)
-    return dest
-
-
-def _ranked(answer: dict[str, Any]) -> list[tuple[str, float]]:
-    return [(r["id"], r["score"]) for r in answer["results"]]
 
 
 def _stores(status: dict[str, Any], repo: Path) -> list[dict[str, Any]]:
@@ -85,7 +74,7 @@ def test_a_clone_is_answered_before_its_vectors_exist(tmp_path: Path) -> None:
     world = Env(tmp_path / "cold")
     with world.environ():
         origin = _origin(world.base, N)
-    warm, cold = _clone(origin, "warm"), _clone(origin, "cold")
+    warm, cold = clone(origin, "warm"), clone(origin, "cold")
     # The answer of a fully indexed store: in-process, which embeds everything before answering.
     rc, want, err = world.cli("read", QUERY, cwd=warm, MEMSTORE_DAEMON="0")
     assert rc == 0 and "partial" not in want, err
@@ -114,7 +103,7 @@ def test_a_clone_is_answered_before_its_vectors_exist(tmp_path: Path) -> None:
         rc, later, err = world.cli("read", QUERY, cwd=cold, MEMSTORE_READ_WAIT="0.2")
         assert rc == 0, err
         assert "partial" not in later and later["guidance"] == want["guidance"], later.get("partial")
-        assert _ranked(later) == _ranked(want)
+        assert ranked(later) == ranked(want)
     finally:
         world.cleanup()
         proc.wait(timeout=30)
@@ -127,7 +116,7 @@ def test_a_first_read_without_a_daemon_answers_partially_and_the_daemon_it_start
     world = Env(tmp_path / "nodaemon")
     with world.environ():
         origin = _origin(world.base, N)
-    warm, cold = _clone(origin, "warm"), _clone(origin, "cold")
+    warm, cold = clone(origin, "warm"), clone(origin, "cold")
     try:
         rc, want, err = world.cli("read", QUERY, cwd=warm, MEMSTORE_DAEMON="0")
         assert rc == 0 and "partial" not in want, err
@@ -139,7 +128,7 @@ def test_a_first_read_without_a_daemon_answers_partially_and_the_daemon_it_start
         assert _poll(lambda: _all_embedded(world, cold), timeout=180, every=1.0), world.log()
         rc, later, err = world.cli("read", QUERY, cwd=cold, MEMSTORE_READ_WAIT="0.2")
         assert rc == 0 and "partial" not in later, err
-        assert _ranked(later) == _ranked(want)
+        assert ranked(later) == ranked(want)
     finally:
         world.cleanup()
 
@@ -150,7 +139,7 @@ def test_an_mcp_session_without_a_daemon_answers_partially_and_starts_one(tmp_pa
     world = Env(tmp_path / "mcp")
     with world.environ():
         origin = _origin(world.base, N)
-    cold = _clone(origin, "cold")
+    cold = clone(origin, "cold")
 
     async def script(s: ClientSession) -> dict[str, Any]:
         return ok(await s.call_tool("memory_read", {"query": QUERY}))
@@ -177,7 +166,7 @@ def _reindex_with_stderr_on(repo: Path, tty: bool) -> tuple[int, str, str]:
 
 def test_reindex_shows_a_bar_on_a_terminal_and_nothing_when_piped(tmp_path: Path) -> None:
     origin = _origin(tmp_path, 120)
-    piped, shown = _clone(origin, "piped"), _clone(origin, "shown")
+    piped, shown = clone(origin, "piped"), clone(origin, "shown")
     rc, out, err = _reindex_with_stderr_on(piped, tty=False)
     assert rc == 0 and json.loads(out)["stores"][0]["vectors"] == 120
     assert err == ""  # nothing decorative where a program reads
@@ -192,7 +181,7 @@ def test_a_bad_read_wait_in_a_cloned_config_is_ignored_and_a_bad_variable_refuse
     world = Env(tmp_path / "badwait")
     with world.environ():
         origin = _origin(world.base, 20)
-    repo = _clone(origin, "repo")
+    repo = clone(origin, "repo")
     (repo / ".memory" / "config.yaml").write_text("daemon:\n  read_wait_seconds: soon\n")
     try:
         rc, out, err = world.cli("read", QUERY, cwd=repo)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from daemonworld import Env, _poll
+from daemonworld import Env, _poll, clone, commit_all
 
 from memstore import gitops
 from memstore.store.ids import ALPHABET
@@ -48,15 +48,8 @@ def _origin(base: Path, n: int) -> Path:
         text = f"Note {i}: " + " ".join(rng.choice(WORDS) for _ in range(words)) + "."
         (facts / f"{_id(i)}.md").write_text(
             f"---\nid: {_id(i)}\nkind: fact\nscope: repo\ncreated: 2026-11-01T10:00:00Z\n---\n{text}\n")
-    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
-    subprocess.run(["git", "commit", "-q", "-m", "memories"], cwd=root, check=True)
+    commit_all(root)
     return root
-
-
-def _clone(origin: Path, name: str) -> Path:
-    dest = origin.parent / name
-    subprocess.run(["git", "clone", "-q", str(origin), str(dest)], check=True)
-    return dest
 
 
 def _stores(world: Env, repo: Path) -> list[dict[str, Any]]:
@@ -133,7 +126,7 @@ def test_vectors_from_the_workers_are_byte_equal_to_in_process_ones(tmp_path: Pa
     world = Env(tmp_path / "equal")
     with world.environ():
         origin = _origin(world.base, N)
-    alone, pooled = _clone(origin, "alone"), _clone(origin, "pooled")
+    alone, pooled = clone(origin, "alone"), clone(origin, "pooled")
     procs: list[subprocess.Popen[bytes]] = []
     try:
         proc, pid = _start(world, "0", procs)
@@ -170,7 +163,7 @@ def test_a_worker_killed_mid_run_loses_nothing(tmp_path: Path) -> None:
     n = 2000
     with world.environ():
         origin = _origin(world.base, n)
-    repo = _clone(origin, "clone")
+    repo = clone(origin, "clone")
     procs: list[subprocess.Popen[bytes]] = []
     try:
         _, pid = _start(world, "2", procs)
@@ -196,7 +189,7 @@ def test_no_worker_outlives_the_daemon(tmp_path: Path) -> None:
     world = Env(tmp_path / "exit")
     with world.environ():
         origin = _origin(world.base, 2000)
-    stopped, killed = _clone(origin, "stopped"), _clone(origin, "killed")
+    stopped, killed = clone(origin, "stopped"), clone(origin, "killed")
     procs: list[subprocess.Popen[bytes]] = []
     try:
         proc, pid = _start(world, "2", procs)
@@ -223,7 +216,7 @@ def test_a_bad_worker_count_is_warned_about_and_embedding_goes_on(tmp_path: Path
     world = Env(tmp_path / "bad")
     with world.environ():
         origin = _origin(world.base, 100)
-    repo = _clone(origin, "clone")
+    repo = clone(origin, "clone")
     try:
         rc, answer, err = world.cli("read", QUERY, cwd=repo, MEMSTORE_DAEMON="0", MEMSTORE_EMBED_WORKERS="lots")
         assert rc == 0 and "partial" not in answer, err

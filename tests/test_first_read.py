@@ -11,10 +11,9 @@ import random
 import signal
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
-from daemonworld import Env, _poll
+from daemonworld import Env, _poll, clone, commit_all, ranked
 
 from memstore import gitops
 from memstore.index.store_index import EMBED_PROBE, KW_DEFER
@@ -50,19 +49,8 @@ def _origin(base: Path) -> Path:
         (root / ".memory" / "facts" / f"{_id(i)}.md").write_text(
             f"---\nid: {_id(i)}\nkind: fact\nscope: repo\ncreated: 2026-11-01T10:00:00Z\n"
             f"author: dana\nconfidence: 0.8\ntags: [{tags}]\n---\n{text}\n")
-    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
-    subprocess.run(["git", "commit", "-q", "-m", "memories"], cwd=root, check=True)
+    commit_all(root)
     return root
-
-
-def _clone(origin: Path, name: str) -> Path:
-    dest = origin.parent / name
-    subprocess.run(["git", "clone", "-q", str(origin), str(dest)], check=True)
-    return dest
-
-
-def _ranked(answer: dict[str, Any]) -> list[tuple[str, float]]:
-    return [(r["id"], r["score"]) for r in answer["results"]]
 
 
 def _daemon_log(world: Env) -> str:
@@ -91,7 +79,7 @@ def _wants(world: Env, repo: Path) -> dict[str, list[tuple[str, float]]]:
     for query in QUERIES:
         rc, answer, err = world.cli("read", query, cwd=repo, MEMSTORE_DAEMON="0")
         assert rc == 0 and "partial" not in answer, err
-        out[query] = _ranked(answer)
+        out[query] = ranked(answer)
     return out
 
 
@@ -99,7 +87,7 @@ def test_the_first_read_answers_from_the_scan_lane_and_then_as_a_full_index(tmp_
     world = Env(tmp_path / "first")
     with world.environ():
         origin = _origin(world.base)
-    warm, cold = _clone(origin, "warm"), _clone(origin, "cold")
+    warm, cold = clone(origin, "warm"), clone(origin, "cold")
     want = _wants(world, warm)
     assert want[RARE][0][0] == _id(N // 3)
     proc = world.start("--idle", "600")
@@ -117,7 +105,7 @@ def test_the_first_read_answers_from_the_scan_lane_and_then_as_a_full_index(tmp_
         for query in QUERIES:
             rc, later, err = world.cli("read", query, cwd=cold)
             assert rc == 0 and "partial" not in later, err
-            assert _ranked(later) == want[query], query
+            assert ranked(later) == want[query], query
     finally:
         world.cleanup()
         proc.wait(timeout=30)
@@ -129,7 +117,7 @@ def test_a_daemon_killed_mid_build_loses_nothing(tmp_path: Path) -> None:
     world = Env(tmp_path / "killed")
     with world.environ():
         origin = _origin(world.base)
-    warm, cold = _clone(origin, "warm"), _clone(origin, "cold")
+    warm, cold = clone(origin, "warm"), clone(origin, "cold")
     want = _wants(world, warm)
     proc = world.start("--idle", "600")
     try:
@@ -152,7 +140,7 @@ def test_a_daemon_killed_mid_build_loses_nothing(tmp_path: Path) -> None:
         for query in QUERIES:
             rc, later, err = world.cli("read", query, cwd=cold)
             assert rc == 0 and "partial" not in later, err
-            assert _ranked(later) == want[query], query
+            assert ranked(later) == want[query], query
     finally:
         world.cleanup()
         proc.wait(timeout=30)

@@ -86,6 +86,26 @@ def _schema() -> Any:
     )
 
 
+def query_identifiers(pairs: list[tuple[str, str]], doc_frequency: Callable[[str, str], int],
+                      analyse: Callable[[list[str]], list[str]]) -> frozenset[str]:
+    """The query's ``code`` terms that name an identifier in this store: identifier-shaped
+    (``raise_for_status``, ``E11000``), or a word most memories that mention it hold inside
+    one (``asyncpg`` of ``asyncpg.exceptions``). Prose slips such as ``advice.I`` make a word
+    a piece of some "identifier" once; it is still mostly written as a word."""
+    out = []
+    for field_name, term in pairs:
+        if field_name != "code" or term.startswith(EXACT):
+            continue
+        if code_shaped(term):
+            out.append(term)
+            continue
+        in_code = doc_frequency("code", term)
+        words = analyse([term])
+        if in_code and words and 2 * in_code >= max(doc_frequency("text", w) for w in words):
+            out.append(term)
+    return frozenset(out)
+
+
 class KeywordIndex:
     def __init__(self, folder: Path, params: BM25Params, *, fresh: bool = False) -> None:
         self.folder = folder
@@ -294,22 +314,7 @@ class KeywordIndex:
         return [KeywordHit(mid, score, 1.0, 0, docs) for mid, score in whoosh_search(searcher, pairs, limit)]
 
     def _identifiers(self, searcher: Any, pairs: list[tuple[str, str]]) -> frozenset[str]:
-        """The query's ``code`` terms that name an identifier in this store: identifier-shaped
-        (``raise_for_status``, ``E11000``), or a word most memories that mention it hold inside
-        one (``asyncpg`` of ``asyncpg.exceptions``). Prose slips such as ``advice.I`` make a word
-        a piece of some "identifier" once; it is still mostly written as a word."""
-        out = []
-        for field_name, term in pairs:
-            if field_name != "code" or term.startswith(EXACT):
-                continue
-            if code_shaped(term):
-                out.append(term)
-                continue
-            in_code = searcher.doc_frequency("code", term)
-            words = self.analyse([term])
-            if in_code and words and 2 * in_code >= max(searcher.doc_frequency("text", w) for w in words):
-                out.append(term)
-        return frozenset(out)
+        return query_identifiers(pairs, searcher.doc_frequency, self.analyse)
 
     @_healing
     def doc_freq(self, word: str) -> int:

@@ -21,7 +21,7 @@ from itertools import chain
 
 import numpy as np
 
-from .keyword import BM25Params, KeywordHit, _byte_lengths, _rarest
+from .keyword import BM25Params, KeywordHit, _byte_lengths, _rarest, query_identifiers
 from .terms import (
     CODE_PATTERN,
     EXACT,
@@ -165,21 +165,6 @@ class ScanLane:
             return 0
         return max(self.doc_frequency("text", t) for t in terms)
 
-    def _identifiers(self, pairs: list[tuple[str, str]]) -> frozenset[str]:
-        """As ``KeywordIndex._identifiers``."""
-        out = []
-        for field_name, term in pairs:
-            if field_name != "code" or term.startswith(EXACT):
-                continue
-            if code_shaped(term):
-                out.append(term)
-                continue
-            in_code = self.doc_frequency("code", term)
-            words = self.analyse([term])
-            if in_code and words and 2 * in_code >= max(self.doc_frequency("text", w) for w in words):
-                out.append(term)
-        return frozenset(out)
-
     def search(self, query: str, limit: int) -> list[tuple[str, float]]:
         return [(h.id, h.score) for h in self.hits(query, limit)]
 
@@ -188,7 +173,7 @@ class ScanLane:
         pairs = self.pairs(query)
         if not pairs:
             return []
-        identifiers = self._identifiers(pairs)
+        identifiers = query_identifiers(pairs, self.doc_frequency, self.analyse)
         found = self._score(pairs, limit, identifiers)
         folded = {t for f, t in pairs if f == "code" and not t.startswith(EXACT)}
         if folded and folded <= identifiers:
