@@ -524,9 +524,11 @@ class Daemon:
         """Load the model and the heavy modules now, so the first answer is as fast as the rest."""
         from ..index.embedder import EmbedderUnavailable, get_embedder
         from ..read import retrieve  # noqa: F401
+        from ..store import schemas
         from ..verbs import api  # noqa: F401
 
         one_blas_thread()
+        schemas.warm()
         t0 = time.perf_counter()
         try:
             get_embedder().encode(["warm up"])

@@ -84,6 +84,13 @@ def _validator(name: str) -> Draft202012Validator:
     return validator
 
 
+def warm() -> None:
+    """Import jsonschema and build every request validator now (~0.1 s): a long-lived process
+    (the daemon) pays it at start, not in its first answer."""
+    for name in ("read", "write", "update"):
+        schema_errors(name, {})
+
+
 def schema_errors(name: str, instance: object) -> list[tuple[str, str]]:
     """Every schema violation of ``instance`` as ``(field, message)``, best first.
 
