@@ -83,6 +83,14 @@ def _wants(world: Env, repo: Path) -> dict[str, list[tuple[str, float]]]:
     return out
 
 
+def _answers_as_warm(world: Env, repo: Path, want: dict[str, list[tuple[str, float]]]) -> None:
+    """Every query, read through the daemon once its work is done, as a warm index answers it."""
+    for query in QUERIES:
+        rc, later, err = world.cli("read", query, cwd=repo)
+        assert rc == 0 and "partial" not in later, err
+        assert ranked(later) == want[query], query
+
+
 def test_the_first_read_answers_from_the_scan_lane_and_then_as_a_full_index(tmp_path: Path) -> None:
     world = Env(tmp_path / "first")
     with world.environ():
@@ -102,10 +110,7 @@ def test_the_first_read_answers_from_the_scan_lane_and_then_as_a_full_index(tmp_
         assert _poll(lambda: _settled(world, cold), timeout=180, every=1.0), _daemon_log(world)[-3000:]
         assert f"keyword index of {N} memories built" in _daemon_log(world)
         assert (cold / ".memory" / ".index" / "keyword" / "VERSION").is_file()
-        for query in QUERIES:
-            rc, later, err = world.cli("read", query, cwd=cold)
-            assert rc == 0 and "partial" not in later, err
-            assert ranked(later) == want[query], query
+        _answers_as_warm(world, cold, want)
     finally:
         world.cleanup()
         proc.wait(timeout=30)
@@ -137,10 +142,7 @@ def test_a_daemon_killed_mid_build_loses_nothing(tmp_path: Path) -> None:
         assert rc == 0 and again["results"][0]["id"] == _id(N // 3), err
         assert not set(dead) & set(_leftovers(cold)), _leftovers(cold)
         assert _poll(lambda: _settled(world, cold), timeout=180, every=1.0), _daemon_log(world)[-3000:]
-        for query in QUERIES:
-            rc, later, err = world.cli("read", query, cwd=cold)
-            assert rc == 0 and "partial" not in later, err
-            assert ranked(later) == want[query], query
+        _answers_as_warm(world, cold, want)
     finally:
         world.cleanup()
         proc.wait(timeout=30)

@@ -255,10 +255,12 @@ class KeywordIndex:
         else:
             reader = self.searcher.reader()
             present = {mid for mid, *_ in upserts if ("id", mid) in reader}
-        if big and fork:
+        if not big:
+            writer = AsyncWriter(self.ix)
+        elif fork:
             writer = self.ix.writer(procs=2, multisegment=True, limitmb=128)
         else:
-            writer = self.ix.writer(limitmb=128) if big else AsyncWriter(self.ix)
+            writer = self.ix.writer(limitmb=128)
         try:
             for mid in removes:
                 writer.delete_by_term("id", mid)
@@ -300,7 +302,7 @@ class KeywordIndex:
         searcher = self.searcher
         if self._scorer is not None:
             try:
-                identifiers = self._identifiers(searcher, pairs)
+                identifiers = query_identifiers(pairs, searcher.doc_frequency, self.analyse)
                 found = self._scorer.search(searcher, pairs, limit, identifiers)
                 folded = {t for f, t in pairs if f == "code" and not t.startswith(EXACT)}
                 if folded and folded <= identifiers:
@@ -312,9 +314,6 @@ class KeywordIndex:
         # and none as a verbatim identifier (the gates then behave as before the code lane).
         docs = int(searcher.doc_count_all())
         return [KeywordHit(mid, score, 1.0, 0, docs) for mid, score in whoosh_search(searcher, pairs, limit)]
-
-    def _identifiers(self, searcher: Any, pairs: list[tuple[str, str]]) -> frozenset[str]:
-        return query_identifiers(pairs, searcher.doc_frequency, self.analyse)
 
     @_healing
     def doc_freq(self, word: str) -> int:

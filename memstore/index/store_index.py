@@ -551,6 +551,7 @@ class StoreIndex:
     def _keyword_later(self, kw: dict[str, str | None]) -> bool:
         """Whether the keyword plan is left to a background build (started now if none runs),
         with the scan lane answering from the catalog meanwhile; False: apply it now."""
+        docs = None
         if self._kw_build is None:
             if (self._kw_inline or not self.defer_saves
                     or sum(1 for key in kw.values() if key is not None) <= KW_DEFER):
@@ -566,7 +567,7 @@ class StoreIndex:
         if self.scan is None or self._scan_gen != self.catalog.generation:
             if self.scan is None:
                 self.scan = ScanLane(self.params)
-            self.scan.set_docs((mid, key, kind, tags, text) for mid, key, kind, tags, text in self._docs())
+            self.scan.set_docs(self._docs() if docs is None else docs)
             self._scan_gen = self.catalog.generation
         return True
 

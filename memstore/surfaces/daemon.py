@@ -345,6 +345,7 @@ class Daemon:
             self.embed_behind(entry)
         except Exception:  # only a head start: the first request opens the workspace anyway
             log.exception("opening %s at start failed", cwd)
+
     def _embed_after_reply(self, entry: Entry) -> None:
         """``embed_behind`` once this connection's answer is sent: started earlier, the encoder
         (starting its worker processes, the GIL) competes with rendering the answer the agent
