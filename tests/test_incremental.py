@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import random
 import threading
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import PROBLEM, SOLUTION, TACTIC, reopen, write_req
-from watchdog.events import DirModifiedEvent, FileCreatedEvent
+from watchdog.events import DirModifiedEvent, FileCreatedEvent, FileSystemEvent
 
 from memstore.index.vectors import VectorIndex
 from memstore.read import ranking, retrieve, rowspace, scopeview
@@ -286,6 +287,40 @@ def test_a_folder_changing_is_not_taken_as_an_unknown_change(tmp_path: Path) -> 
         handler.on_any_event(DirModifiedEvent(str(tmp_path / "facts")))
         handler.on_any_event(FileCreatedEvent(str(tmp_path / "facts" / "a.md")))
         assert watcher.changes_since(tmp_path, n) == {"facts/a.md"}
+    finally:
+        watcher.stop()
+
+
+def test_reading_a_watched_store_raises_no_events_and_changing_it_does(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # A fresh clone's first read opens every file of the store; each open and close reaching
+    # watchdog's Python threads took the GIL from that read (~1.3 s of 2.7 at 10k memories).
+    facts = tmp_path / "facts"
+    facts.mkdir()
+    for i in range(200):
+        (facts / f"m{i}.md").write_text(f"memory {i}\n", encoding="utf-8")
+    seen: list[str] = []
+    watcher = Watcher(lambda roots: None)
+    original = _Handler.on_any_event
+
+    def counting(self: _Handler, event: FileSystemEvent) -> None:
+        seen.append(event.event_type)
+        original(self, event)
+
+    monkeypatch.setattr(_Handler, "on_any_event", counting)
+    try:
+        assert watcher.watch(tmp_path)
+        for _ in range(3):
+            for path in sorted(facts.iterdir()):
+                path.read_bytes()
+        time.sleep(0.5)
+        assert seen == []
+        (facts / "m1.md").write_text("edited in place\n", encoding="utf-8")
+        (facts / "new.md").write_text("a new memory\n", encoding="utf-8")
+        deadline = time.monotonic() + 10
+        while not {"modified", "created"} <= set(seen) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert {"modified", "created"} <= set(seen)
     finally:
         watcher.stop()
 

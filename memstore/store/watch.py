@@ -16,7 +16,17 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 
 from .changelog import ChangeLog
@@ -28,6 +38,12 @@ log = logging.getLogger("memstore.surfaces.daemon")
 # change all the time and must not trigger refreshes (the index writing .index/ would loop).
 RELEVANT_TOP = {*KIND_DIRS.values(), "events", "config.yaml"}
 IGNORED_EVENTS = {"opened", "closed_no_write", "closed"}  # reads and close-after-modify add nothing
+# The events asked of inotify. Without a filter the kernel reports every open and close, so the
+# daemon's own reading of a fresh clone (10k files) queued ~20k events that watchdog's threads
+# parsed in Python, holding the GIL the first read needed. A folder's "modified" is left out
+# too: each entry added or removed has its own event (see _Handler).
+EVENT_FILTER = [FileCreatedEvent, DirCreatedEvent, FileDeletedEvent, DirDeletedEvent,
+                FileModifiedEvent, FileMovedEvent, DirMovedEvent]
 TEMP_SUFFIXES = ("~", ".tmp", ".swp", ".swx", ".swo", ".part")
 LOG_LIMIT = 20000  # changes remembered per store; a burst larger than this makes readers walk
 
@@ -110,7 +126,8 @@ class Watcher:
             if not root.is_dir():
                 return False
             try:
-                self._watches[root] = self._observer.schedule(_Handler(self, root), str(root), recursive=True)
+                self._watches[root] = self._observer.schedule(_Handler(self, root), str(root), recursive=True,
+                                                            event_filter=EVENT_FILTER)
             except OSError as exc:  # e.g. inotify watch limit reached: reads keep walking
                 log.warning("cannot watch %s: %s", root, exc)
                 return False
