@@ -124,6 +124,11 @@ def test_a_first_read_without_a_daemon_answers_partially_and_the_daemon_it_start
         assert rc == 0, err
         assert 0 < first["partial"]["embedded"] < N, first.get("partial")
         assert _id(N // 2) in [r["id"] for r in first["results"]]
+        # The keyword lane answered from a scan; the Whoosh build is the daemon's (a one-shot
+        # process would spend seconds on it at 10k memories before answering).
+        assert _poll(lambda: f"keyword index of {N} memories built" in world.log(), timeout=180, every=0.5), \
+            world.log()
+        assert f"building the keyword index of {N} memories in the background" in world.log()
 
         assert _poll(lambda: _all_embedded(world, cold), timeout=180, every=1.0), world.log()
         rc, later, err = world.cli("read", QUERY, cwd=cold, MEMSTORE_READ_WAIT="0.2")
@@ -148,6 +153,11 @@ def test_an_mcp_session_without_a_daemon_answers_partially_and_starts_one(tmp_pa
         first = run_mcp(cold, script, env={**world.env(), "MEMSTORE_READ_WAIT": "0.2"})
         assert 0 < first["partial"]["embedded"] < N, first.get("partial")
         assert _id(N // 2) in [r["id"] for r in first["results"]]
+        # The keyword lane answered from a scan; the Whoosh build is the daemon's (a one-shot
+        # process would spend seconds on it at 10k memories before answering).
+        assert _poll(lambda: f"keyword index of {N} memories built" in world.log(), timeout=180, every=0.5), \
+            world.log()
+        assert f"building the keyword index of {N} memories in the background" in world.log()
 
         assert _poll(lambda: _all_embedded(world, cold), timeout=180, every=1.0), world.log()
     finally:

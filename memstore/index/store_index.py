@@ -553,23 +553,32 @@ class StoreIndex:
         with the scan lane answering from the catalog meanwhile; False: apply it now."""
         docs = None
         if self._kw_build is None:
-            if (self._kw_inline or not self.defer_saves
-                    or sum(1 for key in kw.values() if key is not None) <= KW_DEFER):
+            if self._kw_inline or sum(1 for key in kw.values() if key is not None) <= KW_DEFER:
                 return False
-            # A one-shot process (the CLI without the daemon) would exit before a build ends;
-            # only a long-lived one (deferred saves: the daemon) leaves it to a thread.
+            if not self.defer_saves:
+                # A one-shot process would exit before a build ends. One that hands the store
+                # to a daemon it starts (a bounded wait: the CLI or MCP server before a daemon
+                # runs) scans and leaves the build to that daemon; any other builds it now.
+                if self.embed_wait is None:
+                    return False
+                self._scan_docs(None)
+                return True
             docs = self._docs()
             # Named for this process and build: a workspace the daemon evicted and opened again
             # may still have a build of its own running.
             folder = self.dir / f"keyword.next-{os.getpid()}-{next(_BUILDS)}"
             self._kw_build = _KeywordBuild(folder, self.params, docs)
             log.info("%s: building the keyword index of %d memories in the background", self.dir, len(docs))
+        self._scan_docs(docs)
+        return True
+
+    def _scan_docs(self, docs: list[tuple[str, str, str, list[str], str]] | None) -> None:
+        """Bring the scan lane to the catalog's generation."""
         if self.scan is None or self._scan_gen != self.catalog.generation:
             if self.scan is None:
                 self.scan = ScanLane(self.params)
             self.scan.set_docs(self._docs() if docs is None else docs)
             self._scan_gen = self.catalog.generation
-        return True
 
     def _docs(self) -> list[tuple[str, str, str, list[str], str]]:
         """(id, doc key, kind, tags, text) of every memory of the catalog."""
