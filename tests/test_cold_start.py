@@ -138,6 +138,24 @@ def test_a_first_read_without_a_daemon_answers_partially_and_the_daemon_it_start
         world.cleanup()
 
 
+def test_a_first_read_on_a_new_machine_prepares_the_model_outside_its_wait(tmp_path: Path) -> None:
+    """No model export cached yet (a new install): preparing it takes seconds, once; the read's
+    wait for vectors starts after it, so the first answer still carries the probe's vectors."""
+    world = Env(tmp_path / "newmachine")
+    with world.environ():
+        origin = _origin(world.base, N)
+    cold = clone(origin, "cold")
+    cache = world.base / "new-cache"
+    try:
+        rc, first, err = world.cli("read", QUERY, cwd=cold, MEMSTORE_READ_WAIT="0.2", XDG_CACHE_HOME=str(cache))
+        assert rc == 0, err
+        assert list((cache / "memstore" / "onnx").glob("*.onnx")), "the export was not made in this read"
+        assert 0 < first["partial"]["embedded"] < N, first.get("partial")
+        assert _id(N // 2) in [r["id"] for r in first["results"]]
+    finally:
+        world.cleanup()
+
+
 def test_an_mcp_session_without_a_daemon_answers_partially_and_starts_one(tmp_path: Path) -> None:
     """The MCP server's first read in a fresh clone, no daemon running: it waits no longer than
     the CLI would, answers partially, and the daemon it starts embeds the rest."""

@@ -93,7 +93,7 @@ class StoreIndex:
         self.pending: list[str] = []  # memories in the catalog whose vector is not made yet
         # Vectors a background encode made (``offer``) for text keys ``waiting_texts`` handed
         # out, until a refresh puts them into the index and the embedding cache.
-        self._wanted: set[str] = set()
+        self._wanted: dict[str, list[str]] = {}  # text key -> the waiting memories with that text
         self._ready: dict[str, np.ndarray] = {}
         # While a background build of the keyword index runs: the lane reads answer from.
         self.scan: ScanLane | None = None
@@ -293,13 +293,14 @@ class StoreIndex:
         self._note_written()
 
     # -- syncing ---------------------------------------------------------------------------------
-    def refresh(self, *, walk: bool = True, budget: float | None = -1.0) -> bool:
+    def refresh(self, *, walk: bool = True, budget: float | None = -1.0, first: list[str] | None = None) -> bool:
         """Bring the projections in line with the files. Returns True if anything changed.
 
         ``walk=False``: the caller has just refreshed the catalog (or a file watcher vouches
         that nothing changed), so skip its stat walk and only sync the projections to it.
         ``budget``: seconds it may spend embedding (default ``embed_wait``; None: no bound);
-        what is left stays in ``pending`` for the next refresh."""
+        what is left stays in ``pending`` for the next refresh. ``first``: the waiting memories to
+        plan, in place of the head of the waiting list (those whose vectors are ready)."""
         probe = budget is not None and budget < 0  # a read's own wait, not a background slice
         if budget is not None and budget < 0:
             budget = self.embed_wait
@@ -326,7 +327,9 @@ class StoreIndex:
         ids = None
         if since is not None:
             head = self.pending
-            if budget is not None and len(head) > PLAN_WAITING:
+            if first is not None:
+                head, carry = first, self.pending
+            elif budget is not None and len(head) > PLAN_WAITING:
                 head, carry = head[:PLAN_WAITING], head[PLAN_WAITING:]
             ids = since[0] | set(head)
             carry = [m for m in carry if m not in ids]
@@ -492,10 +495,9 @@ class StoreIndex:
         pending: list[str] = []
         if vec and self.embedder is not None and self.semantic_error is None:
             upsert = [m for m, key in vec.items() if key is not None]
-            deadline = None if budget is None else time.monotonic() + budget
             try:
                 vecs, done = self._embed([vec[m] or "" for m in upsert], [mems[m].text for m in upsert],
-                                         deadline, with_vector=len(mems) - len(upsert), probe=probe)
+                                         budget, with_vector=len(mems) - len(upsert), probe=probe)
             except EmbedderUnavailable as exc:
                 self.semantic_error = str(exc)
             else:
@@ -516,11 +518,13 @@ class StoreIndex:
         not hold: what a background encode should make (the caller holds the workspace lock)."""
         cache = self.embedding_cache() if self.semantic_ready else None
         out: dict[str, str] = {}
+        wanted: dict[str, list[str]] = {}
         for mid in self.pending:
             known = self._keys.get(mid)
             if known is not None and cache is not None and known[2] not in cache:
                 out[known[2]] = known[0].text
-        self._wanted = set(out)
+                wanted.setdefault(known[2], []).append(mid)
+        self._wanted = wanted
         return out
 
     def offer(self, keys: list[str], vecs: np.ndarray) -> None:
@@ -533,18 +537,22 @@ class StoreIndex:
         """Put offered vectors into the index: one refresh that embeds nothing itself, over the
         waiting memories whose vector is ready (the first ``PLAN_WAITING`` of them). Returns
         whether any were ready; call again until it returns False."""
-        ready, keys = self._ready, self._keys
+        ready = self._ready
         if not ready or not self.embedding_pending:
             ready.clear()
             return False
-        flags = [(k := keys.get(m)) is not None and k[2] in ready for m in self.pending]
-        if not any(flags):
-            ready.clear()  # for memories no longer waiting (deleted, or their text changed)
-            return False
-        # Ready ones first: a refresh with a budget plans the head of the waiting list.
-        self.pending = ([m for m, f in zip(self.pending, flags, strict=True) if f]
-                        + [m for m, f in zip(self.pending, flags, strict=True) if not f])
-        self.refresh(walk=False, budget=0.0)
+        # Found from the ready vectors, not by scanning the waiting list: at 100k memories that
+        # scan, every slice, took more of a core than the embedding left free.
+        first: list[str] = []
+        taken: list[str] = []
+        for key in list(ready):
+            if len(first) >= PLAN_WAITING:
+                break
+            taken.append(key)
+            first += self._wanted.get(key, ())
+        self.refresh(walk=False, budget=0.0, first=first)
+        for key in taken:  # used, or its memories no longer wait (deleted, text changed)
+            ready.pop(key, None)
         return True
 
     # -- the keyword index built in the background ---------------------------------------------------
@@ -630,16 +638,18 @@ class StoreIndex:
             self._cache = EmbeddingCache(self.dir / "embeddings", self.embedder.model_id, self.embedder.dim)
         return self._cache
 
-    def _embed(self, keys: list[str], texts: list[str], deadline: float | None,
+    def _embed(self, keys: list[str], texts: list[str], budget: float | None,
                with_vector: int = 0, *, probe: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """The texts' vectors, from the cache, a background encode (``offer``) or the model,
-        and which of them are done: all, or (with a ``deadline``) those found or embedded
-        before it. ``with_vector``: memories of the store that already have one (for the
-        progress report). Without a deadline the worker processes may encode (a rebuild);
+        and which of them are done: all, or (with a ``budget`` of seconds) those found or
+        embedded within it. ``with_vector``: memories of the store that already have one (for the
+        progress report). Without a budget the worker processes may encode (a rebuild);
         with one, this process does, a part at a time (a read's wait). ``probe``: a read's
         wait, which embeds only ``EMBED_PROBE`` texts of a backlog over ``KW_DEFER``."""
         assert self.embedder is not None
+        # Resolving the model may export it first (seconds, once per machine): not the wait's.
         cache = self.embedding_cache()
+        deadline = None if budget is None else time.monotonic() + budget
         out, missing = cache.get_many(keys)
         done = np.ones(len(keys), dtype=bool)
         done[missing] = False
