@@ -30,6 +30,8 @@ def main() -> int:
     ap.add_argument("n", type=int)
     ap.add_argument("--phases", action="store_true")
     ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--corpus", choices=("templates", "mixed"), default="templates",
+                    help="as perf.py cold's (mixed: made by a perf.py cold --corpus mixed run first)")
     a = ap.parse_args()
     from memstore.index.embedder import get_embedder
     from memstore.read.retrieve import open_scope, params_from_config, read
@@ -39,7 +41,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="msprof-", dir="/tmp"))
     try:
         clone = work / "clone"
-        subprocess.run(["git", "clone", "-q", str(git_origin(a.n)), str(clone)], check=True)
+        subprocess.run(["git", "clone", "-q", str(git_origin(a.n, a.corpus)), str(clone)], check=True)
         ws = open_workspace(cwd=clone)
         ws.defer_saves = True  # as the daemon opens a workspace
         ws.embed_wait = ws.config.read_wait

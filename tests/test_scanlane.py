@@ -5,6 +5,7 @@ identifier and word rarity, the name look-up flag, document frequencies."""
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,8 @@ WORDS = [
     "asyncpg.exceptions.UniqueViolationError", "HTTPAdapter", "myStore", "ORA-00942", "db-primary",
     "v2.3.1", "10:30", "Frobnicator.rotate_tokens", "naïve", "café", "don't", "user's", "2026", "42", "7",
     "Migration", "The", "A", "Ab", "aB", "MIGRATION", "Running", "x86", "3rd",
+    "FSDownload.java:1234", "HADOOP-1234", "org.apache.hadoop.fs.FileSystem", "getHTTPResponse.v2",
+    "The.And.Or", "x/ÄB", "__init__.py", "O_RDONLY=1",
 ]
 QUERIES = [
     "sqlite migration column already exists", "kafka consumer offset retry", "flaky pytest fixture",
@@ -100,6 +103,21 @@ def test_hits_and_scores_equal_whoosh(tmp_path: Path, n: int, seed: int) -> None
     for word in ["migration", "failing", "UniqueViolationError", "asyncpg", "session.py", "the", "zzz", "HTTP"]:
         assert lane.doc_freq(word) == ki.doc_freq(word), word
     ki.close()
+
+
+def test_a_token_gets_the_terms_the_whoosh_analyser_gives_it() -> None:
+    # The scan lane analyses a token by its pieces when it has separators; Whoosh analyses it
+    # whole: the terms must not differ for any shape, in any order of first sight.
+    from memstore.index.terms import CODE_PATTERN, keyword_analyzer
+
+    analyser = keyword_analyzer()
+    text = " ".join(WORDS) + (" FileSystem.java:88 fs.FileSystem HTTP 404.x is-a The.And a.b.c.d ORA-00942.x"
+                              " v2.3.1-rc1 9.9.9 x..y getFoo/BarBaz==2 ÄÖü.x naïve-café")
+    tokens = re.findall(CODE_PATTERN, text)
+    for order in (tokens, tokens[::-1]):
+        lane = ScanLane(ranking.RankingParams())
+        for token in order:
+            assert lane._words[token] == [t.text for t in analyser(token, mode="index")], token
 
 
 def test_the_example_store_ranks_the_same(tmp_path: Path) -> None:
