@@ -275,6 +275,46 @@ def test_ranking_with_excluded_rows_equals_ranking_without_them() -> None:
         assert part.gate == whole.gate
 
 
+@pytest.mark.model
+def test_reads_while_embedding_answer_as_a_fresh_row_space_does(repo: Path) -> None:
+    """A read while memories wait for vectors takes the kept row space as each slice of
+    embedding left it: its answer equals one built from nothing in the same state."""
+    from memstore.index.embedder import get_embedder
+    from memstore.store.ids import ALPHABET
+
+    rng = random.Random(11)
+    words = ["queue", "retry", "schema", "deploy", "token", "cache", "worker", "timeout", "fixture", "router"]
+    for i in range(40):
+        mid = "01m6gbcm3h832wbgwh16z" + "".join(ALPHABET[(i >> (5 * k)) & 31] for k in range(4, -1, -1))
+        text = " ".join(rng.choice(words) for _ in range(12)) + f" (case {i})"
+        (repo / ".memory" / "facts" / f"{mid}.md").write_text(
+            f"---\nid: {mid}\nkind: fact\nscope: repo\ncreated: 2026-11-01T10:00:00Z\n---\n{text}\n")
+    live = reopen(repo)
+    live.defer_saves = True  # as the daemon's
+    live.embed_wait = 0.0  # every vector is left to the background
+
+    def answer() -> dict[str, Any]:
+        got = retrieve.read(live, {"query": "worker retry timeout"}, log_episode=False)
+        live.read_cache.clear()
+        fresh = retrieve.read(live, {"query": "worker retry timeout"}, log_episode=False)
+        got["stats"].pop("elapsed_ms")
+        fresh["stats"].pop("elapsed_ms")
+        assert got == fresh
+        return got
+
+    assert answer()["partial"] == {"embedded": 0, "total": 40}
+    si = live.indexes["repo"]
+    texts = si.waiting_texts()
+    keys = list(texts)
+    for part in (keys[:7], keys[7:25], keys[25:]):
+        answer()  # the kept rows, then the next slice arrives
+        si.offer(part, get_embedder().encode([texts[k] for k in part]))
+        while si.take_ready():
+            pass
+        got = answer()
+    assert "partial" not in got and got["results"]
+
+
 # -- the watcher -----------------------------------------------------------------------------------
 def test_a_folder_changing_is_not_taken_as_an_unknown_change(tmp_path: Path) -> None:
     (tmp_path / "facts").mkdir()

@@ -508,10 +508,11 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     waiting = [m for si in sc.indexes if si.embedding_pending for m in si.pending] if semantic else []
     unembedded: np.ndarray | None = None
     if waiting:
-        # Answer now with what has a vector; the daemon embeds the rest between requests.
-        ok = {m for m, mem in sc.memories.items() if allowed(mem, sc.graph, kinds, filters.get("since"), tags)}
-        rows, unembedded = partial_rows([si.vectors for si in sc.indexes if si.vectors is not None], waiting,
-                                        ok, sc.memories, get_embedder().dim)
+        # Answer now with what has a vector; the daemon embeds the rest between requests. The
+        # rows with a vector come from the kept row space, brought up to date by what each
+        # slice added: built afresh for every read they cost ~0.5 s at 100k memories.
+        ok, rows = scoped_rows(ws, sc, kinds, filters.get("since"), tags, semantic)
+        rows, unembedded = partial_rows(rows, waiting, ok, sc.memories, get_embedder().dim)
     else:
         ok, rows = scoped_rows(ws, sc, kinds, filters.get("since"), tags, semantic)
     limit = int(request.get("limit") or rp.for_mode(rp.limit, mode))

@@ -72,12 +72,11 @@ def build_rows(vectors: list[VectorIndex], ok: set[str], memories: Mapping[str, 
                 tuple(len(seg) for seg in segments), buffer, row_tokens(vectors))
 
 
-def partial_rows(vectors: list[VectorIndex], waiting: list[str], ok: set[str], memories: Mapping[str, Memory],
+def partial_rows(rows: Rows, waiting: list[str], ok: set[str], memories: Mapping[str, Memory],
                  dim: int) -> tuple[Rows, np.ndarray]:
-    """The row space while some memories wait for their vector: the stores' rows, then one
-    placeholder (zero) row per waiting memory, and the mask of those. Built for each read and
-    never kept (the rows change with every slice of embedding); no neighbour lists follow it."""
-    rows = build_rows(vectors, ok, memories, dim)
+    """The row space while some memories wait for their vector: ``rows`` (those that have one,
+    left as they are), then one placeholder (zero) row per waiting memory, and the mask of
+    those. Built for each read and never kept; no neighbour lists follow it."""
     extra = [m for m in dict.fromkeys(waiting) if m not in rows.pos and m in memories]
     ids = [*rows.ids, *extra]
     kinds = [*rows.kinds, *(memories[m].kind for m in extra)]
