@@ -88,6 +88,10 @@ def test_a_clone_is_answered_before_its_vectors_exist(tmp_path: Path) -> None:
         assert "keyword-only" in first["guidance"]
         hit = next(r for r in first["results"] if r["id"] == _id(N // 2))
         assert hit["text"] == TARGET
+        # The query's best keyword hits were embedded first: the answer judges them by their own
+        # vectors, not by a sample of the store that has nothing to do with the query.
+        assert first["stats"]["gate"]["passed"] and first["stats"]["gate"]["top_similarity"] > 0.5, first["stats"]
+        assert all("no-vector-yet" not in r["reasons"] for r in first["results"][:3]), first["results"][:3]
         # What was embedded is on disk already: a killed daemon would not pay for it again.
         keys = next((cold / ".memory" / ".index" / "embeddings").glob("*.keys"))
         assert len(keys.read_text().split()) >= first["partial"]["embedded"]

@@ -302,7 +302,8 @@ def test_reads_while_embedding_answer_as_a_fresh_row_space_does(repo: Path) -> N
         assert got == fresh
         return got
 
-    assert answer()["partial"] == {"embedded": 0, "total": 40}
+    # Only the query's best keyword hits, embedded first by the read itself.
+    assert 0 < answer()["partial"]["embedded"] <= retrieve.CANDIDATES_FIRST < 40
     si = live.indexes["repo"]
     texts = si.waiting_texts()
     keys = list(texts)

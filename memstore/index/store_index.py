@@ -555,6 +555,26 @@ class StoreIndex:
             ready.pop(key, None)
         return True
 
+    def embed_now(self, mids: list[str], budget: float) -> int:
+        """Embed these waiting memories now, in this process and in this order, ahead of the
+        rest, for at most ``budget`` seconds (a read's keyword candidates: the gate and the
+        answer then judge them by their own vectors). Returns how many got their vector."""
+        if not self.embedding_pending or not mids or self.embedder is None:
+            return 0
+        waiting = set(self.pending)
+        known = [(m, self._keys[m]) for m in dict.fromkeys(mids) if m in waiting and m in self._keys]
+        deadline = time.monotonic() + budget
+        done = 0
+        for mid, (mem, _doc, key) in known:
+            if time.monotonic() >= deadline:
+                break
+            self._ready[key] = self.embedder.encode([mem.text])[0]
+            self._wanted.setdefault(key, []).append(mid)
+            done += 1
+        while self.take_ready():
+            pass
+        return done
+
     # -- the keyword index built in the background ---------------------------------------------------
     def _keyword_later(self, kw: dict[str, str | None]) -> bool:
         """Whether the keyword plan is left to a background build (started now if none runs),
