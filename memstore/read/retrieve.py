@@ -258,9 +258,11 @@ def _embed_candidates(sc: Scope, query: str) -> None:
     hits first. The vectors made so far are a sample of the store, unrelated to the query: the
     gate judged the query by them and refused it (the first read after a 10k clone came back
     empty for an ordinary question), and the waiting hits took a stand-in similarity."""
+    if CANDIDATES_FIRST <= 0:
+        return
     for si in sc.indexes:
         lane = si.lane
-        if si.embedding_pending and lane is not None and CANDIDATES_FIRST > 0:
+        if si.embedding_pending and lane is not None:
             with contextlib.suppress(EmbedderUnavailable):
                 si.embed_now([h.id for h in lane.hits(query, CANDIDATES_FIRST)], CANDIDATES_SECONDS)
 
@@ -523,18 +525,16 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
         err = next((si.semantic_error for si in sc.indexes if si.semantic_error), "embedder unavailable")
         warnings.append(f"semantic lane unavailable: {err}")
 
-    if semantic and any(si.embedding_pending for si in sc.indexes):
+    if semantic:
         _embed_candidates(sc, query)
     waiting = [m for si in sc.indexes if si.embedding_pending for m in si.pending] if semantic else []
     unembedded: np.ndarray | None = None
+    # While memories wait, the rows with a vector still come from the kept row space, brought up
+    # to date by what each slice of embedding added (built afresh for every read they cost
+    # ~0.5 s at 100k memories); the daemon embeds the rest between requests.
+    ok, rows = scoped_rows(ws, sc, kinds, filters.get("since"), tags, semantic)
     if waiting:
-        # Answer now with what has a vector; the daemon embeds the rest between requests. The
-        # rows with a vector come from the kept row space, brought up to date by what each
-        # slice added: built afresh for every read they cost ~0.5 s at 100k memories.
-        ok, rows = scoped_rows(ws, sc, kinds, filters.get("since"), tags, semantic)
         rows, unembedded = partial_rows(rows, waiting, ok, sc.memories, get_embedder().dim)
-    else:
-        ok, rows = scoped_rows(ws, sc, kinds, filters.get("since"), tags, semantic)
     limit = int(request.get("limit") or rp.for_mode(rp.limit, mode))
     lane_b = keyword_lane(sc, query, rows, rp.keyword_pool)
     ranked = ranking.rank(
