@@ -16,6 +16,7 @@ import pytest
 from daemonworld import Env, _poll, clone, commit_all, ranked
 
 from memstore import gitops
+from memstore.index.scanlane import EAGER_CHARS
 from memstore.index.store_index import EMBED_PROBE, KW_DEFER
 from memstore.read.retrieve import CANDIDATES_FIRST
 from memstore.store.ids import ALPHABET
@@ -37,7 +38,7 @@ def _id(i: int) -> str:
     return "01m6gbcm3h832wbgwh16z" + "".join(ALPHABET[(i >> (5 * k)) & 31] for k in range(4, -1, -1))
 
 
-def _origin(base: Path) -> Path:
+def _origin(base: Path, long: bool = False) -> Path:
     root = base / "origin"
     root.mkdir()
     subprocess.run(["git", "init", "-q", "-b", "main"], cwd=root, check=True)
@@ -46,6 +47,10 @@ def _origin(base: Path) -> Path:
     rng = random.Random(3)
     for i in range(N):
         text = TARGET if i == N // 3 else f"Note {i}: " + " ".join(rng.choice(WORDS) for _ in range(30))
+        if long and i != N // 3:
+            # Past EAGER_CHARS in all, at a short text's embedding cost: the model reads a word of
+            # over 100 characters as one unknown token.
+            text += " " + "".join(rng.choice(WORDS) for _ in range(520))
         tags = ", ".join(rng.sample(WORDS, 2))
         (root / ".memory" / "facts" / f"{_id(i)}.md").write_text(
             f"---\nid: {_id(i)}\nkind: fact\nscope: repo\ncreated: 2026-11-01T10:00:00Z\n"
@@ -92,10 +97,15 @@ def _answers_as_warm(world: Env, repo: Path, want: dict[str, list[tuple[str, flo
         assert ranked(later) == want[query], query
 
 
-def test_the_first_read_answers_from_the_scan_lane_and_then_as_a_full_index(tmp_path: Path) -> None:
+@pytest.mark.parametrize("long", [False, True], ids=["short", "long"])
+def test_the_first_read_answers_from_the_scan_lane_and_then_as_a_full_index(tmp_path: Path, long: bool) -> None:
+    """Long memories (more text than EAGER_CHARS): the scan lane analyses only the memories the
+    query's terms may be in, and still finds the one that holds the identifier."""
     world = Env(tmp_path / "first")
     with world.environ():
-        origin = _origin(world.base)
+        origin = _origin(world.base, long)
+    chars = sum(len(p.read_text().split("---\n", 2)[2]) for p in (origin / ".memory").glob("*/*.md"))
+    assert (chars > EAGER_CHARS) == long
     warm, cold = clone(origin, "warm"), clone(origin, "cold")
     want = _wants(world, warm)
     assert want[RARE][0][0] == _id(N // 3)

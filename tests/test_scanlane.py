@@ -1,6 +1,8 @@
 """The scan lane stands in for the Whoosh index while it is built: on the same documents and
 queries its hits must be Whoosh's (the array scorer's) exactly: ids, BM25F scores, coverage,
-identifier and word rarity, the name look-up flag, document frequencies."""
+identifier and word rarity, the name look-up flag, document frequencies. A lane over much text
+analyses only the documents a query's terms may be in: its hits and document frequencies are
+still Whoosh's, and its scores differ by the estimated mean field lengths alone."""
 
 from __future__ import annotations
 
@@ -11,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from memstore.index.keyword import KeywordHit, KeywordIndex
-from memstore.index.scanlane import ScanLane
+from memstore.index.scanlane import ScanLane, source
 from memstore.index.store_index import doc_key
+from memstore.index.terms import CODE_PATTERN, code_forms, keyword_analyzer
 from memstore.read import ranking
 from memstore.store.files import parse_markdown
 from memstore.store.model import Memory
@@ -142,3 +145,92 @@ def test_documents_follow_the_catalog() -> None:
     assert [h.id for h in lane.hits("quillwort", 5)] == ["m-new"]
     assert not {h.id for h in lane.hits("kafka consumer", 100)} & {mid for mid, *_ in docs[20:]}
     assert _scan([]).hits("kafka", 5) == []
+
+
+# Words where a term's letters are not simply the start of the token it came from.
+TRICKY = [
+    "NameNode", "namenode", "user.name", "fileName", "hostname", "NAMEnode", "name_node", "possibility",
+    "possible", "happily", "happy", "hoping", "hope", "relational", "conditional", "generalization",
+    "sensibility", "valency", "digitizer", "agreed", "plastered", "ΑΣ.x", "σοφία", "İstanbul.cfg",
+    "\u212aelvin", "naïve", "getFileName()", "HTTP 503", "db-primary-2", "x.y.z", "e2e", "_private",
+]
+
+
+def test_a_term_is_found_by_its_source_in_every_word_it_comes_from() -> None:
+    """The scan lane finds a term's documents by ``source(term)``: it must be in the lower-cased
+    text of every token the term comes from, or nothing is missed only by luck."""
+    from whoosh.lang.porter import stem
+
+    # Every chain of the suffixes the Porter stemmer rewrites, on stems of every shape.
+    suffixes = ["ational", "tional", "enci", "anci", "izer", "bli", "alli", "entli", "eli", "ousli",
+                "ization", "ation", "ator", "alism", "iveness", "fulness", "ousness", "aliti", "iviti",
+                "biliti", "logi", "icate", "ative", "alize", "iciti", "ical", "ful", "ness", "al", "ance",
+                "ence", "er", "ic", "able", "ible", "ant", "ement", "ment", "ent", "sion", "tion", "ou",
+                "ism", "ate", "iti", "ous", "ive", "ize", "s", "es", "ies", "sses", "ed", "ing", "eed", "y",
+                "ly", "bly", "e", "at", "bl", "iz", "ity", "ility", "ll", "le"]
+    rnd = random.Random(11)
+    for _ in range(30000):
+        head = "".join(rnd.choice("bcdfghjklmnpqrstvwxyz" if k % 2 == 0 else "aeiouy")
+                       for k in range(rnd.randint(1, 5)))
+        word = head + "".join(rnd.choice(suffixes) for _ in range(rnd.randint(0, 3)))
+        found = source("text", stem(word))
+        assert found is None or found in word, word
+    # Every token of these texts, through the analysers the keyword index uses.
+    analyser = keyword_analyzer()
+    texts = [" ".join(WORDS + TRICKY), *(p.read_text(encoding="utf-8") for p in
+                                         [ROOT / "README.md", *sorted((ROOT / ".memory-example").glob("*/*.md"))])]
+    tokens = {t for text in texts for t in re.findall(CODE_PATTERN, text)}
+    assert len(tokens) > 1000
+    for token in tokens:
+        low = token.lower()
+        for field_name, terms in (("text", [t.text for t in analyser(token, mode="index")]),
+                                  ("code", code_forms(token))):
+            for term in terms:
+                found = source(field_name, term)
+                assert found is None or found in low, (token, field_name, term)
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_a_lane_analysing_as_queries_need_finds_what_whoosh_finds(tmp_path: Path, seed: int) -> None:
+    rnd = random.Random(seed)
+    docs = _random_docs(500, seed) + [
+        (f"t{i:03d}", "fact", [], " ".join(rnd.sample(TRICKY, 4)) + " " + " ".join(rnd.sample(WORDS, 5)))
+        for i in range(120)]
+    ki = _whoosh(tmp_path / "kw", docs)
+
+    def lazy() -> ScanLane:
+        lane = ScanLane(ranking.RankingParams(), eager_chars=0, sample=40)
+        lane.set_docs((mid, doc_key(Memory(id=mid, kind=kind, text=text, scope="repo", tags=tags)), kind, tags, text)
+                      for mid, kind, tags, text in docs)
+        return lane
+
+    # The documents of each term alone, each in a lane where nothing else was analysed.
+    for query in ["happy", "hope", "possible", "sensible", "relational", "name", "user.name", "NameNode",
+                  "getFileName", "ΑΣ.x", "σοφία", "İstanbul.cfg", "\u212aelvin", "HTTP 503", "db-primary-2", "e2e"]:
+        for field_name, term in lazy().pairs(query):
+            assert lazy().doc_frequency(field_name, term) == ki.searcher.doc_frequency(field_name, term), (
+                field_name, term)
+    lane = lazy()
+    assert lane.analysed() == 0
+    assert lane.hits("zzz nothing", 5) == [] and lane.analysed() == 40  # the sample of field lengths
+    assert [h.id for h in lane.hits("quillwort user.name", 5)] == [h.id for h in ki.hits("quillwort user.name", 5)]
+    assert lane.analysed() < len(docs) // 2  # only where a term may be
+    # The words of TRICKY first, while most documents wait: a document a source misses stays
+    # out of the hits only until another query's term has it analysed.
+    queries = ["happy", "hope", "possible", "sensible", "relational", "name", "user.name", "NameNode", "filename",
+               "ΑΣ", "σοφία", "istanbul", "\u212aelvin", "HTTP 503", "db-primary", "e2e", "private", *QUERIES]
+    everything = len(docs)
+    for query in queries:
+        got, want = lane.hits(query, everything), ki.hits(query, everything)
+        assert sorted(h.id for h in got) == sorted(h.id for h in want), query
+        for h, w in zip(sorted(got, key=lambda h: h.id), sorted(want, key=lambda h: h.id), strict=True):
+            assert h.score == pytest.approx(w.score, rel=0.1), query
+            assert (h.coverage, h.code_df, h.word_df, h.named) == (w.coverage, w.code_df, w.word_df, w.named)
+    for word in ["name", "NameNode", "user.name", "possibility", "happy", "istanbul", "σοφία", "zzz"]:
+        assert lane.doc_freq(word) == ki.doc_freq(word), word
+    # Once every document is analysed, the lengths are summed, not estimated: Whoosh's scores.
+    lane.hits("σ", 5)  # a term with no source: every document is analysed for it
+    assert lane.analysed() == everything
+    for query in queries:
+        assert _same(lane.hits(query, 5), ki.hits(query, 5), 5), query
+    ki.close()

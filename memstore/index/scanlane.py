@@ -9,6 +9,12 @@ and scored with its BM25F (same idf, same quantised field lengths, same sums in 
 Analysis is the cost: the text and code fields tokenise with one regular expression, and every
 later step of both analysers works on one token at a time, so each distinct token is analysed
 once (a store repeats most of its words) and a document is a few dictionary look-ups per token.
+
+A store with much text (over ``EAGER_CHARS``) is analysed as queries need it: a term's documents
+are found by a substring of it that every text holding the term contains (``source``), and only
+those are analysed. BM25's mean field lengths are then estimated from an even sample of the
+documents (``LENGTH_SAMPLE``) until every document is analysed: hits and document frequencies stay exact,
+and scores differ from Whoosh's by that estimate alone.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from itertools import chain
+from typing import Any
 
 import numpy as np
 
@@ -25,6 +32,7 @@ from .keyword import BM25Params, KeywordHit, _byte_lengths, _rarest, query_ident
 from .terms import (
     CODE_PATTERN,
     EXACT,
+    INTRA_DELIMS,
     STOP_WORDS,
     code_analyzer,
     code_forms,
@@ -35,49 +43,88 @@ from .terms import (
 )
 
 _TOKENS = re.compile(CODE_PATTERN)
+_BETWEEN = re.compile(f"[^{re.escape(INTRA_DELIMS)}]+")
+_CASE_CUT = re.compile("(?<=[a-z])(?=[A-Z])")
 FIELDS = ("text", "code", "tags")
+# A store whose texts hold more characters than this (the ones not analysed yet) is analysed as
+# queries need it: at ~4 MB (10k long memories) analysing everything took 1.1-1.4 s of a first
+# read; below ~1 MB it costs under a quarter of a second and keeps scores exactly Whoosh's.
+EAGER_CHARS = 1_000_000
+LENGTH_SAMPLE = 300  # documents (at most a tenth) whose terms per character stand for all until all are analysed
+_NOTHING: Counter[str] = Counter()  # the text and code fields of a document not analysed yet
 
 
-class _Memo(dict[str, list[str]]):
+def source(field_name: str, term: str) -> str | None:
+    """A string that the lower-cased text of every document holding ``term`` in ``field_name``
+    contains; None when no such string is known (every text must be analysed).
+
+    A ``code`` term is a piece of a token, lower-cased or as written (``EXACT``). A ``text`` term
+    is a piece lower-cased, then Porter-stemmed, and the stemmer changes only a word's last
+    letters: of the suffixes it writes, the letters that need not be in the word are a final
+    ``e`` (``hoping`` -> ``hope``, ``-ation`` -> ``-ate``) or ``i`` (``happy`` -> ``happi``), and
+    ``-bility`` -> ``-ble`` / ``-bl`` (``possibility`` -> ``possibl``). What precedes them is the
+    start of the word (``tests/test_scanlane.py`` holds this over every suffix chain).
+    """
+    if field_name == "code":
+        got = (term[len(EXACT):] if term.startswith(EXACT) else term).lower()
+    elif term.endswith("ble"):
+        got = term[:-2]
+    elif term.endswith(("bl", "e", "i")):
+        got = term[:-1]
+    else:
+        got = term
+    # str.lower maps a capital sigma by what surrounds it: a token lowered alone may differ there
+    # from the same letters lowered inside the text.
+    return got if got and "σ" not in got and "ς" not in got else None
+
+
+class _Memo(dict[str, Any]):
     """A token's terms, computed once: looked up from C (``map(memo.__getitem__, tokens)``)."""
 
-    def __init__(self, fn: Callable[[str], list[str]]) -> None:
+    def __init__(self, fn: Callable[[str], Any]) -> None:
         super().__init__()
         self.fn = fn
 
-    def __missing__(self, key: str) -> list[str]:
+    def __missing__(self, key: str) -> Any:
         value = self[key] = self.fn(key)
         return value
 
 
 class _Doc:
-    """One memory as the three scored fields hold it: term -> frequency, and the field lengths."""
+    """One memory: its text, and once analysed its three scored fields (term -> frequency)
+    with their lengths; the tags field is analysed at once (it is short)."""
 
-    __slots__ = ("fields", "id", "lengths")
+    __slots__ = ("fields", "id", "lengths", "tags", "text")
 
-    def __init__(self, mid: str, fields: tuple[Counter[str], Counter[str], Counter[str]]) -> None:
+    def __init__(self, mid: str, tags: Counter[str], text: str) -> None:
         self.id = mid
-        self.fields = fields
-        self.lengths = tuple(sum(f.values()) for f in fields)
+        self.text = text
+        self.tags = tags
+        self.fields: tuple[Counter[str], Counter[str], Counter[str]] | None = None
+        self.lengths = (0, 0, sum(tags.values()))
 
 
 class ScanLane:
     """``KeywordIndex``'s read side (``hits``, ``doc_freq``, ``doc_count``) over documents in memory."""
 
-    def __init__(self, params: BM25Params) -> None:
+    def __init__(self, params: BM25Params, eager_chars: int | None = None, sample: int = LENGTH_SAMPLE) -> None:
         from whoosh.analysis import KeywordAnalyzer
         from whoosh.util.numeric import length_to_byte
 
         self.b = params.bm25_b
         self.k1 = params.bm25_k1
+        self.eager_chars = EAGER_CHARS if eager_chars is None else eager_chars
+        self.sample = sample
         self._query_analyzer = keyword_analyzer()
         self._text_analyzer = keyword_analyzer()
         self._code_analyzer = code_analyzer()
         self._tags_analyzer = KeywordAnalyzer(lowercase=True, commas=True)
         self._length_to_byte = length_to_byte
+        self._bytes = _byte_lengths()
         from whoosh.lang.porter import stem
 
         text_analyzer, tags_analyzer = self._text_analyzer, self._tags_analyzer
+        stems = _Memo(stem)  # pieces recur across tokens (``hadoop`` of every ``org.apache.hadoop...``)
 
         def words(raw: str) -> list[str]:
             if raw.isascii() and (raw.isdigit() or (raw.isalpha() and (raw.islower() or raw[1:].islower()))):
@@ -85,17 +132,32 @@ class ScanLane:
                 # next to a letter): the analyser only lowers, stops or stems it (its
                 # StemFilter is this Porter stemmer behind a cache).
                 low = raw.lower()
-                return [] if len(low) < 2 or low in STOP_WORDS else [stem(low)]
+                return [] if len(low) < 2 or low in STOP_WORDS else [stems[low]]
+            if raw.isascii() and "'" not in raw:
+                # What the IntraWordFilter does to an ASCII token without an apostrophe (its
+                # possessive rule): cut at the delimiters, then between a lower-case and an
+                # upper-case letter. Whoosh's filter chain costs ~18 us a token; a long store's
+                # vocabulary is mostly such tokens (paths, dotted names, ids), each seen once.
+                out = []
+                for part in _BETWEEN.findall(raw):
+                    for piece in _CASE_CUT.split(part):
+                        low = piece.lower()
+                        if len(low) >= 2 and low not in STOP_WORDS:
+                            out.append(stems[low])
+                return out
             return [t.text for t in text_analyzer(raw, mode="index")]
 
         self._words = _Memo(words)
         self._forms = _Memo(code_forms)
         self._tags = _Memo(lambda joined: [t.text for t in tags_analyzer(joined, mode="index")])
-        self._by_key: dict[str, _Doc] = {}  # doc key -> analysed document (reused across updates)
+        self._by_key: dict[str, _Doc] = {}  # doc key -> document (reused across updates)
         self.docs: list[_Doc] = []
         self._cols: list[list[Counter[str]]] = [[], [], []]  # per field, every document's term counts
         self._postings: dict[tuple[str, str], tuple[np.ndarray, np.ndarray] | None] = {}
-        self._totals = (0, 0, 0)
+        self._waiting: list[int] = []  # documents not analysed yet, in order
+        self._lowered: dict[int, str] = {}  # their texts lower-cased, searched for a term's source
+        self._totals: tuple[float, float, float] | None = None
+        self._estimated = False  # the totals come from a sample
         self._quantised: np.ndarray = np.zeros((0, 3))
 
     # -- documents ---------------------------------------------------------------------------------
@@ -106,30 +168,75 @@ class ScanLane:
         for mid, key, _kind, tags, text in docs:
             doc = self._by_key.get(key)
             if doc is None or doc.id != mid:
-                doc = self._analyse(mid, tags, text)
+                doc = _Doc(mid, Counter(self._tags[",".join(tags)]), text)
             by_key[key] = doc
             out.append(doc)
         self._by_key = by_key
         self.docs = out
-        self._cols = [[d.fields[i] for d in out] for i in range(3)]
+        self._cols = [[d.fields[i] if d.fields else _NOTHING for d in out] for i in range(2)] + [[d.tags for d in out]]
         self._postings = {}
-        self._totals = tuple(sum(d.lengths[i] for d in out) for i in range(3))  # type: ignore[assignment]
-        lengths = _byte_lengths()
-        to_byte = self._length_to_byte
+        self._totals = None
+        self._lowered = {}
+        lengths, to_byte = self._bytes, self._length_to_byte
         self._quantised = np.array([[lengths[to_byte(n)] for n in d.lengths] for d in out],
                                    dtype=np.float64).reshape(len(out), 3)
+        self._waiting = [i for i, d in enumerate(out) if d.fields is None]
+        if sum(len(out[i].text) for i in self._waiting) <= self.eager_chars:
+            self._analyse_at(self._waiting)
 
-    def _analyse(self, mid: str, tags: list[str], text: str) -> _Doc:
+    def _analyse_at(self, numbers: Iterable[int]) -> None:
         # Both analysers work token by token after one regular expression: each distinct token
         # is analysed once, and a document costs a few C-level look-ups per token.
-        tokens = _TOKENS.findall(text)
-        words = Counter(chain.from_iterable(map(self._words.__getitem__, tokens)))
-        forms = Counter(chain.from_iterable(map(self._forms.__getitem__, tokens)))
-        return _Doc(mid, (words, forms, Counter(self._tags[",".join(tags)])))
+        done = set()
+        lengths, to_byte = self._bytes, self._length_to_byte
+        for i in numbers:
+            doc = self.docs[i]
+            if doc.fields is None:
+                tokens = _TOKENS.findall(doc.text)
+                words = Counter(chain.from_iterable(map(self._words.__getitem__, tokens)))
+                forms = Counter(chain.from_iterable(map(self._forms.__getitem__, tokens)))
+                doc.fields = (words, forms, doc.tags)
+                doc.lengths = (words.total(), forms.total(), doc.lengths[2])
+            self._cols[0][i], self._cols[1][i] = doc.fields[0], doc.fields[1]
+            self._quantised[i, :2] = (lengths[to_byte(doc.lengths[0])], lengths[to_byte(doc.lengths[1])])
+            done.add(i)
+        if done:
+            self._waiting = [i for i in self._waiting if i not in done]
+            for i in done:
+                self._lowered.pop(i, None)
+
+    def _field_totals(self) -> tuple[float, float, float]:
+        """Each field's summed length over the documents: exact once every document is analysed;
+        until then the text and code fields' are estimated from an even sample of documents,
+        as terms per character of text times the characters of all (a document's length varies
+        far more than its terms per character). Kept while estimated: scores do not move from
+        one read to the next."""
+        if self._totals is not None and not (self._estimated and not self._waiting):
+            return self._totals
+        docs, n = self.docs, len(self.docs)
+        tags = sum(d.lengths[2] for d in docs)
+        picked: list[int] = []
+        if self._waiting:
+            size = max(1, min(self.sample, n // 10))
+            picked = sorted({round(k * (n - 1) / max(1, size - 1)) for k in range(size)})
+            self._analyse_at(picked)
+        self._estimated = bool(self._waiting)
+        if self._estimated:
+            per_char = sum(len(docs[i].text) for i in picked) or 1
+            chars = sum(len(d.text) for d in docs)
+            self._totals = (chars * sum(docs[i].lengths[0] for i in picked) / per_char,
+                            chars * sum(docs[i].lengths[1] for i in picked) / per_char, tags)
+        else:
+            self._totals = (sum(d.lengths[0] for d in docs), sum(d.lengths[1] for d in docs), tags)
+        return self._totals
 
     # -- the read side -------------------------------------------------------------------------------
     def doc_count(self) -> int:
         return len(self.docs)
+
+    def analysed(self) -> int:
+        """How many documents have been analysed (all, unless the store's text is long)."""
+        return len(self.docs) - len(self._waiting)
 
     def analyse(self, words: Iterable[str]) -> list[str]:
         out: list[str] = []
@@ -147,11 +254,31 @@ class ScanLane:
         key = (field_name, term)
         if key in self._postings:
             return self._postings[key]
+        if field_name != "tags" and self._waiting:
+            self._analyse_at(self._holding(field_name, term))
         col = self._cols[FIELDS.index(field_name)]
         ids = [i for i, counts in enumerate(col) if term in counts]
         got = (np.array(ids, dtype=np.int64), np.array([col[i][term] for i in ids], dtype=np.float64)) if ids else None
         self._postings[key] = got
         return got
+
+    def _holding(self, field_name: str, term: str) -> list[int]:
+        """The documents not analysed yet whose text may hold the term."""
+        needle = source(field_name, term)
+        if needle is None:
+            return self._waiting
+        lowered = self._lowered
+        if len(lowered) != len(self._waiting):
+            docs = self.docs
+            lowered.update((i, docs[i].text.lower()) for i in self._waiting if i not in lowered)
+        found = [i for i in self._waiting if needle in lowered[i]]
+        if field_name == "code" and found:
+            # A code form is a whole token or a run of its pieces: in the text it has no word
+            # character on either side (``name`` of ``user.name``, not of ``namenode``; lowering
+            # never turns a character that is not one into one).
+            alone = re.compile(rf"(?<!\w){re.escape(needle)}(?!\w)")
+            found = [i for i in found if alone.search(lowered[i])]
+        return found
 
     def doc_frequency(self, field_name: str, term: str) -> int:
         got = self._term(field_name, term)
@@ -185,10 +312,11 @@ class ScanLane:
         if n == 0:
             return []
         stats: dict[tuple[str, str], tuple[float, float]] = {}
+        totals = self._field_totals()
         for field_name, text in pairs:
             df = self.doc_frequency(field_name, text)
             idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-            stats[field_name, text] = (idf, (self._totals[FIELDS.index(field_name)] / n) or 1)
+            stats[field_name, text] = (idf, (totals[FIELDS.index(field_name)] / n) or 1)
         b, k1 = self.b, self.k1
         text_idf = sum(stats[p][0] for p in stats if p[0] == "text") or 1.0
         scores = np.zeros(n)

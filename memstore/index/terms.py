@@ -68,7 +68,7 @@ _CODE_SEP_RE = re.compile(r"[.\-/:= ]")
 # digit among letters, or a case change inside it (``UniqueViolationError``, ``myStore``).
 _CODE_SHAPE_RE = re.compile(r"[._/:= ]|[A-Za-z]\d|\d[A-Za-z]|[a-z][A-Z]|[A-Z]{2}[a-z]|-\d|\d-")
 # Where IntraWordFilter splits a code token into its words (the space joins ``HTTP 409``).
-_INTRA_DELIMS = "-_'\"()!@#$%^&*[]{}<>\\|;:,./?`~=+ "
+INTRA_DELIMS = "-_'\"()!@#$%^&*[]{}<>\\|;:,./?`~=+ "
 
 
 def code_shaped(token: str) -> bool:
@@ -121,7 +121,7 @@ def keyword_analyzer() -> Any:
 
     return (
         RegexTokenizer(CODE_PATTERN)
-        | IntraWordFilter(delims=_INTRA_DELIMS, splitnums=False)
+        | IntraWordFilter(delims=INTRA_DELIMS, splitnums=False)
         | LowercaseFilter()
         | StopFilter(stoplist=STOP_WORDS, minsize=2)
         | StemFilter()
