@@ -3,7 +3,9 @@ read in a fresh clone of ``perf.py cold``'s origin by a workspace set up as the 
 deferred, the read's wait bounded, the keyword build left to the background), against the same
 queries on a clone whose every memory has a vector.
 
-    python bench/first_answer.py 10000 --candidates 0 10   # probe only, then the shipped 10
+    python bench/first_answer.py 10000 --candidates 0 20   # probe only, then the shipped 20
+    python bench/first_answer.py 10000 --candidates 20 --eager-chars 1000000 1000000000
+                                         # the scan lane analysing as queries need / everything
 
 Prints, per setting, the mean top-10 overlap with the warm answer and how often the first
 answer is empty where the warm one is not. The warm clone takes perf.py's shared embedding
@@ -31,8 +33,11 @@ def main() -> int:
     ap.add_argument("n", type=int)
     ap.add_argument("--candidates", type=int, nargs="+", default=[0, 10],
                     help="values of retrieve.CANDIDATES_FIRST to compare (0: the probe alone)")
+    ap.add_argument("--eager-chars", type=int, nargs="+", default=[None],
+                    help="values of scanlane.EAGER_CHARS to compare (a store with more text is analysed as "
+                         "queries need it)")
     a = ap.parse_args()
-    from memstore.index import store_index
+    from memstore.index import scanlane, store_index
     from memstore.index.embedder import get_embedder
     from memstore.read import retrieve
     from memstore.store.workspace import open_workspace
@@ -51,8 +56,10 @@ def main() -> int:
         want = {q: [r["id"] for r in retrieve.read(ws, {"query": q}, log_episode=False)["results"]]
                 for q in QUERIES}
         print(f"{a.n} memories, {len(QUERIES)} queries; the warm index answers {sum(map(bool, want.values()))}")
-        for k in a.candidates:
+        for k, eager in [(k, e) for k in a.candidates for e in a.eager_chars]:
             retrieve.CANDIDATES_FIRST = k
+            if eager is not None:
+                scanlane.EAGER_CHARS = eager
             overlap: list[float] = []
             empty = 0
             for q in QUERIES:
@@ -66,7 +73,8 @@ def main() -> int:
                     overlap.append(len(set(got) & set(want[q])) / len(want[q]))
                     empty += not got
                 shutil.rmtree(clone)
-            print(f"candidates first {k:3d}: top-10 overlap with the warm answer {sum(overlap) / len(overlap):.3f}, "
+            setting = f"candidates first {k:3d}" + ("" if eager is None else f", eager chars {eager}")
+            print(f"{setting}: top-10 overlap with the warm answer {sum(overlap) / len(overlap):.3f}, "
                   f"empty where warm answers {empty}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
