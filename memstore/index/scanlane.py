@@ -63,7 +63,7 @@ def source(field_name: str, term: str) -> str | None:
     letters: of the suffixes it writes, the letters that need not be in the word are a final
     ``e`` (``hoping`` -> ``hope``, ``-ation`` -> ``-ate``) or ``i`` (``happy`` -> ``happi``), and
     ``-bility`` -> ``-ble`` / ``-bl`` (``possibility`` -> ``possibl``). What precedes them is the
-    start of the word (``tests/test_scanlane.py`` holds this over every suffix chain).
+    start of the word (``tests/test_scanlane.py`` checks this on random chains of those suffixes).
     """
     if field_name == "code":
         got = (term[len(EXACT):] if term.startswith(EXACT) else term).lower()
