@@ -147,6 +147,29 @@ def test_documents_follow_the_catalog() -> None:
     assert _scan([]).hits("kafka", 5) == []
 
 
+def test_a_lane_analysing_as_queries_need_follows_the_catalog(tmp_path: Path) -> None:
+    """New documents wait for a query like the rest; analysed ones that stay are kept, removed
+    ones are gone: the hits are those of Whoosh over the new documents."""
+    def lane_of(lane: ScanLane, docs: list[tuple[str, str, list[str], str]]) -> ScanLane:
+        lane.set_docs((mid, doc_key(Memory(id=mid, kind=kind, text=text, scope="repo", tags=tags)), kind, tags,
+                       text) for mid, kind, tags, text in docs)
+        return lane
+
+    docs = _random_docs(300, 6)
+    lane = lane_of(ScanLane(ranking.RankingParams(), eager_chars=0, sample=10), docs)
+    lane.hits("kafka consumer", 5)  # analyses the documents that hold those words
+    before = lane.analysed()
+    kept = [*docs[:150], ("m-new", "fact", [], "Frobnicator.rotate_tokens rotates quillwort kafka")]
+    lane_of(lane, kept)
+    assert 0 < lane.analysed() < before and lane.doc_count() == 151
+    ki = _whoosh(tmp_path / "kw", kept)
+    for query in ["quillwort", "Frobnicator.rotate_tokens", "kafka consumer", "redis cache", "flaky fixture"]:
+        assert sorted(h.id for h in lane.hits(query, 500)) == sorted(h.id for h in ki.hits(query, 500)), query
+    for word in ["kafka", "quillwort", "rotate_tokens", "redis"]:
+        assert lane.doc_freq(word) == ki.doc_freq(word), word
+    ki.close()
+
+
 # Words where a term's letters are not simply the start of the token it came from.
 TRICKY = [
     "NameNode", "namenode", "user.name", "fileName", "hostname", "NAMEnode", "name_node", "possibility",
