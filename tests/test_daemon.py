@@ -388,15 +388,24 @@ def test_an_unused_workspace_is_evicted_and_reopened(tmp_path: Path) -> None:
         assert status["evict_seconds"] == 3 and status["evicted"] == 0
         assert [ws["repo"] for ws in status["workspaces"]] == [store] and status["workspaces"][0]["idle_s"] >= 0
         assert store in status["watched"]
+        # The first request of a workspace ran with the cyclic GC off; once answered, the GC is
+        # on again with what the load made frozen, and an eviction unfreezes it.
+        def gc_settled() -> bool:
+            state = life.status()["gc"]
+            return state["enabled"] and state["frozen_objects"] > 0
+
+        assert _poll(gc_settled, timeout=20, every=0.2), life.status()["gc"]
         # Each status call is a request; the daemon looks for unused workspaces between requests.
         gone = _poll(lambda: (s := life.status())["evicted"] == 1 and s, timeout=30, every=1)
         assert gone and gone["workspaces"] == [] and store not in gone["watched"], life.log()
+        assert gone["gc"] == {"enabled": True, "frozen_objects": 0}
         assert "workspace evicted after" in life.log()
         again = life.forward("read", repo, request=req)["answer"]
         assert _ids(again) == _ids(first)
         back = life.status()
         assert [ws["repo"] for ws in back["workspaces"]] == [store] and store in back["watched"]
         assert back["evicted"] == 1
+        assert _poll(gc_settled, timeout=20, every=0.2), life.status()["gc"]
     finally:
         life.cleanup()
         if proc is not None:
