@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import gc
 import json
 import logging
@@ -330,10 +331,8 @@ class Daemon:
             return self._run_on(entry, verb, msg)
         finally:
             entry.loaded = True
-            if getattr(_serving, "after_reply", None) is None:  # not serving a connection
-                self._gc.settle()
-            else:
-                _serving.settle_gc = getattr(_serving, "settle_gc", 0) + 1
+            # Ahead of the background embedding this request may have asked for.
+            self._after_reply(self._gc.settle, first=True)
 
     def _run_on(self, entry: Entry, verb: str, msg: dict[str, Any]) -> tuple[dict[str, Any], int]:
         from ..read.retrieve import read
@@ -405,11 +404,17 @@ class Daemon:
         """``embed_behind`` once this connection's answer is sent: started earlier, the encoder
         (starting its worker processes, the GIL) competes with rendering the answer the agent
         waits for."""
-        deferred = getattr(_serving, "after_reply", None)
-        if deferred is None:  # not serving a connection (called in-process): start it now
-            self.embed_behind(entry)
-        elif entry not in deferred:
-            deferred.append(entry)
+        self._after_reply(functools.partial(self.embed_behind, entry))  # a second start finds it under way
+
+    def _after_reply(self, work: Callable[[], None], *, first: bool = False) -> None:
+        """Run ``work`` once this connection's answer is sent (now, when not serving one)."""
+        deferred: list[Callable[[], None]] | None = getattr(_serving, "after_reply", None)
+        if deferred is None:
+            work()
+        elif first:
+            deferred.insert(0, work)
+        else:
+            deferred.append(work)
 
     def embed_behind(self, entry: Entry) -> None:
         """Start embedding the workspace's memories that have no vector yet (a read or a refresh
@@ -507,7 +512,6 @@ class Daemon:
         with self._state:
             self.active += 1
         _serving.after_reply = []
-        _serving.settle_gc = 0
         try:
             with conn:
                 if not _same_user(conn):
@@ -536,14 +540,11 @@ class Daemon:
                     conn.sendall(json.dumps(reply, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
         finally:
             deferred, _serving.after_reply = _serving.after_reply, None
-            for _ in range(_serving.settle_gc):
-                self._gc.settle()
-            _serving.settle_gc = 0
-            for entry in deferred:
+            for work in deferred:
                 try:
-                    self.embed_behind(entry)
-                except Exception:  # the next read starts it again; this connection is done
-                    log.exception("starting the background embedding failed")
+                    work()
+                except Exception:  # e.g. the background embedding: the next read starts it again
+                    log.exception("work after the reply failed")
             with self._state:
                 self.active -= 1
                 self.last_activity = time.monotonic()
