@@ -211,7 +211,7 @@ class ScanLane:
         as terms per character of text times the characters of all (a document's length varies
         far more than its terms per character). Kept while estimated: scores do not move from
         one read to the next."""
-        if self._totals is not None and not (self._estimated and not self._waiting):
+        if self._totals is not None and (self._waiting or not self._estimated):
             return self._totals
         docs, n = self.docs, len(self.docs)
         tags = sum(d.lengths[2] for d in docs)
