@@ -118,6 +118,7 @@ def test_plain_memories_all_take_the_fast_path() -> None:
     "links: {problem: 01m8b1tvvbw0dmfz3zpjnnq04d}\n",
     "links: {problem: x, via_change: 'y: z', n: 3}\ncreated: '2026-01-01T10:00:00Z'\nevidence: ['user:bench']\n",
     "url: http://example.com/a#b\nev: file:app/x.py#L1-L2@abc\n",
+    "a: x\n  \u00a0y\u00a0\n",  # U+00A0 is content to YAML, not white space
 ])
 def test_shapes_memstore_writes_take_the_fast_path(fm: str) -> None:
     assert _check(fm) is not None, fm
@@ -181,3 +182,56 @@ def test_a_file_read_fast_is_the_file_read_before() -> None:
     want = yaml.load(_frontmatter(text), Loader=yaml.CSafeLoader)
     assert meta["id"] == want["id"] and meta["created"] == want["created"].strftime("%Y-%m-%dT%H:%M:%SZ")
     assert body
+
+
+# Pieces of YAML that read differently in one parser or another: indicators, the scalars YAML 1.1
+# resolves to other types, quotes, and the Unicode spaces Python strips but YAML keeps.
+_ATOMS = ["a", "x", "1", "-1", "07", "1.5", "1.", "1e3", ".5", "true", "True", "yes", "on", "null", "~",
+          "2026-11-18", "2026-11-18T15:31:04Z", "2026-11-18 15:31:04", "2026-11-18T15:31:04+01:00", "2026-02-30",
+          "12:30", "1_000", "0o17", "0x1F", "+1", "-", "---", "...", "'q'", '"d"', "'it''s'", "''", "'", '"',
+          "[", "]", "{", "}", ",", ", ", ":", ": ", "#", " #", "&x", "*x", "!t", "|", ">", "?", "%", "@", "`",
+          "<<", "- ", "é", "\u00a0", "\u2000", "\u3000", "\u202f", "\ufeff", "\u200b", "x:y", "http://a#b",
+          " ", "  ", "\n", "\n ", "\n  ", "\n- ", "\n  - ", "\n\n", "9" * 20, ".inf", ".nan"]
+
+
+def _random_frontmatter(r: random.Random) -> str:
+    def words(most: int) -> str:
+        return "".join(r.choice(_ATOMS) for _ in range(r.randint(0, most)))
+
+    def value() -> str:
+        k = r.random()
+        if k < 0.15:
+            return "[" + ", ".join(words(2) for _ in range(r.randint(0, 4))) + r.choice(["]", ",]", ""])
+        if k < 0.25:
+            return "{" + ", ".join(f"{r.choice(['p', 'yes', '1'])}: {words(2)}" for _ in range(r.randint(0, 3))) + "}"
+        if k < 0.4:
+            ind = r.choice(["", " ", "  "])
+            return "".join(f"\n{ind}- {words(3)}" for _ in range(r.randint(1, 4)))
+        if k < 0.5:
+            return "".join(f"\n  {r.choice(['p', 'q', 'yes'])}: {words(3)}" for _ in range(r.randint(1, 3)))
+        return words(5)
+
+    lines = [f"{r.choice(['', '', '', ' ', '  '])}{r.choice(['a', 'links', 'yes', '1', 'a-b', '_k'])}:"
+             f"{r.choice([' ', ' ', '', '  '])}{value()}" for _ in range(r.randint(1, 6))]
+    return "\n".join(lines) + r.choice(["\n", ""])
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_frontmatter_is_read_as_csafeloader_reads_it_or_left_to_it(seed: int) -> None:
+    """A hostile file must not mean one thing to memstore and another to every other YAML
+    reader (a reviewer's tools, the C path): whatever the fast path accepts, CSafeLoader reads
+    the same, value for value and type for type."""
+    r = random.Random(seed)
+    fast = 0
+    for _ in range(30_000):
+        fm = _random_frontmatter(r)
+        if plainyaml.parse(fm) is None:
+            assert plainyaml.parse(fm, normalise=True) is None, fm
+            continue
+        try:
+            yaml.load(fm, Loader=yaml.CSafeLoader)
+        except yaml.YAMLError as e:
+            raise AssertionError(f"the fast path read what CSafeLoader refuses: {fm!r}") from e
+        _check(fm)
+        fast += 1
+    assert fast > 500  # the generator reaches the fast path, or this test proves nothing

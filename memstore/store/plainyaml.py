@@ -68,7 +68,7 @@ def parse(text: str, *, normalise: bool = False) -> dict[str, Any] | None:
         while at < n:
             line = lines[at]
             at += 1
-            if not line or line.isspace():
+            if not line.strip(" "):
                 continue
             m = _KEY.match(line)
             if m is None:
@@ -189,12 +189,14 @@ def _string_key(key: str) -> bool:
     return ok
 
 
+# YAML's white space is the space (tabs are refused above); Python's ``strip()`` would also eat
+# U+00A0 and the other Unicode spaces, which YAML keeps as content.
 def _indent(line: str) -> int:
     return len(line) - len(line.lstrip(" "))
 
 
 def _skip_blank(lines: list[str], at: int) -> int:
-    while at < len(lines) and not lines[at].strip():
+    while at < len(lines) and not lines[at].strip(" "):
         at += 1
     return at
 
@@ -230,10 +232,10 @@ def _mapping(lines: list[str], at: int, indent: int) -> tuple[dict[str, Any], in
 def _continuation(lines: list[str], at: int, indent: int) -> tuple[list[str], int]:
     """The lines that continue a value begun on a key's line: indented deeper than the key."""
     more: list[str] = []
-    while at < len(lines) and lines[at].strip() and _indent(lines[at]) > indent:
-        more.append(lines[at].strip())
+    while at < len(lines) and lines[at].strip(" ") and _indent(lines[at]) > indent:
+        more.append(lines[at].strip(" "))
         at += 1
-    if at < len(lines) and not lines[at].strip():
+    if at < len(lines) and not lines[at].strip(" "):
         # A blank line inside a folded scalar is a line break: only when the value goes on.
         nxt = _skip_blank(lines, at)
         if nxt < len(lines) and _indent(lines[nxt]) > indent:
