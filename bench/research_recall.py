@@ -27,6 +27,15 @@ association chain, verbatim rule and cut), changing one step:
 - ``split``: a question with several parts ("X and Y", "X, Y") asks each part too; a memory's
   similarity is the best over the parts.
 
+Four more, on top of the shipped prose rule (their first setting is the shipped ranking):
+
+- ``hub``: hubness reduction (CSLS): a memory's cosine minus ``beta`` times its mean cosine to its
+  ``k`` nearest memories (centred on the store's mean, so the gate's scale stays); ``hubprose``:
+  the same for prose queries only.
+- ``lenprior``: a document-length prior, ``w * (log(1 + words) - its store mean)`` on the cosine.
+- ``smooth``: score regularisation on the similarity graph, ``(1 - a) * cos + a * mean cos of
+  the k nearest memories``.
+
     python bench/research_recall.py --data-dir ../shared/eval [--only vprf mmr ...]
 
 The last stdout line is one JSON object (per family: the settings chosen and the out-of-fold figures).
@@ -86,6 +95,11 @@ FAMILIES: dict[str, list[tuple[Any, ...]]] = {
     "covmix": [(), *[("mix", w2) for w2 in (0.1, 0.2, 0.3, 0.5)]],
     "centre": [(), (0.5,), (1.0,)],
     "split": [(), ("max",), ("mean",)],
+    # On top of the shipped prose rule (the first setting is the shipped ranking through this path).
+    "hub": [(0.0, 25), *[(b, k) for b in (0.3, 0.5, 0.7, 1.0) for k in (10, 25, 50)]],
+    "hubprose": [(0.0, 25), *[(b, k) for b in (0.3, 0.5, 0.7, 1.0) for k in (10, 25, 50)]],
+    "lenprior": [(0.0,), (0.01,), (0.02,), (0.03,), (0.05,)],
+    "smooth": [(0.0, 5), *[(a, k) for a in (0.1, 0.2, 0.3, 0.5) for k in (3, 5, 10)]],
 }
 
 
@@ -95,6 +109,9 @@ class Ranker:
     def __init__(self) -> None:
         self.memo: dict[tuple[str, str, int], tuple[list[tuple[int, float]], dict[int, tuple[float, float]], bool]] = {}
         self.means: dict[str, np.ndarray] = {}
+        self.hubness: dict[tuple[str, int], np.ndarray] = {}
+        self.knn: dict[tuple[str, int], np.ndarray] = {}
+        self.lengths: dict[str, np.ndarray] = {}
         self.qvec_of: Callable[[str], np.ndarray] | None = None
 
     def hits(self, store: Store, query: str,
@@ -135,6 +152,21 @@ class Ranker:
             c /= np.linalg.norm(c, axis=1, keepdims=True)
             qc = qvec - v.setting[0] * mean
             sims = c @ (qc / np.linalg.norm(qc)).astype(np.float32)
+        prose = not any(code_shaped(t) for t in re.findall(CODE_PATTERN, query))
+        if v.family in ("hub", "hubprose") and v.setting[0] > 0 and (prose or v.family == "hub"):
+            # CSLS (hubness reduction): a memory close to many others (chit-chat, boilerplate) is
+            # close to every query too; it pays beta times its mean cosine to its k nearest.
+            hub = self.hub(store, v.setting[1])
+            sims = sims - v.setting[0] * (hub - float(hub.mean()))
+        if v.family == "lenprior" and v.setting[0] > 0:
+            ln = self.lengths.setdefault(store.name, np.log1p(np.array(
+                [len(keyword_terms(t)) for t in store.texts], dtype=np.float32)))
+            sims = sims + v.setting[0] * (ln - float(ln.mean()))
+        if v.family == "smooth" and v.setting[0] > 0:
+            # Score regularisation over the similarity graph: a memory's similarity is blended
+            # with its k nearest memories' (the context a short reply lacks).
+            nn = self.neighbours(store, v.setting[1])
+            sims = (1 - v.setting[0]) * sims + v.setting[0] * sims[nn].mean(axis=1)
         if v.family == "split":
             parts = split_question(query)
             if len(parts) > 1 and self.qvec_of is not None:
@@ -151,11 +183,12 @@ class Ranker:
             mix = {"mix": lambda b, c: (1 - share) * b + share * c, "product": lambda b, c: b * c, "max": max}[how]
             kw = {i: mix(kw[i], cov[i]) for i in kw}
             p = dataclasses.replace(p, keyword_weight=w)
-        if v.family == "prose" and not any(code_shaped(t) for t in re.findall(CODE_PATTERN, query)):
+        if v.family in ("prose", "hub", "hubprose", "smooth", "lenprior") and prose:
             # Coverage counts the query's words in ``text`` only: blind to identifiers matched in
             # ``code``, so only a query that names none reads it.
             cov = {i: ev.get(i, ranking.NO_EVIDENCE)[0] for i in kw}
-            kw = {i: (1 - v.setting[0]) * kw[i] + v.setting[0] * cov[i] for i in kw}
+            share = v.setting[0] if v.family == "prose" else PARAMS.prose_coverage
+            kw = {i: (1 - share) * kw[i] + share * cov[i] for i in kw}
         if v.family == "covmix":
             # cos + w * bm25/max + w2 * coverage, over 1 + w + w2: both keyword readings at once.
             w, w2 = p.keyword_weight, v.setting[1]
@@ -184,6 +217,32 @@ class Ranker:
             scored[i] = (max(old, rel), [*reasons, why])
         ranking._prefer_verbatim(scored, verbatim, named, p.named_holders_only)
         return ranking.select(scored, store.kinds, p, limit=limit)
+
+
+    def _top(self, store: Store, k: int) -> tuple[np.ndarray, np.ndarray]:
+        m = store.matrix
+        vals = np.empty((len(m), k), dtype=np.float32)
+        idx = np.empty((len(m), k), dtype=np.int64)
+        for a in range(0, len(m), 2048):
+            block = m[a:a + 2048] @ m.T
+            for j in range(block.shape[0]):
+                block[j, a + j] = -np.inf
+            part = np.argpartition(block, -k, axis=1)[:, -k:]
+            idx[a:a + 2048] = part
+            vals[a:a + 2048] = np.take_along_axis(block, part, axis=1)
+        return vals, idx
+
+    def hub(self, store: Store, k: int) -> np.ndarray:
+        key = (store.name, k)
+        if key not in self.hubness:
+            self.hubness[key] = self._top(store, k)[0].mean(axis=1)
+        return self.hubness[key]
+
+    def neighbours(self, store: Store, k: int) -> np.ndarray:
+        key = (store.name, k)
+        if key not in self.knn:
+            self.knn[key] = self._top(store, k)[1]
+        return self.knn[key]
 
 
 def mmr(ranked: list[ranking.Ranked], matrix: np.ndarray, mu: float, top: int = 10) -> list[ranking.Ranked]:
