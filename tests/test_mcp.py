@@ -239,6 +239,52 @@ def test_store_option_and_bad_repo_option(tmp_path: Path, repo: Path) -> None:
     assert proc.returncode == 2 and proc.stdout == "" and "bad_input" in proc.stderr
 
 
+def test_a_call_answered_in_process_loads_the_store_with_the_collector_off(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The server is long-lived: before a daemon runs, each call loads the store in-process, and
+    # the cyclic GC would rescan that load many times over (seconds at 100k memories). It must
+    # be off during the call, back on after it, with nothing frozen (the store is dropped).
+    import gc
+
+    from memstore.surfaces.mcp_server import Backend
+
+    monkeypatch.chdir(repo)
+    backend = Backend()
+    collections: list[int] = []
+    frozen = gc.get_freeze_count()
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    for i in range(3):
+        backend.verb("write", {"allow_duplicate": True, "memory": {
+            "kind": "fact", "scope": "repo", "text": f"Fact {i}: the nightly export runs at 02:00 UTC from cron.",
+            "evidence_refs": ["user:x"]}})
+    gc.collect()
+    gc.callbacks.append(count)
+    try:
+        answer = backend.verb("read", {"query": "when does the nightly export run", "include_global": False})
+        in_read = list(collections)
+        backend.context({"task": "move the nightly export"})
+        in_context = list(collections)[len(in_read):]
+        for _ in range(100):  # back on shortly after the answer
+            if gc.isenabled():
+                break
+            time.sleep(0.05)
+        assert gc.isenabled()
+        junk = [[] for _ in range(5000)]
+        for item in junk:
+            item.append(junk)  # cycles: the collector, back on, runs
+        del junk
+    finally:
+        gc.callbacks.remove(count)
+    assert len(answer["results"]) == 3
+    assert in_read == [] and in_context == [], (in_read, in_context)
+    assert collections, "the collector did not come back on"
+    assert gc.get_freeze_count() == frozen
+
+
 @pytest.mark.slow
 def test_reads_and_writes_go_through_a_running_daemon(tmp_path: Path, repo: Path) -> None:
     rdir = Path(f"/tmp/ms-mcp-{os.getpid()}-{tmp_path.name[-10:]}")  # AF_UNIX paths are short

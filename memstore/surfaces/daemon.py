@@ -36,6 +36,7 @@ from ..errors import MemstoreError, StoreError, error_answer
 from ..store.disk import STORE_DIRNAME
 from . import client
 from .cliargs import ArgvError
+from .loadgc import LoadGC
 
 log = logging.getLogger("memstore.surfaces.daemon")
 
@@ -73,45 +74,6 @@ class Entry:
                 yield
             finally:
                 self.last_used = time.monotonic()
-
-
-class _LoadGC:
-    """The cyclic garbage collector around a workspace's first request.
-
-    Loading a store makes ~13 tracked objects a memory, all long-lived. The collector runs a
-    full collection each time the long-lived objects grow by a quarter, so a load rescans what
-    it has already made, again and again: at 100k memories 14 full collections, 4.3 s of a 15 s
-    first read, and a ~1 s pause in some reads after it (bench/RESULTS.md). So a first request
-    runs with the collector off; after its reply, one collection frees what the load left as
-    garbage and the survivors are frozen (``gc.freeze``): later collections skip them. A frozen
-    object in a reference cycle would never be freed, so evicting a workspace unfreezes all.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._loads = 0
-        self._was_enabled = True
-
-    def pause(self) -> None:
-        with self._lock:
-            if self._loads == 0:
-                self._was_enabled = gc.isenabled()
-                gc.disable()
-            self._loads += 1
-
-    def settle(self) -> None:
-        with self._lock:
-            self._loads -= 1
-            if self._loads:
-                return
-            gc.collect()
-            gc.freeze()
-            if self._was_enabled:
-                gc.enable()
-
-    def thaw(self) -> None:
-        with self._lock:
-            gc.unfreeze()
 
 
 def _rss_mb() -> dict[str, float]:
@@ -157,7 +119,7 @@ class Daemon:
         self._state = threading.Lock()
         self._flushing = threading.Lock()  # one flush at a time
         self._filling = threading.Lock()  # one idle fill at a time
-        self._gc = _LoadGC()
+        self._gc = LoadGC()
         self._lock_fd: int | None = None
         self._sock: socket.socket | None = None
         self._sock_ino: int | None = None

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InvalidRequest, MemstoreError, SchemaError, error_answer
 from ..store.kinds import EPISODE_SOURCES
 from ..store.relations import DISPUTE_RULE
+from .loadgc import LoadGC
 
 if TYPE_CHECKING:
     import mcp_types
@@ -90,6 +91,7 @@ class Backend:
         # Tool calls run in worker threads (the event loop keeps answering pings while a model
         # loads); one at a time, like the CLI's calls in one clone.
         self.lock = threading.Lock()
+        self.gc = LoadGC()
 
     def workspace(self) -> Workspace:
         """A fresh workspace per call, exactly as the next CLI call would see the stores (config
@@ -118,6 +120,12 @@ class Backend:
             if code:
                 raise ToolFailure(answer)
             return answer
+        with self.gc.transient():  # the store is loaded afresh and dropped after the answer
+            return self._in_process(verb, request)
+
+    def _in_process(self, verb: str, request: dict[str, Any]) -> dict[str, Any]:
+        from . import client
+
         ws = self.workspace()
         if verb == "read":
             from ..read.retrieve import read
@@ -151,7 +159,8 @@ class Backend:
             return answer
         from ..verbs.guide import context
 
-        return context(self.workspace(), task=args.get("task"), limit=args.get("limit"), episode=self.episode)
+        with self.gc.transient():
+            return context(self.workspace(), task=args.get("task"), limit=args.get("limit"), episode=self.episode)
 
     def guidance(self, answer: dict[str, Any]) -> dict[str, Any]:
         """The full guidance with the session's first answer that carries it, a short reminder after."""
