@@ -321,6 +321,7 @@ class PipelineStores:
         from memstore.store.disk import Store as MemStore
         from memstore.store.files import atomic_write
         from memstore.store.model import Memory
+        from memstore.store.userkey import projection_key
         from memstore.store.workspace import open_workspace
 
         safe = "".join(c if c.isalnum() else "_" for c in store.name)
@@ -337,7 +338,8 @@ class PipelineStores:
             row_of[mid] = i
             texts.append(mem.text)
         emb = get_embedder()
-        seed = StoreCache(root / ".index" / "embeddings", emb.model_id, emb.dim)
+        # Filed under this user's key, as the store's own index looks them up (memstore.store.userkey).
+        seed = StoreCache(root / ".index" / "embeddings", emb.model_id, emb.dim, secret=projection_key())
         seed.put_many([text_key(t) for t in texts], self.cache.embed(texts))
         env = {"MEMSTORE_HOME": str(self.root / "_global"), "MEMSTORE_DAEMON": "0"}
         ws = open_workspace(cwd=self.root, store_dir=root, env=env)

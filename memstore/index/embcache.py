@@ -3,6 +3,10 @@
 Append-only pair of files per model: ``<model>.keys`` (one hash a line) and ``<model>.f32`` (raw
 float32 rows). Appends happen under the index lock; a torn append (crash between the two files)
 is healed on load by trusting only the rows both files agree on.
+
+A row is filed under the text's hash hashed again with this user's key
+(``memstore.store.userkey``): a cache that arrives in a clone or a pull, made elsewhere with
+vectors chosen to steer reads, files its rows under hashes nothing here ever looks up.
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ def text_key(text: str) -> str:
 
 
 class EmbeddingCache:
-    def __init__(self, folder: Path, model_id: str, dim: int) -> None:
+    def __init__(self, folder: Path, model_id: str, dim: int, secret: bytes = b"") -> None:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in model_id)
+        self._secret = secret
         self.keys_path = folder / f"{safe}.keys"
         self.vecs_path = folder / f"{safe}.f32"
         self.dim = dim
@@ -61,12 +66,22 @@ class EmbeddingCache:
         return len(self._row)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._row
+        return isinstance(key, str) and self._filed(key) in self._row
+
+    def _filed(self, key: str) -> str:
+        """The line a text's key is filed under."""
+        if not self._secret:
+            return key
+        mac = hashlib.blake2b(key.encode("ascii"), key=self._secret, person=b"memstore-emb", digest_size=16)
+        return mac.hexdigest()
 
     def get_many(self, keys: list[str]) -> tuple[np.ndarray, list[int]]:
         """Vectors for the keys found (in order) and the positions of the keys missing. A row
         that is not a unit vector (garbled on disk) counts as missing: it is embedded again."""
         self._check_file()
+        if not self._row:  # a clone's first look-up: no keyed hashing of every text for nothing
+            return np.zeros((len(keys), self.dim), dtype=np.float32), list(range(len(keys)))
+        keys = [self._filed(k) for k in keys]
         found_rows: list[int] = []
         missing: list[int] = []
         out = np.zeros((len(keys), self.dim), dtype=np.float32)
@@ -100,6 +115,7 @@ class EmbeddingCache:
             self._load()
 
     def put_many(self, keys: list[str], vecs: np.ndarray) -> None:
+        keys = [self._filed(k) for k in keys]
         new = [(k, v) for k, v in zip(keys, vecs, strict=True) if k not in self._row]
         if not new:
             return

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 from ..store.files import disk_full
+from .safepickle import harden
 from .terms import EXACT, code_analyzer, code_shaped, code_terms, keyword_analyzer, keyword_terms, keyword_weighting
 
 SCHEMA_VERSION = "5"  # 4: the code field and the identifier-splitting text analyser; 5: analysers in index.terms
@@ -125,11 +126,14 @@ class KeywordIndex:
     def _open(self, fresh: bool) -> None:
         from whoosh import index
 
+        harden()  # before Whoosh reads a byte of the folder
+
         folder = self.folder
         marker = folder / "VERSION"
         if not fresh and folder.is_dir() and marker.is_file() and marker.read_text().strip() == SCHEMA_VERSION:
             try:
-                self.ix = index.open_dir(str(folder))
+                # Our schema, not the pickled one the folder holds (see safepickle).
+                self.ix = index.open_dir(str(folder), schema=_schema())
             except Exception:  # a corrupt projection is rebuilt, never trusted
                 fresh = True
         else:

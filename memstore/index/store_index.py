@@ -13,6 +13,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import shutil
 import threading
 import time
@@ -25,6 +26,7 @@ import numpy as np
 from ..store.catalog import Catalog
 from ..store.files import atomic_write, content_hash, file_lock, private_dir
 from ..store.model import Memory
+from ..store.userkey import projection_key, seal, sealed_by
 from .embcache import EmbeddingCache, text_key
 from .embedder import Embedder, EmbedderUnavailable
 from .keyword import BM25Params, KeywordIndex
@@ -65,8 +67,11 @@ class IndexState:
 
 
 class StoreIndex:
-    def __init__(self, catalog: Catalog, embedder: Embedder | None, params: BM25Params) -> None:
+    def __init__(self, catalog: Catalog, embedder: Embedder | None, params: BM25Params,
+                 key: bytes | None = None) -> None:
         self.catalog = catalog
+        # This user's key (memstore.store.userkey): what is loaded from .index/ must carry its seal.
+        self.key = projection_key() if key is None else key
         self.store = catalog.store
         self.embedder = embedder
         self.params = params
@@ -122,7 +127,15 @@ class StoreIndex:
 
     def _read_meta(self, *, quiet: bool = False) -> dict[str, Any] | None:
         try:
-            meta = json.loads(self._meta_path.read_text(encoding="utf-8"))
+            raw = self._meta_path.read_bytes()
+            body = _unsealed(raw, self.key)
+            if body is None:
+                # Not written here by this user (a clone or a pull brought it, or an older
+                # memstore wrote it): nothing it records about the other files is believed.
+                if not quiet:
+                    self._fault("index metadata", "it does not carry this user's seal")
+                return None
+            meta = json.loads(body)
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
@@ -168,17 +181,30 @@ class StoreIndex:
         meta = self._read_meta()
         if meta is not None:
             meta = _valid_meta(meta)
-        files = meta.get("files", {}) if meta is not None else {}
-        # Without metadata nothing says what the keyword index holds: start it empty.
-        kw_bad = meta is None or not _unchanged(self.dir, "keyword/", files)
+        # Whoosh opens whatever the folder holds (pickles among it), so the folder must hold
+        # exactly the files the sealed metadata records. Without metadata nothing says what the
+        # keyword index holds: start it empty.
+        kw_state = _keyword_state(self.dir, meta)
+        kw_bad = kw_state != "saved"
         if self.keyword is not None:
             self.keyword.close()
         # Starting afresh deletes the folder: not while another process commits to it.
         with self._lock() if kw_bad else contextlib.nullcontext():
+            if kw_bad and meta is not None:
+                # That process may have committed to the folder and not yet saved the metadata
+                # (it does both under this lock): look again now that it has finished.
+                meta = self._read_meta(quiet=True)
+                meta = _valid_meta(meta) if meta is not None else None
+                kw_state = _keyword_state(self.dir, meta)
+                kw_bad = kw_state != "saved"
             self.keyword = KeywordIndex(self.dir / "keyword", self.params, fresh=kw_bad)
         self.keyword.on_fault = self._heal_keyword
-        if meta is not None and kw_bad:
+        if meta is not None and kw_state == "changed":
             self._fault("keyword index", "its files changed since they were saved")
+        elif kw_state == "added":
+            # Another process committed after the metadata was saved (the daemon saves it when
+            # idle), or a pull dropped files in: which, nothing here can tell, so it is rebuilt.
+            log.info("%s: keyword index holds files its metadata does not record; rebuilt", self.dir)
         dim = self.embedder.dim if self.embedder else 384
         self.vectors = VectorIndex(dim)
         self.state = IndexState()
@@ -192,8 +218,9 @@ class StoreIndex:
         model_ok = self.embedder is not None and meta.get("model_id") == self.embedder.model_id
         if model_ok and meta.get("dim") == dim and (self.dir / "vectors.faiss").is_file():
             try:
-                if not _unchanged(self.dir, "", {k: v for k, v in files.items() if k == "vectors.faiss"}):
-                    raise ValueError("vectors.faiss changed since it was saved")
+                saved, now = meta.get("files", {}).get("vectors.faiss"), _stat(self.dir / "vectors.faiss")
+                if saved is None or now is None or [now[0], now[1]] != list(saved):
+                    raise ValueError("vectors.faiss is not the file that was saved")
                 labels = {int(k): v for k, v in meta.get("labels", {}).items()}
                 self.vectors = VectorIndex.load(self.dir / "vectors.faiss", dim, labels)
                 self.state.vec_manifest = dict(meta.get("vec_manifest", {}))
@@ -287,7 +314,7 @@ class StoreIndex:
         }
 
     def _write_meta(self, meta: dict[str, Any]) -> None:
-        atomic_write(self._meta_path, json.dumps(meta, separators=(",", ":")))
+        atomic_write(self._meta_path, _sealed(json.dumps(meta, separators=(",", ":")), self.key))
         # A few bytes a writer checks under the lock instead of parsing the whole manifest.
         atomic_write(self.dir / "generation", str(meta["generation"]))
         self._note_written()
@@ -655,7 +682,8 @@ class StoreIndex:
     def embedding_cache(self) -> EmbeddingCache:
         assert self.embedder is not None
         if self._cache is None:
-            self._cache = EmbeddingCache(self.dir / "embeddings", self.embedder.model_id, self.embedder.dim)
+            self._cache = EmbeddingCache(self.dir / "embeddings", self.embedder.model_id, self.embedder.dim,
+                                         secret=self.key)
         return self._cache
 
     def _embed(self, keys: list[str], texts: list[str], budget: float | None,
@@ -795,16 +823,47 @@ def _stat(path: Any) -> tuple[int, int, int] | None:
     return st.st_size, st.st_mtime_ns, st.st_ino
 
 
-def _unchanged(folder: Any, prefix: str, files: dict[str, Any]) -> bool:
-    """Whether every file recorded under ``prefix`` that is still there has its recorded size
-    and mtime (files written since, or removed by a later commit, are not judged here)."""
-    for name, sig in files.items():
-        if not name.startswith(prefix):
-            continue
-        st = _stat(folder / name)
-        if st is not None and [st[0], st[1]] != list(sig):
-            return False
-    return True
+def _keyword_state(folder: Any, meta: dict[str, Any] | None) -> str:
+    """Whether ``keyword/`` holds the files ``meta`` records, each with its recorded size and
+    mtime, and no other ("saved"); files it does not record ("added": a newer table of contents,
+    which Whoosh would open, may be anyone's); or a recorded file changed ("changed", also
+    without metadata)."""
+    if meta is None:
+        return "changed"
+    saved = {name[len("keyword/"):]: list(sig) for name, sig in meta.get("files", {}).items()
+             if name.startswith("keyword/")}
+    now: dict[str, list[int]] = {}
+    try:
+        with os.scandir(folder / "keyword") as entries:
+            for entry in entries:
+                if entry.name.endswith("WRITELOCK") or entry.name.startswith("."):
+                    continue  # as KeywordIndex.files() leaves them out
+                st = entry.stat(follow_symlinks=False)
+                now[entry.name] = [st.st_size, st.st_mtime_ns]
+    except OSError:
+        return "changed"
+    if not saved or any(name in now and now[name] != sig for name, sig in saved.items()):
+        return "changed"
+    # A recorded file that is gone is judged when it is read (a later commit may have merged it
+    # away, and then it added files too).
+    return "added" if set(now) - set(saved) else "saved"
+
+
+_SEAL = re.compile(rb',"seal":"([0-9a-f]{64})"\}\s*\Z')
+
+
+def _sealed(body: str, key: bytes) -> str:
+    """``body`` (a JSON object) with its HMAC under ``key`` as a last member, ``seal``."""
+    return f'{body[:-1]},"seal":"{seal(key, body.encode("utf-8"))}"}}'
+
+
+def _unsealed(raw: bytes, key: bytes) -> bytes | None:
+    """The JSON ``_sealed`` sealed, if ``raw`` carries a seal made with ``key``; else None."""
+    m = _SEAL.search(raw)
+    if m is None:
+        return None
+    body = raw[: m.start()] + b"}"
+    return body if sealed_by(key, body, m.group(1).decode("ascii")) else None
 
 
 def _valid_meta(meta: dict[str, Any]) -> dict[str, Any]:

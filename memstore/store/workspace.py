@@ -18,6 +18,7 @@ from .catalog import Catalog
 from .config import Config, load_config
 from .disk import STORE_DIRNAME, Store
 from .model import Memory
+from .userkey import projection_key
 
 
 @dataclass
@@ -49,6 +50,10 @@ class Workspace:
     # even when a watcher has not reported them yet (it does so a few milliseconds later).
     _written: dict[str, set[str]] = field(default_factory=dict)
     _watcher: Any = None
+    # The key of the user whose environment opened the workspace (memstore.store.userkey): what
+    # its indexes load from .index/ must carry its seal. The daemon opens a client's workspace
+    # with the client's environment, so both seal alike.
+    key: bytes = b""
 
     def store(self, scope: str) -> Store:
         if scope == "global":
@@ -221,4 +226,5 @@ def open_workspace(
     repo = Store.at(repo_root, "repo", config, refuse_link=linked) if repo_root is not None else None
     if repo is not None and repo.root == global_root:
         repo = None  # --store pointing at the global store: treat it as the global store only
-    return Workspace(repo=repo, global_=Store.at(global_root, "global", config), config=config)
+    return Workspace(repo=repo, global_=Store.at(global_root, "global", config), config=config,
+                     key=projection_key(env))
