@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import gitops
 from ..errors import InvalidFile, NoStore, NotFound
-from ..store.disk import Store
+from ..store.disk import INDEX_DIRNAME, LOCAL_DIRNAME, Store
 from ..store.files import dump_markdown, parse_markdown
 from ..store.graph import Graph, archived_ids, build_graph
 from ..store.model import KIND_DIRS, Event, Memory, parse_evidence, utc_now
@@ -82,6 +82,19 @@ def _changed_paths(store: Store, staged: bool, base: str | None) -> tuple[dict[s
         if path.startswith(prefix + "/"):
             out[path[len(prefix) + 1:]] = status[:1]
     return out, old
+
+
+def _committed_projections(store: Store, report: Report) -> None:
+    """``.index/`` and ``.local/`` are this machine's: git must not carry them (``git add -f``
+    gets past ``.gitignore``). memstore never loads an ``.index/`` it did not write, but review is
+    where such files should stop, before they reach anyone's clone."""
+    assert store.worktree is not None
+    prefix = _store_prefix(store)
+    for folder in (INDEX_DIRNAME, LOCAL_DIRNAME):
+        for _mode, _sha, path in gitops.staged_entries(f"{prefix}/{folder}", store.worktree):
+            report.add("error", path, "committed_projection",
+                       f"{folder}/ is memstore's per-machine state and must not be committed (one from elsewhere "
+                       f"is never loaded); remove it from git with `git rm -r --cached {prefix}/{folder}`")
 
 
 def _immutability(store: Store, report: Report, changed: dict[str, str], old: str | None,
@@ -335,6 +348,7 @@ def run_check(ws: Workspace, *, staged: bool = False, base: str | None = None, f
         changed, old = _changed_paths(store, staged, base) if store.worktree is not None else ({}, None)
         if store.worktree is not None:
             _immutability(store, report, changed, old, view)
+            _committed_projections(store, report)
         if view is not None:
             _staged_episodes(store, view, changed, report)
         scope_to = None

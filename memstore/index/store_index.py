@@ -121,8 +121,11 @@ class StoreIndex:
         ``warnings`` and in the log (the daemon's log file when the daemon runs)."""
         if isinstance(why, BaseException):
             why = f"{type(why).__name__}: {str(why)[:160]}"
-        msg = f"{what} was damaged ({why}); rebuilt from the files"
-        self.warnings.append(msg)
+        self._note(f"{what} was damaged ({why}); rebuilt from the files")
+
+    def _note(self, msg: str) -> None:
+        if msg not in self.warnings:  # a reload finds the same thing again: say it once
+            self.warnings.append(msg)
         log.info("%s: %s", self.dir, msg)
 
     def _read_meta(self, *, quiet: bool = False) -> dict[str, Any] | None:
@@ -133,7 +136,8 @@ class StoreIndex:
                 # Not written here by this user (a clone or a pull brought it, or an older
                 # memstore wrote it): nothing it records about the other files is believed.
                 if not quiet:
-                    self._fault("index metadata", "it does not carry this user's seal")
+                    self._note("the index in .index/ was not written here by this user (no valid seal); "
+                               "not trusted, rebuilt from the files")
                 return None
             meta = json.loads(body)
         except FileNotFoundError:

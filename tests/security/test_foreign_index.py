@@ -96,6 +96,16 @@ def test_a_committed_keyword_index_runs_nothing_in_a_clone(tmp_path: Path) -> No
     assert not marker.exists(), "a pickle from the clone's .index/ ran"
     assert [r["text"] for r in answer["results"]][:1] == [FACTS[0]]
 
+    # Review stops it too: `check` (the hook, `check --base` in CI) names every file git carries there.
+    proc = subprocess.run([sys.executable, "-m", "memstore", "check"], cwd=clone, capture_output=True, text=True,
+                          env={**os.environ, "MEMSTORE_DAEMON": "0"}, timeout=300, check=False)
+    report = json.loads(proc.stdout.splitlines()[0])
+    assert proc.returncode != 0 and not report["ok"]
+    flagged = {p["path"] for p in report["problems"] if p["code"] == "committed_projection"}
+    assert flagged == set(git(clone, "ls-files", ".memory/.index").split()), report
+    git(clone, "rm", "-r", "-q", "--cached", ".memory/.index")
+    assert _memstore(clone, "check")["ok"]
+
 
 def test_a_keyword_index_a_pull_extends_runs_nothing(tmp_path: Path) -> None:
     # The clone has its own index, written by memstore; a pull brings a newer table of contents
@@ -167,7 +177,7 @@ def test_metadata_without_this_users_seal_is_not_believed(tmp_path: Path) -> Non
     # The same metadata, sealed with a key that is not this user's (another user, another machine).
     meta_path.write_text(sealed[:-66] + "0" * 64 + '"}')
     answer = retrieve.read(open_workspace(cwd=origin), {"query": "how do I deploy"}, log_episode=False)
-    assert any("does not carry this user's seal" in w for w in answer.get("warnings", [])), answer.get("warnings")
+    assert [w for w in answer.get("warnings", []) if "not written here by this user" in w], answer.get("warnings")
     assert answer["results"][0]["text"] == FACTS[0]
     assert not meta_path.read_text().endswith("0" * 64 + '"}')  # saved again, under this user's seal
 
