@@ -196,3 +196,8 @@ def test_the_users_key_is_private_kept_and_replaced_once_others_can_read_it(tmp_
     userkey._cache.clear()
     fresh = userkey.projection_key(env)
     assert fresh != key and path.stat().st_mode & 0o777 == 0o600
+    # A workspace carries the key; its repr (a log line, a traceback) must not.
+    from memstore.store.workspace import Workspace
+
+    assert fresh.hex() not in repr(Workspace(repo=None, global_=None, config=None, key=fresh))  # type: ignore[arg-type]
+    assert repr(fresh) not in repr(Workspace(repo=None, global_=None, config=None, key=fresh))  # type: ignore[arg-type]
