@@ -276,11 +276,16 @@ def test_ranking_with_excluded_rows_equals_ranking_without_them() -> None:
 
 
 @pytest.mark.model
-def test_reads_while_embedding_answer_as_a_fresh_row_space_does(repo: Path) -> None:
+def test_reads_while_embedding_answer_as_a_fresh_row_space_does(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A read while memories wait for vectors takes the kept row space as each slice of
     embedding left it: its answer equals one built from nothing in the same state."""
     from memstore.index.embedder import get_embedder
     from memstore.store.ids import ALPHABET
+
+    # A read embeds its best keyword hits for at most CANDIDATES_SECONDS: on a loaded machine the
+    # first read of a pair could stop short and the second finish the job, so the two would
+    # compare different states. Here each read finishes it.
+    monkeypatch.setattr(retrieve, "CANDIDATES_SECONDS", 60.0)
 
     rng = random.Random(11)
     words = ["queue", "retry", "schema", "deploy", "token", "cache", "worker", "timeout", "fixture", "router"]

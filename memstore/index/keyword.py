@@ -52,6 +52,10 @@ class KeywordHit(NamedTuple):
 _T = TypeVar("_T")
 
 
+class ForeignGeneration(RuntimeError):
+    """The folder holds a generation that neither this object nor the sealed metadata vouches for."""
+
+
 def _healing(method: Callable[..., _T]) -> Callable[..., _T]:
     """Run ``method``; if reading the files fails, let ``on_fault`` rebuild them and run it again."""
 
@@ -116,6 +120,10 @@ class KeywordIndex:
         # segment): the owner rebuilds the projection from the canonical files, then the call
         # is tried once more. None: the exception propagates.
         self.on_fault: Callable[[Exception], None] | None = None
+        # Asked about a generation of the folder this object did not commit (another process's,
+        # or files a pull dropped in): True if the owner's sealed metadata records exactly these
+        # files (name -> [size, mtime_ns]). None: no such generation is trusted.
+        self.vouch: Callable[[dict[str, list[int]]], bool] | None = None
         self._healing = False
         self._print: dict[str, tuple[int, int, int]] = {}
         self._print_gen = -1
@@ -193,7 +201,7 @@ class KeywordIndex:
                 newer = self.ix.latest_generation() > self._print_gen
             except Exception:
                 return True
-            if not newer:
+            if not newer or not self._vouched():
                 return True
             self._take_print()
         return False
@@ -205,9 +213,30 @@ class KeywordIndex:
     def _weighting(self) -> Any:
         return keyword_weighting(b=self.params.bm25_b, k1=self.params.bm25_k1)
 
+    def _listing(self) -> dict[str, list[int]]:
+        """name -> [size, mtime_ns] of the folder's files now (as ``files()`` records them)."""
+        out: dict[str, list[int]] = {}
+        with contextlib.suppress(OSError), os.scandir(self.folder) as entries:
+            for entry in entries:
+                if entry.name.endswith("WRITELOCK") or entry.name.startswith("."):
+                    continue
+                with contextlib.suppress(OSError):
+                    st = entry.stat(follow_symlinks=False)
+                    out[entry.name] = [st.st_size, st.st_mtime_ns]
+        return out
+
+    def _vouched(self) -> bool:
+        return self.vouch is not None and self.vouch(self._listing())
+
     @property
     def searcher(self) -> Any:
         if self._searcher is not None and self.ix.latest_generation() != self._searcher.reader().generation():
+            if self.ix.latest_generation() != self._print_gen:
+                # Not committed here: read it only if the sealed metadata records it; otherwise
+                # it is rebuilt (``on_fault``), for it may be a pull's, steering every search.
+                if not self._vouched():
+                    raise ForeignGeneration("a generation of the keyword index that nothing here wrote")
+                self._take_print()
             try:
                 self._searcher = self._reopen(self._searcher)
             except Exception:  # Whoosh's internals moved: open everything afresh

@@ -203,6 +203,7 @@ class StoreIndex:
                 kw_bad = kw_state != "saved"
             self.keyword = KeywordIndex(self.dir / "keyword", self.params, fresh=kw_bad)
         self.keyword.on_fault = self._heal_keyword
+        self.keyword.vouch = self._vouch_keyword
         if meta is not None and kw_state == "changed":
             self._fault("keyword index", "its files changed since they were saved")
         elif kw_state == "added":
@@ -253,6 +254,14 @@ class StoreIndex:
                     os.unlink(entry.path)
             else:
                 shutil.rmtree(entry.path, ignore_errors=True)
+
+    def _vouch_keyword(self, files: dict[str, list[int]]) -> bool:
+        """Whether the sealed metadata on disk records exactly ``files`` as the keyword folder."""
+        try:
+            meta = self._read_meta(quiet=True)
+            return meta is not None and _keyword_files_state(files, _valid_meta(meta)) == "saved"
+        except ValueError:
+            return False
 
     def _heal_keyword(self, exc: Exception) -> None:
         """The keyword index's files failed a read: build it again from the catalog, now."""
@@ -674,6 +683,7 @@ class StoreIndex:
             os.replace(build.folder, live)
             self.keyword = KeywordIndex(live, self.params)
             self.keyword.on_fault = self._heal_keyword
+            self.keyword.vouch = self._vouch_keyword
             self.state.kw_manifest = build.manifest
             self.scan = None
             self._changed_on_disk()
@@ -834,8 +844,6 @@ def _keyword_state(folder: Any, meta: dict[str, Any] | None) -> str:
     without metadata)."""
     if meta is None:
         return "changed"
-    saved = {name[len("keyword/"):]: list(sig) for name, sig in meta.get("files", {}).items()
-             if name.startswith("keyword/")}
     now: dict[str, list[int]] = {}
     try:
         with os.scandir(folder / "keyword") as entries:
@@ -846,6 +854,13 @@ def _keyword_state(folder: Any, meta: dict[str, Any] | None) -> str:
                 now[entry.name] = [st.st_size, st.st_mtime_ns]
     except OSError:
         return "changed"
+    return _keyword_files_state(now, meta)
+
+
+def _keyword_files_state(now: dict[str, list[int]], meta: dict[str, Any]) -> str:
+    """``_keyword_state`` for a listing ``now`` of the keyword folder."""
+    saved = {name[len("keyword/"):]: list(sig) for name, sig in meta.get("files", {}).items()
+             if name.startswith("keyword/")}
     if not saved or any(name in now and now[name] != sig for name, sig in saved.items()):
         return "changed"
     # A recorded file that is gone is judged when it is read (a later commit may have merged it
