@@ -52,6 +52,19 @@ class KeywordHit(NamedTuple):
 _T = TypeVar("_T")
 
 
+def folder_files(folder: Path) -> dict[str, tuple[int, int, int]]:
+    """name -> (size, mtime_ns, inode) of a keyword folder's files, Whoosh's lock file aside."""
+    out: dict[str, tuple[int, int, int]] = {}
+    with contextlib.suppress(OSError), os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.name.endswith("WRITELOCK") or entry.name.startswith("."):
+                continue
+            with contextlib.suppress(OSError):
+                st = entry.stat(follow_symlinks=False)
+                out[entry.name] = (st.st_size, st.st_mtime_ns, st.st_ino)
+    return out
+
+
 class ForeignGeneration(RuntimeError):
     """The folder holds a generation that neither this object nor the sealed metadata vouches for."""
 
@@ -166,15 +179,7 @@ class KeywordIndex:
     def _take_print(self) -> None:
         """Note the files as they are now: Whoosh never changes a file once written, so a later
         difference in size, mtime or inode is damage, not another writer's commit."""
-        prints: dict[str, tuple[int, int, int]] = {}
-        with contextlib.suppress(OSError), os.scandir(self.folder) as entries:
-            for entry in entries:
-                if entry.name.endswith("WRITELOCK") or entry.name.startswith("."):
-                    continue
-                with contextlib.suppress(OSError):
-                    st = entry.stat(follow_symlinks=False)
-                    prints[entry.name] = (st.st_size, st.st_mtime_ns, st.st_ino)
-        self._print = prints
+        self._print = folder_files(self.folder)
         try:
             self._print_gen = self.ix.latest_generation()
         except Exception:
@@ -213,20 +218,9 @@ class KeywordIndex:
     def _weighting(self) -> Any:
         return keyword_weighting(b=self.params.bm25_b, k1=self.params.bm25_k1)
 
-    def _listing(self) -> dict[str, list[int]]:
-        """name -> [size, mtime_ns] of the folder's files now (as ``files()`` records them)."""
-        out: dict[str, list[int]] = {}
-        with contextlib.suppress(OSError), os.scandir(self.folder) as entries:
-            for entry in entries:
-                if entry.name.endswith("WRITELOCK") or entry.name.startswith("."):
-                    continue
-                with contextlib.suppress(OSError):
-                    st = entry.stat(follow_symlinks=False)
-                    out[entry.name] = [st.st_size, st.st_mtime_ns]
-        return out
-
     def _vouched(self) -> bool:
-        return self.vouch is not None and self.vouch(self._listing())
+        listing = {name: [size, mtime] for name, (size, mtime, _ino) in folder_files(self.folder).items()}
+        return self.vouch is not None and self.vouch(listing)
 
     @property
     def searcher(self) -> Any:

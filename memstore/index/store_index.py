@@ -29,7 +29,7 @@ from ..store.model import Memory
 from ..store.userkey import projection_key, seal, sealed_by
 from .embcache import EmbeddingCache, text_key
 from .embedder import Embedder, EmbedderUnavailable
-from .keyword import BM25Params, KeywordIndex
+from .keyword import BM25Params, KeywordIndex, folder_files
 from .scanlane import ScanLane
 from .vectors import VectorIndex
 
@@ -844,16 +844,9 @@ def _keyword_state(folder: Any, meta: dict[str, Any] | None) -> str:
     without metadata)."""
     if meta is None:
         return "changed"
-    now: dict[str, list[int]] = {}
-    try:
-        with os.scandir(folder / "keyword") as entries:
-            for entry in entries:
-                if entry.name.endswith("WRITELOCK") or entry.name.startswith("."):
-                    continue  # as KeywordIndex.files() leaves them out
-                st = entry.stat(follow_symlinks=False)
-                now[entry.name] = [st.st_size, st.st_mtime_ns]
-    except OSError:
+    if not (folder / "keyword").is_dir():
         return "changed"
+    now = {name: [size, mtime] for name, (size, mtime, _ino) in folder_files(folder / "keyword").items()}
     return _keyword_files_state(now, meta)
 
 
