@@ -13,7 +13,6 @@ import itertools
 import json
 import logging
 import os
-import re
 import shutil
 import threading
 import time
@@ -26,7 +25,7 @@ import numpy as np
 from ..store.catalog import Catalog
 from ..store.files import atomic_write, content_hash, file_lock, private_dir
 from ..store.model import Memory
-from ..store.userkey import projection_key, seal, sealed_by
+from ..store.userkey import projection_key, sealed_json, unseal
 from .embcache import EmbeddingCache, text_key
 from .embedder import Embedder, EmbedderUnavailable
 from .keyword import BM25Params, KeywordIndex, folder_files
@@ -131,7 +130,7 @@ class StoreIndex:
     def _read_meta(self, *, quiet: bool = False) -> dict[str, Any] | None:
         try:
             raw = self._meta_path.read_bytes()
-            body = _unsealed(raw, self.key)
+            body = unseal(raw, self.key)
             if body is None:
                 # Not written here by this user (a clone or a pull brought it, or an older
                 # memstore wrote it): nothing it records about the other files is believed.
@@ -327,7 +326,7 @@ class StoreIndex:
         }
 
     def _write_meta(self, meta: dict[str, Any]) -> None:
-        atomic_write(self._meta_path, _sealed(json.dumps(meta, separators=(",", ":")), self.key))
+        atomic_write(self._meta_path, sealed_json(json.dumps(meta, separators=(",", ":")), self.key))
         # A few bytes a writer checks under the lock instead of parsing the whole manifest.
         atomic_write(self.dir / "generation", str(meta["generation"]))
         self._note_written()
@@ -859,23 +858,6 @@ def _keyword_files_state(now: dict[str, list[int]], meta: dict[str, Any]) -> str
     # A recorded file that is gone is judged when it is read (a later commit may have merged it
     # away, and then it added files too).
     return "added" if set(now) - set(saved) else "saved"
-
-
-_SEAL = re.compile(rb',"seal":"([0-9a-f]{64})"\}\s*\Z')
-
-
-def _sealed(body: str, key: bytes) -> str:
-    """``body`` (a JSON object) with its HMAC under ``key`` as a last member, ``seal``."""
-    return f'{body[:-1]},"seal":"{seal(key, body.encode("utf-8"))}"}}'
-
-
-def _unsealed(raw: bytes, key: bytes) -> bytes | None:
-    """The JSON ``_sealed`` sealed, if ``raw`` carries a seal made with ``key``; else None."""
-    m = _SEAL.search(raw)
-    if m is None:
-        return None
-    body = raw[: m.start()] + b"}"
-    return body if sealed_by(key, body, m.group(1).decode("ascii")) else None
 
 
 def _valid_meta(meta: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from .changelog import ChangeLog
 from .disk import Store
 from .files import atomic_write
 from .model import DIR_KINDS, Event, Memory
+from .userkey import projection_key, sealing, unseal
 
 CATALOG_VERSION = 4  # 3: files read by lstat, never through links; error codes; id conflicts; 4: typed links
 # Ids remembered in the change log across generations. A reader further behind than this (or
@@ -54,8 +55,11 @@ MAX_FILES = 200_000  # default of limits.max_files: memory and event files parse
 
 
 class Catalog:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, key: bytes = b"") -> None:
         self.store = store
+        # The user's key (memstore.store.userkey): catalog.json carries its seal, so a cache that
+        # arrives from elsewhere (a tarball keeps mtimes) never stands in for the files.
+        self._key = key or projection_key()
         self._entries: dict[str, _Entry] = {}
         self.memories: dict[str, Memory] = {}
         self.events: dict[str, Event] = {}
@@ -98,9 +102,12 @@ class Catalog:
             self._ignore_cache = False
             return
         try:
-            with open(self._cache_path, encoding="utf-8") as fh:
+            with open(self._cache_path, "rb") as fh:
                 self._saved = _stat(self._cache_path)
-                raw = json.load(fh)
+                body = unseal(fh.read(), self._key)
+            if body is None:
+                return  # not sealed by this user: parse the files
+            raw = json.loads(body)
         except (OSError, ValueError):
             return
         if not isinstance(raw, dict):
@@ -121,7 +128,7 @@ class Catalog:
     def _save_cache(self, items: list[tuple[str, _Entry]] | None = None) -> None:
         # The cache is a projection: failing to save it only costs the next process a re-parse.
         with contextlib.suppress(OSError):
-            atomic_write(self.store.index_dir / "catalog.json", self._cache_chunks(items))
+            atomic_write(self.store.index_dir / "catalog.json", sealing(self._cache_chunks(items), self._key))
             self._saved = _stat(self._cache_path)
 
     def reset(self) -> None:

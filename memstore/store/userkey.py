@@ -18,9 +18,10 @@ import hashlib
 import hmac
 import logging
 import os
+import re
 import secrets
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from .files import private_dir
@@ -107,3 +108,37 @@ def seal(key: bytes, data: bytes) -> str:
 
 def sealed_by(key: bytes, data: bytes, mac: str) -> bool:
     return hmac.compare_digest(seal(key, data), mac)
+
+
+# A sealed JSON object ends with its HMAC as a last member: ``{...,"seal":"<64 hex>"}``. It stays
+# JSON for people and tools; the HMAC covers the object as written without that member.
+_SEAL = re.compile(rb',"seal":"([0-9a-f]{64})"\}\s*\Z')
+
+
+def sealed_json(body: str, key: bytes) -> str:
+    """``body`` (a JSON object) with its seal."""
+    return f'{body[:-1]},"seal":"{seal(key, body.encode("utf-8"))}"}}'
+
+
+def sealing(chunks: Iterable[str], key: bytes) -> Iterator[str]:
+    """``sealed_json`` of a JSON object written in ``chunks`` (streamed: never held whole)."""
+    mac = hmac.new(key, digestmod=hashlib.sha256)
+    last = None
+    for chunk in chunks:
+        if last is not None:
+            yield last
+        if chunk:
+            mac.update(chunk.encode("utf-8"))
+            last = chunk
+    if last is None:
+        raise ValueError("nothing to seal")
+    yield f'{last[:-1]},"seal":"{mac.hexdigest()}"}}'
+
+
+def unseal(raw: bytes, key: bytes) -> bytes | None:
+    """The JSON object ``raw`` holds, if its seal was made with ``key``; else None."""
+    m = _SEAL.search(raw)
+    if m is None:
+        return None
+    body = raw[: m.start()] + b"}"
+    return body if sealed_by(key, body, m.group(1).decode("ascii")) else None

@@ -75,7 +75,7 @@ class Workspace:
         store = self.store(scope)
         cat = self._catalogs.get(scope)
         if cat is None or cat.store is not store:
-            cat = Catalog(store)
+            cat = Catalog(store, self.key)
             self._catalogs[scope] = cat
             self._walked_at.pop(scope, None)
         if self.defer_saves:
