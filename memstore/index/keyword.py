@@ -65,6 +65,11 @@ def folder_files(folder: Path) -> dict[str, tuple[int, int, int]]:
     return out
 
 
+def folder_listing(folder: Path) -> dict[str, list[int]]:
+    """name -> [size, mtime_ns] of a keyword folder's files (what the owner's metadata records)."""
+    return {name: [size, mtime] for name, (size, mtime, _ino) in folder_files(folder).items()}
+
+
 class ForeignGeneration(RuntimeError):
     """The folder holds a generation that neither this object nor the sealed metadata vouches for."""
 
@@ -219,13 +224,13 @@ class KeywordIndex:
         return keyword_weighting(b=self.params.bm25_b, k1=self.params.bm25_k1)
 
     def _vouched(self) -> bool:
-        listing = {name: [size, mtime] for name, (size, mtime, _ino) in folder_files(self.folder).items()}
-        return self.vouch is not None and self.vouch(listing)
+        return self.vouch is not None and self.vouch(folder_listing(self.folder))
 
     @property
     def searcher(self) -> Any:
-        if self._searcher is not None and self.ix.latest_generation() != self._searcher.reader().generation():
-            if self.ix.latest_generation() != self._print_gen:
+        latest = self.ix.latest_generation() if self._searcher is not None else None
+        if latest is not None and latest != self._searcher.reader().generation():
+            if latest != self._print_gen:
                 # Not committed here: read it only if the sealed metadata records it; otherwise
                 # it is rebuilt (``on_fault``), for it may be a pull's, steering every search.
                 if not self._vouched():

@@ -28,7 +28,7 @@ from ..store.model import Memory
 from ..store.userkey import projection_key, sealed_json, unseal
 from .embcache import EmbeddingCache, text_key
 from .embedder import Embedder, EmbedderUnavailable
-from .keyword import BM25Params, KeywordIndex, folder_files
+from .keyword import BM25Params, KeywordIndex, folder_listing
 from .scanlane import ScanLane
 from .vectors import VectorIndex
 
@@ -67,10 +67,10 @@ class IndexState:
 
 class StoreIndex:
     def __init__(self, catalog: Catalog, embedder: Embedder | None, params: BM25Params,
-                 key: bytes | None = None) -> None:
+                 key: bytes = b"") -> None:
         self.catalog = catalog
         # This user's key (memstore.store.userkey): what is loaded from .index/ must carry its seal.
-        self.key = projection_key() if key is None else key
+        self.key = key or projection_key()
         self.store = catalog.store
         self.embedder = embedder
         self.params = params
@@ -845,8 +845,7 @@ def _keyword_state(folder: Any, meta: dict[str, Any] | None) -> str:
         return "changed"
     if not (folder / "keyword").is_dir():
         return "changed"
-    now = {name: [size, mtime] for name, (size, mtime, _ino) in folder_files(folder / "keyword").items()}
-    return _keyword_files_state(now, meta)
+    return _keyword_files_state(folder_listing(folder / "keyword"), meta)
 
 
 def _keyword_files_state(now: dict[str, list[int]], meta: dict[str, Any]) -> str:

@@ -98,7 +98,7 @@ def store_index(ws: Workspace, scope: str, params: ReadParams) -> StoreIndex:
     si = ws.indexes.get(scope)
     store = ws.store(scope)
     if si is None or si.store is not store:
-        si = StoreIndex(ws.catalog(scope, refresh=False), get_embedder(), params.ranking, key=ws.key or None)
+        si = StoreIndex(ws.catalog(scope, refresh=False), get_embedder(), params.ranking, key=ws.key)
         si.defer_saves = ws.defer_saves
         ws.indexes[scope] = si
     # Taken on every call: the daemon shortens the wait while it embeds in the background.

@@ -117,11 +117,11 @@ _SEAL = re.compile(rb',"seal":"([0-9a-f]{64})"\}\s*\Z')
 
 def sealed_json(body: str, key: bytes) -> str:
     """``body`` (a JSON object) with its seal."""
-    return f'{body[:-1]},"seal":"{seal(key, body.encode("utf-8"))}"}}'
+    return "".join(sealing([body], key))
 
 
 def sealing(chunks: Iterable[str], key: bytes) -> Iterator[str]:
-    """``sealed_json`` of a JSON object written in ``chunks`` (streamed: never held whole)."""
+    """A JSON object written in ``chunks``, with its seal (streamed: never held whole)."""
     mac = hmac.new(key, digestmod=hashlib.sha256)
     last = None
     for chunk in chunks:

@@ -53,7 +53,7 @@ class Workspace:
     # The key of the user whose environment opened the workspace (memstore.store.userkey): what
     # its indexes load from .index/ must carry its seal. The daemon opens a client's workspace
     # with the client's environment, so both seal alike.
-    key: bytes = field(default=b"", repr=False)  # a secret: never in a log line or a traceback
+    key: bytes = field(default_factory=projection_key, repr=False)  # a secret: never in a log line
 
     def store(self, scope: str) -> Store:
         if scope == "global":
