@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from conftest import EXAMPLE_STORE, CliResult, store_files
 
@@ -147,3 +148,31 @@ def test_rarity_is_a_share_of_the_store_whatever_its_size() -> None:
     assert ranking.rare(3, 15, share) and not ranking.rare(4, 15, share)
     assert not ranking.rare(2, 4, share) and not ranking.rare(5, 10, share)
     assert not ranking.rare(0, 4, share)  # held by none: nothing to answer with
+
+
+def _store_with_best_cosine(n: int, best: float) -> tuple[np.ndarray, np.ndarray]:
+    """A query vector and n unit rows: row 0 at cosine ``best`` to it, the others near 0."""
+    rng = np.random.default_rng(7)
+    q = np.zeros(64, dtype=np.float32)
+    q[0] = 1.0
+    rows = rng.normal(size=(n, 64)).astype(np.float32)
+    rows[:, 0] = 0.0
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    rows[0] = 0.0
+    rows[0, 0], rows[0, 1] = best, np.sqrt(1 - best**2)
+    return q, rows
+
+
+@pytest.mark.parametrize(("n", "word_df", "answered"), [
+    (10, 1, True),      # a word one memory of ten holds: the bar is 0.30 here, and 0.35 clears it
+    (10, 5, False),     # a word half the store holds ('tests'): the query is vague, the bar stays 0.40
+    (400, 1, False),    # the bar was set on stores this size: unchanged
+])
+def test_a_small_store_lowers_the_bar_for_a_query_specific_to_it(n: int, word_df: int, answered: bool) -> None:
+    q, rows = _store_with_best_cosine(n, 0.35)
+    evidence = {0: (0.5, 0, n, word_df)}  # memory 0 holds half the query's idf, no identifier
+    got = ranking.rank(q, rows, [(0, 3.0)], ["fact"] * n, evidence=evidence)
+    assert got.gate.passed is answered, got.gate
+    assert [r.index for r in got.results][:1] == ([0] if answered else [])
+    lowered = ranking.small_store_lowering(n, word_df == 1, ranking.RankingParams())
+    assert got.gate.bar == pytest.approx(0.40 - lowered)

@@ -14,6 +14,7 @@ Inputs per scope (one store, or several concatenated row-wise):
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -82,6 +83,17 @@ class RankingParams:
     # Added to the bar when the query names things (capitalised words, identifiers) and not
     # one of them occurs anywhere in the store: the store has never heard of the subject.
     novelty_penalty: float = 0.15
+    # A small store lowers every bar by small_store_slope * (sqrt(2 ln small_store_size) -
+    # sqrt(2 ln N)) for its N memories in scope (N counted from 4), when the query is specific
+    # to it: a query word or identifier the store holds is rare there (``rare_share``). The bar
+    # was set on stores of 369-680 memories, where an unrelated query's best cosine is the
+    # maximum over hundreds; over fewer memories that maximum is lower (extreme values grow like
+    # sqrt(2 ln N)), so the same bar refuses far more in a store of 15 than it was set to. The
+    # slope is the one LoCoMo's subsampled stores measure for the cosine's quantile at the
+    # bar's level; a vague query (``tests``, a word half the store holds) keeps the full bar.
+    # 0: off. bench/research_smallgate.py, RESULTS.md "A gate that knows the store's size".
+    small_store_slope: float = 0.076
+    small_store_size: int = 369
     # Per-kind offsets to every bar and floor; negative = more permissive (SPEC §1.2:
     # preferences are retrieved more permissively than facts).
     kind_offset: Mapping[str, float] = field(
@@ -214,12 +226,14 @@ def query_gate(
     params: RankingParams,
     mode: str = "targeted",
     offsets: np.ndarray | None = None,
+    lower: float = 0.0,
 ) -> GateDecision:
     """Decide, once per query, whether the store knows anything about it.
 
     ``offsets`` (``kind_offsets(kinds, params)``) may be passed in by a caller that ranks the
-    same rows many times: building it is a Python loop over every memory."""
-    bar = float(params.for_mode(params.query_bar, mode)) + (params.novelty_penalty if novel else 0.0)
+    same rows many times: building it is a Python loop over every memory. ``lower``: how far
+    the bar lies under its large-store value (``small_store_lowering``)."""
+    bar = float(params.for_mode(params.query_bar, mode)) + (params.novelty_penalty if novel else 0.0) - lower
     if sims.size == 0:
         return GateDecision(False, 0.0, bar, "empty store")
     if offsets is None:
@@ -231,6 +245,22 @@ def query_gate(
         return GateDecision(True, top, bar, "ok")
     why = "no query name or identifier occurs in the store; " if novel else ""
     return GateDecision(False, top, bar, f"{why}best similarity {top:.2f} < bar {bar:.2f}")
+
+
+SMALLEST_STORE = 4  # a store of fewer memories lowers the bar as one of four does
+
+
+def small_store_lowering(n: int, specific: bool, params: RankingParams) -> float:
+    """How far the gate's bar lies under its large-store value for a store of ``n`` memories in
+    scope, for a query ``specific`` to it (``RankingParams.small_store_slope``)."""
+    if not specific or params.small_store_slope <= 0 or n >= params.small_store_size:
+        return 0.0
+    return params.small_store_slope * (_extreme(params.small_store_size) - _extreme(max(n, SMALLEST_STORE)))
+
+
+def _extreme(n: float) -> float:
+    """sqrt(2 ln n): how the largest of n similar draws grows with n."""
+    return math.sqrt(2.0 * math.log(n))
 
 
 def prose_query(query: str) -> bool:
@@ -435,7 +465,14 @@ def rank(
         sims[ex] = -np.inf
     if blind is not None:
         sims[blind] = -np.inf  # the gate, the semantic lane and the hops see only real vectors
-    gate = query_gate(sims, kinds, novel=novelty(salient, doc_freq), params=p, mode=mode, offsets=offsets)
+    lower = 0.0
+    if p.small_store_slope > 0:
+        in_scope = int(np.isfinite(sims).sum())
+        specific = any(rare(ev[i][3], ev[i][2], p.rare_share) or rare(ev[i][1], ev[i][2], p.rare_share)
+                       for i in kw_order if i in ev)
+        lower = small_store_lowering(in_scope, specific, p)
+    gate = query_gate(sims, kinds, novel=novelty(salient, doc_freq), params=p, mode=mode, offsets=offsets,
+                      lower=lower)
     if not gate.passed:
         # Rows without a vector cannot be judged by the gate: they pass as the keyword-only
         # path would pass them (most of the query's rare words).
