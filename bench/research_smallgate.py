@@ -60,7 +60,8 @@ from memstore.read import ranking
 
 SIZES = (4, 8, 15, 30, 60, 120, 250)
 SMALLEST = 4  # the smallest size measured: a store of fewer counts as one of 4
-SHIPPED = dataclasses.replace(ranking.RankingParams(), small_store_slope=0.0)  # the gate without a size rule
+# The gate without a size rule.
+SHIPPED = dataclasses.replace(ranking.RankingParams(), small_store_slope={"targeted": 0.0, "ambient": 0.0})
 Setting = Callable[[int], ranking.RankingParams]  # the parameters for a store of N memories
 
 
@@ -88,7 +89,7 @@ def size_aware(slope: float, cal: int, novel_slope: float | None = None) -> Sett
 def specific_only(slope: float, cal: int) -> Setting:
     """The product's rule (``RankingParams.small_store_slope``): ``size_aware``'s bar, but only
     for a query specific to the store (a query word or identifier it holds is rare there)."""
-    p = dataclasses.replace(SHIPPED, small_store_slope=slope, small_store_size=cal)
+    p = dataclasses.replace(SHIPPED, small_store_slope={"targeted": slope, "ambient": 0.0}, small_store_size=cal)
     return lambda n: p
 
 

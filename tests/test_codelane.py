@@ -163,16 +163,21 @@ def _store_with_best_cosine(n: int, best: float) -> tuple[np.ndarray, np.ndarray
     return q, rows
 
 
-@pytest.mark.parametrize(("n", "word_df", "answered"), [
-    (10, 1, True),      # a word one memory of ten holds: the bar is 0.30 here, and 0.35 clears it
-    (10, 5, False),     # a word half the store holds ('tests'): the query is vague, the bar stays 0.40
-    (400, 1, False),    # the bar was set on stores this size: unchanged
+@pytest.mark.parametrize(("n", "word_df", "mode", "best", "answered"), [
+    (10, 1, "targeted", 0.35, True),    # a word one memory of ten holds: the bar is 0.30 here
+    (10, 5, "targeted", 0.35, False),   # a word half the store holds ('tests'): vague, the bar stays 0.40
+    (400, 1, "targeted", 0.35, False),  # the bar was set on stores this size: unchanged
+    (10, 1, "ambient", 0.45, True),     # the ambient bar by its own curve: 0.50 -> 0.41
+    (10, 5, "ambient", 0.45, False),
 ])
-def test_a_small_store_lowers_the_bar_for_a_query_specific_to_it(n: int, word_df: int, answered: bool) -> None:
-    q, rows = _store_with_best_cosine(n, 0.35)
+def test_a_small_store_lowers_the_bar_for_a_query_specific_to_it(n: int, word_df: int, mode: str, best: float,
+                                                                 answered: bool) -> None:
+    q, rows = _store_with_best_cosine(n, best)
     evidence = {0: (0.5, 0, n, word_df)}  # memory 0 holds half the query's idf, no identifier
-    got = ranking.rank(q, rows, [(0, 3.0)], ["fact"] * n, evidence=evidence)
+    got = ranking.rank(q, rows, [(0, 3.0)], ["fact"] * n, evidence=evidence, mode=mode)
     assert got.gate.passed is answered, got.gate
     assert [r.index for r in got.results][:1] == ([0] if answered else [])
-    lowered = ranking.small_store_lowering(n, word_df == 1, ranking.RankingParams())
-    assert got.gate.bar == pytest.approx(0.40 - lowered)
+    p = ranking.RankingParams()
+    lowered = ranking.small_store_lowering(n, word_df == 1, p, mode)
+    assert got.gate.bar == pytest.approx(p.query_bar[mode] - lowered)
+    assert (lowered > 0) is (n < p.small_store_size and word_df == 1)

@@ -83,16 +83,17 @@ class RankingParams:
     # Added to the bar when the query names things (capitalised words, identifiers) and not
     # one of them occurs anywhere in the store: the store has never heard of the subject.
     novelty_penalty: float = 0.15
-    # A small store lowers every bar by small_store_slope * (sqrt(2 ln small_store_size) -
+    # A small store lowers the bar by small_store_slope[mode] * (sqrt(2 ln small_store_size) -
     # sqrt(2 ln N)) for its N memories in scope (N counted from 4), when the query is specific
     # to it: a query word or identifier the store holds is rare there (``rare_share``). The bar
     # was set on stores of 369-680 memories, where an unrelated query's best cosine is the
     # maximum over hundreds; over fewer memories that maximum is lower (extreme values grow like
-    # sqrt(2 ln N)), so the same bar refuses far more in a store of 15 than it was set to. The
-    # slope is the one LoCoMo's subsampled stores measure for the cosine's quantile at the
-    # bar's level; a vague query (``tests``, a word half the store holds) keeps the full bar.
+    # sqrt(2 ln N)), so the same bar refuses far more in a store of 15 than it was set to. Each
+    # slope is the one LoCoMo's subsampled stores measure for the cosine's quantile at that
+    # mode's bar; a vague query (``tests``, a word half the store holds) keeps the full bar.
     # 0: off. bench/research_smallgate.py, RESULTS.md "A gate that knows the store's size".
-    small_store_slope: float = 0.076
+    small_store_slope: Mapping[str, float] = field(
+        default_factory=lambda: _frozen({"targeted": 0.076, "ambient": 0.067}))
     small_store_size: int = 369
     # Per-kind offsets to every bar and floor; negative = more permissive (SPEC §1.2:
     # preferences are retrieved more permissively than facts).
@@ -250,12 +251,13 @@ def query_gate(
 SMALLEST_STORE = 4  # a store of fewer memories lowers the bar as one of four does
 
 
-def small_store_lowering(n: int, specific: bool, params: RankingParams) -> float:
+def small_store_lowering(n: int, specific: bool, params: RankingParams, mode: str = "targeted") -> float:
     """How far the gate's bar lies under its large-store value for a store of ``n`` memories in
     scope, for a query ``specific`` to it (``RankingParams.small_store_slope``)."""
-    if not specific or params.small_store_slope <= 0 or n >= params.small_store_size:
+    slope = float(params.for_mode(params.small_store_slope, mode))
+    if not specific or slope <= 0 or n >= params.small_store_size:
         return 0.0
-    return params.small_store_slope * (_extreme(params.small_store_size) - _extreme(max(n, SMALLEST_STORE)))
+    return slope * (_extreme(params.small_store_size) - _extreme(max(n, SMALLEST_STORE)))
 
 
 def _extreme(n: float) -> float:
@@ -466,11 +468,11 @@ def rank(
     if blind is not None:
         sims[blind] = -np.inf  # the gate, the semantic lane and the hops see only real vectors
     lower = 0.0
-    if p.small_store_slope > 0:
+    if p.for_mode(p.small_store_slope, mode) > 0:
         in_scope = int(np.isfinite(sims).sum())
         specific = any(rare(ev[i][3], ev[i][2], p.rare_share) or rare(ev[i][1], ev[i][2], p.rare_share)
                        for i in kw_order if i in ev)
-        lower = small_store_lowering(in_scope, specific, p)
+        lower = small_store_lowering(in_scope, specific, p, mode)
     gate = query_gate(sims, kinds, novel=novelty(salient, doc_freq), params=p, mode=mode, offsets=offsets,
                       lower=lower)
     if not gate.passed:
