@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PROBLEM, SOLUTION, TACTIC, make_git_repo, reopen
+from conftest import PROBLEM, SOLUTION, TACTIC, make_git_repo, reopen, store_files
 
 from memstore.errors import DuplicateError
 from memstore.index import embedder as embedder_mod
@@ -300,3 +300,45 @@ def test_a_pasted_traceback_over_the_cap_is_read_by_its_head_and_error_lines(
     ans = retrieve.read(ws, {"query": query})
     assert any("without its stack frames" in w for w in ans["warnings"]), ans.get("warnings")
     assert populated["problem"] in ids(ans)
+
+
+def _with_read_config(repo: Path, body: str) -> None:
+    path = repo / ".memory" / "config.yaml"
+    path.write_text(path.read_text(encoding="utf-8") + "\nread:\n" + body, encoding="utf-8")
+
+
+@pytest.mark.parametrize(("body", "named"), [
+    ("  small_store_slope: abc\n", "read.small_store_slope: expected a mapping of targeted, ambient"),
+    ("  query_bar: {targetted: 0.3}\n", "read.query_bar.targetted: unknown key; one of targeted, ambient"),
+    ("  query_bar: {targeted: high}\n", "read.query_bar.targeted: expected a number, not 'high'"),
+    ("  querybar: {targeted: 0.3}\n", "read.querybar: unknown setting; did you mean 'query_bar'?"),
+    ("  semantic_pool: 1000000000\n", "read.semantic_pool: expected a whole number from 0 to 1000"),
+    ("  limit: {targeted: 5000}\n", "read.limit.targeted: expected a whole number from 0 to 100"),
+    ("  named_holders_only: 1\n", "read.named_holders_only: expected true or false"),
+    ("  hop_bars: 0.9\n", "read.hop_bars: expected a list of numbers"),
+    ("  alpha: '0.5'\n", "read.alpha: expected a number, not '0.5'"),
+    ("  - query_bar\n", "read: must be a mapping"),
+])
+def test_a_read_setting_memstore_cannot_use_is_named_in_a_clear_error(
+        repo: Path, populated: dict[str, str], cli: Any, body: str, named: str) -> None:
+    """config.yaml is edited by hand and comes with every clone: a bad ``read:`` value is the
+    person's input (exit 2, ``bad_config``, the setting named), not a crash inside the ranking."""
+    _with_read_config(repo, body)
+    before = store_files(repo)
+    rc, out, err = cli("read", "alembic upgrade fails with DuplicateColumn", cwd=repo)
+    assert rc == 2, (out, err)
+    assert out["error"]["code"] == "bad_config", out
+    assert named in out["error"]["message"], out["error"]["message"]
+    assert store_files(repo) == before
+
+
+def test_a_read_setting_in_config_changes_the_answer(repo: Path, populated: dict[str, str], cli: Any) -> None:
+    query = "alembic upgrade fails with DuplicateColumn"
+    rc, out, _ = cli("read", query, cwd=repo)
+    assert rc == 0 and len(out["results"]) >= 2 and out["stats"]["gate"]["bar"] < 0.40, out["stats"]
+    _with_read_config(repo, "  limit: {targeted: 1}\n  query_bar: {targeted: 0.45}\n"
+                            "  small_store_slope: {targeted: 0}\n")
+    rc, out, err = cli("read", query, cwd=repo)
+    assert rc == 0, err
+    assert [r["id"] for r in out["results"]] == [populated["problem"]], out["results"]
+    assert out["stats"]["gate"]["bar"] == 0.45, out["stats"]

@@ -12,8 +12,7 @@ import dataclasses
 import operator
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -24,7 +23,6 @@ from ..index.embedder import EmbedderUnavailable, get_embedder
 from ..index.store_index import StoreIndex
 from ..index.vectors import VectorIndex
 from ..store import relations
-from ..store.config import Config
 from ..store.files import file_lock
 from ..store.graph import Graph, archived_ids
 from ..store.model import ATTACHING, KINDS, Memory
@@ -37,6 +35,7 @@ from .longquery import condense
 from .neighbours import Neighbours
 from .rowspace import Rows, build_rows, current_matrix, keyword_rows, partial_rows, update_rows
 from .scopeview import ScopeView, scope_view
+from .tuning import ReadParams, UtilityParams, params_from_config
 
 GUIDANCE = (
     "Current code is ground truth. These memories are optional hypotheses from earlier sessions: "
@@ -52,45 +51,6 @@ PARTIAL_NOTE = ("Embedding of this store is still under way: memories without a 
 CANDIDATES_FIRST = 20
 CANDIDATES_SECONDS = 0.15  # and for at most this long (a long memory takes ~40 ms)
 WATCH_OUT = "watch-out: this was tried and failed here; avoid or reconsider unless the context changed"
-
-
-@dataclass(frozen=True)
-class UtilityParams:
-    """Utility weighting of relevance (SPEC §4.7): relevance × (1 + α·U_local + β·U_global)."""
-
-    alpha: float = 0.5
-    beta: float = 0.2
-    negative_cut: float = -0.5  # drop memories whose utility is at or below this
-    link_factor: float = 0.9  # a memory pulled in by an explicit link scores its parent × this
-    local_prior: float = 1.0  # pseudo-weight shrinking U_local toward 0 when few votes apply
-
-
-@dataclass(frozen=True)
-class ReadParams:
-    ranking: ranking.RankingParams = field(default_factory=ranking.RankingParams)
-    utility: UtilityParams = field(default_factory=UtilityParams)
-
-
-def params_from_config(config: Config) -> ReadParams:
-    """``read:`` in config.yaml overrides any RankingParams / UtilityParams field by name."""
-    section = config.get("read") or {}
-    if not isinstance(section, dict) or not section:
-        return ReadParams()
-    rp = ranking.RankingParams()
-    up = UtilityParams()
-    r_over: dict[str, Any] = {}
-    u_over: dict[str, Any] = {}
-    for key, value in section.items():
-        if key in {f.name for f in dataclasses.fields(up)}:
-            u_over[key] = float(value)
-        elif key in {f.name for f in dataclasses.fields(rp)}:
-            current = getattr(rp, key)
-            if isinstance(current, Mapping) and isinstance(value, Mapping):
-                value = MappingProxyType({**current, **value})
-            elif isinstance(current, tuple):
-                value = tuple(value)
-            r_over[key] = value
-    return ReadParams(dataclasses.replace(rp, **r_over), dataclasses.replace(up, **u_over))
 
 
 # -- stores and indexes ----------------------------------------------------------------------------

@@ -1,0 +1,106 @@
+"""The ``read:`` section of config.yaml: the retrieval parameters a store may override by name.
+
+A repo's config.yaml comes with every clone and is edited by hand, so each value is checked
+against the type of the default it replaces before any read uses it: a typo in a name, a word
+where a number belongs or a mode that does not exist is a ``ConfigError`` that names the
+setting, not a failure deep inside the ranking.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from ..errors import ConfigError
+from ..store.config import Config
+from . import ranking
+
+# Counts (pools, hops, limits) above these would only make reads slower, never better; a
+# config that comes with a clone may not ask for more.
+MAX_COUNT = 1000
+CEILINGS: dict[str, int] = {"limit": 100, "small_store_size": 1_000_000_000}  # limit: as a request's own
+
+
+@dataclass(frozen=True)
+class UtilityParams:
+    """Utility weighting of relevance (SPEC §4.7): relevance × (1 + α·U_local + β·U_global)."""
+
+    alpha: float = 0.5
+    beta: float = 0.2
+    negative_cut: float = -0.5  # drop memories whose utility is at or below this
+    link_factor: float = 0.9  # a memory pulled in by an explicit link scores its parent × this
+    local_prior: float = 1.0  # pseudo-weight shrinking U_local toward 0 when few votes apply
+
+
+@dataclass(frozen=True)
+class ReadParams:
+    ranking: ranking.RankingParams = field(default_factory=ranking.RankingParams)
+    utility: UtilityParams = field(default_factory=UtilityParams)
+
+
+def params_from_config(config: Config) -> ReadParams:
+    """``read:`` in config.yaml overrides any RankingParams / UtilityParams field by name; a
+    mapping (``query_bar: {ambient: 0.55}``) overrides only the keys it names."""
+    section = config.get("read") or {}
+    if not section:
+        return ReadParams()
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"read: must be a mapping of setting names to values, not {_shown(section)}")
+    rp, up = ranking.RankingParams(), UtilityParams()
+    r_over: dict[str, Any] = {}
+    u_over: dict[str, Any] = {}
+    r_names = {f.name for f in dataclasses.fields(rp)}
+    u_names = {f.name for f in dataclasses.fields(up)}
+    for key, value in section.items():
+        name = str(key)
+        if name in u_names:
+            u_over[name] = _checked(f"read.{name}", getattr(up, name), value)
+        elif name in r_names:
+            r_over[name] = _checked(f"read.{name}", getattr(rp, name), value)
+        else:
+            close = difflib.get_close_matches(name, sorted(r_names | u_names), n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"read.{name}: unknown setting{hint}")
+    return ReadParams(dataclasses.replace(rp, **r_over), dataclasses.replace(up, **u_over))
+
+
+def _checked(where: str, default: Any, value: Any) -> Any:
+    """``value`` as the type of ``default`` (the field's built-in value), or a ConfigError."""
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, not {_shown(value)}")
+        return value
+    if isinstance(default, int):
+        ceiling = CEILINGS.get(where.split(".")[1], MAX_COUNT)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= ceiling:
+            raise ConfigError(f"{where}: expected a whole number from 0 to {ceiling}, not {_shown(value)}")
+        return value
+    if isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise ConfigError(f"{where}: expected a number, not {_shown(value)}")
+        return float(value)
+    if isinstance(default, Mapping):
+        if not isinstance(value, Mapping):
+            keys = ", ".join(default)
+            raise ConfigError(f"{where}: expected a mapping of {keys} to values, not {_shown(value)}")
+        out = dict(default)
+        for k, v in value.items():
+            if k not in default:
+                raise ConfigError(f"{where}.{k}: unknown key; one of {', '.join(default)}")
+            out[k] = _checked(f"{where}.{k}", default[k], v)
+        return MappingProxyType(out)
+    if isinstance(default, tuple):
+        if not isinstance(value, list | tuple) or not value:
+            raise ConfigError(f"{where}: expected a list of numbers, not {_shown(value)}")
+        return tuple(_checked(f"{where}[{n}]", default[0], v) for n, v in enumerate(value))
+    raise ConfigError(f"{where}: cannot be set in config.yaml")
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
