@@ -295,3 +295,30 @@ def test_run_hook_swallows_errors_in_post_hooks(tmp_path: Path) -> None:
     outside.mkdir()
     assert githook.run_hook("post-commit", [], cwd=outside) == 0
     assert githook.run_hook("pre-commit", [], cwd=outside) == 0  # no repo, no store: nothing to check
+
+
+def test_pre_commit_refuses_a_staged_config_a_read_cannot_use(hooked: Path, cli: Callable[..., CliResult]) -> None:
+    """A config.yaml setting memstore cannot use stops at the commit (reads fall back to the
+    default and warn, but every clone would inherit it); the staged version is judged."""
+    repo = hooked
+    config = repo / ".memory" / "config.yaml"
+    good = config.read_text()
+    config.write_text(good + "duplicates:\n  threshold: high\nread:\n  query_bar: {targeted: low}\n")
+    git(repo, "add", ".memory/config.yaml")
+    config.write_text(good)  # fixed in the work tree, not staged
+    res = commit(repo, "-m", "tune reads")
+    assert res.returncode != 0, res.stdout
+    assert "duplicates.threshold: expected a number, not 'high'" in res.stderr, res.stderr
+    assert "read.query_bar.targeted: expected a number, not 'low'" in res.stderr, res.stderr
+    assert "tune reads" not in git(repo, "log", "--format=%s")
+    git(repo, "add", ".memory/config.yaml")
+    rel = ".memory/facts/01m7zzzzzzzzzzzzzzzzzzzzzw-ci.md"
+    (repo / rel).write_text("---\nid: 01m7zzzzzzzzzzzzzzzzzzzzzw\nkind: fact\ncreated: 2026-11-20T10:00:00Z\n"
+                            "evidence: ['user:ops']\n---\nCI runs on Python 3.11 only.\n")
+    git(repo, "add", rel)
+    config.write_text(good + "limits:\n  max_text_chars: many\n")  # bad, but not staged
+    res = commit(repo, "-m", "a fact")
+    assert res.returncode == 0, res.stderr
+    assert rel in git(repo, "show", "--name-only", "--format=", "HEAD")
+    code, report, _ = cli("check", cwd=repo)  # the work tree's copy, without --staged
+    assert code != 0 and "limits.max_text_chars: expected a whole number" in report["problems"][0]["message"]

@@ -35,7 +35,7 @@ from .longquery import condense
 from .neighbours import Neighbours
 from .rowspace import Rows, build_rows, current_matrix, keyword_rows, partial_rows, update_rows
 from .scopeview import ScopeView, scope_view
-from .tuning import ReadParams, UtilityParams, params_from_config
+from .tuning import ReadParams, UtilityParams, params_from_config, read_settings
 
 GUIDANCE = (
     "Current code is ground truth. These memories are optional hypotheses from earlier sessions: "
@@ -454,7 +454,7 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     t0 = time.perf_counter()
     check_schema("read", request)
     check_decodable("query", request["query"])
-    p = params or params_from_config(ws.config)
+    p, unusable = (params, []) if params is not None else read_settings(ws.config)
     mode = request.get("mode", "targeted")
     query, condensed = condense(request["query"])
     include_global = request.get("include_global", True)
@@ -472,7 +472,9 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     kinds = set(request.get("kinds") or KINDS)
     tags = {t.lower() for t in filters.get("tags") or []}
 
-    warnings = list(sc.warnings) + ([condensed] if condensed else [])
+    # Settings config.yaml holds that memstore could not use: a read is where someone looks.
+    warnings = [msg for _, msg in (*ws.config.problems, *unusable)] + list(sc.warnings)
+    warnings += [condensed] if condensed else []
     qvec: np.ndarray | None = None
     semantic = all(si.semantic_ready for si in sc.indexes)
     if semantic:

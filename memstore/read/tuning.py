@@ -1,9 +1,10 @@
 """The ``read:`` section of config.yaml: the retrieval parameters a store may override by name.
 
 A repo's config.yaml comes with every clone and is edited by hand, so each value is checked
-against the type of the default it replaces before any read uses it: a typo in a name, a word
-where a number belongs or a mode that does not exist is a ``ConfigError`` that names the
-setting, not a failure deep inside the ranking.
+against the type of the default it replaces before any read uses it. A word where a number
+belongs, a mode that does not exist or a count past its ceiling is named (in every read's
+warnings, and by ``memstore check``) and the default applies; a name this version does not
+know is named with the closest one it does (a typo, or a setting of a newer memstore).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..errors import ConfigError
-from ..store.config import Config
+from ..store.config import Config, Problem
 from . import ranking
 
 # Counts (pools, hops, limits) above these would only make reads slower, never better; a
@@ -44,29 +45,43 @@ class ReadParams:
 
 
 def params_from_config(config: Config) -> ReadParams:
+    """The read parameters config.yaml asks for (``read_settings``, without its problems)."""
+    return read_settings(config)[0]
+
+
+def read_settings(config: Config) -> tuple[ReadParams, list[Problem]]:
     """``read:`` in config.yaml overrides any RankingParams / UtilityParams field by name; a
-    mapping (``query_bar: {ambient: 0.55}``) overrides only the keys it names."""
-    section = config.get("read") or {}
+    mapping (``query_bar: {ambient: 0.55}``) overrides only the keys it names. A value memstore
+    cannot use leaves the default in place and is reported, as is a name it does not know."""
+    return section_settings(config.get("read"))
+
+
+def section_settings(section: Any) -> tuple[ReadParams, list[Problem]]:
+    """``read_settings`` for one ``read:`` section as config.yaml holds it."""
     if not section:
-        return ReadParams()
+        return ReadParams(), []
     if not isinstance(section, Mapping):
-        raise ConfigError(f"read: must be a mapping of setting names to values, not {_shown(section)}")
+        return ReadParams(), [("error", f"config.yaml read: must be a mapping of setting names to values, not "
+                                        f"{_shown(section)}; the defaults apply")]
     rp, up = ranking.RankingParams(), UtilityParams()
     r_over: dict[str, Any] = {}
     u_over: dict[str, Any] = {}
+    problems: list[Problem] = []
     r_names = {f.name for f in dataclasses.fields(rp)}
     u_names = {f.name for f in dataclasses.fields(up)}
     for key, value in section.items():
         name = str(key)
-        if name in u_names:
-            u_over[name] = _checked(f"read.{name}", getattr(up, name), value)
-        elif name in r_names:
-            r_over[name] = _checked(f"read.{name}", getattr(rp, name), value)
-        else:
+        if name not in r_names | u_names:
             close = difflib.get_close_matches(name, sorted(r_names | u_names), n=1, cutoff=0.6)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(f"read.{name}: unknown setting{hint}")
-    return ReadParams(dataclasses.replace(rp, **r_over), dataclasses.replace(up, **u_over))
+            hint = f"; did you mean {close[0]!r}?" if close else " (a newer memstore's, or a typo)"
+            problems.append(("warning", f"config.yaml read.{name}: unknown setting, ignored{hint}"))
+            continue
+        params, over = (up, u_over) if name in u_names else (rp, r_over)
+        try:
+            over[name] = _checked(f"read.{name}", getattr(params, name), value)
+        except ConfigError as exc:
+            problems.append(("error", f"config.yaml {exc.message}; the default applies"))
+    return ReadParams(dataclasses.replace(rp, **r_over), dataclasses.replace(up, **u_over)), problems
 
 
 def _checked(where: str, default: Any, value: Any) -> Any:

@@ -7,6 +7,7 @@ code below never looks at the environment.
 from __future__ import annotations
 
 import copy
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ DEFAULTS: dict[str, Any] = {
     "duplicates": {"threshold": 0.95, "candidates": 5},
     "read": {},  # retrieval tuning; empty means the tuned defaults in ranking.RankingParams
 }
+
+Problem = tuple[str, str]  # (severity: "error" | "warning", message)
 
 # A store's config.yaml comes with every clone: it may lower the caps on what memstore parses
 # but never lift them past these ceilings.
@@ -84,6 +87,8 @@ def load_config_file(path: Path, *, untrusted: bool = False) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Config:
     data: dict[str, Any] = field(default_factory=lambda: copy.deepcopy(DEFAULTS))
+    # What config.yaml held that memstore could not use (its default applied instead).
+    problems: tuple[Problem, ...] = ()
 
     def get(self, section: str, key: str | None = None, default: Any = None) -> Any:
         value = self.data.get(section, default)
@@ -116,7 +121,7 @@ class Config:
         return min(value, CAP_CEILINGS.get(key, value))
 
     def with_overrides(self, over: Mapping[str, Any]) -> Config:
-        return Config(_merge(self.data, over))
+        return Config(_merge(self.data, over), self.problems)
 
 
 def env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
@@ -136,14 +141,62 @@ def env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
     return over
 
 
+def drop_bad_values(data: dict[str, Any], where: str) -> list[Problem]:
+    """Remove from ``data`` (one config.yaml) each known setting whose value has not its
+    default's type, so the default applies, and say which: a word where a number belongs is a
+    mistake to name (in every read's warnings, and by ``memstore check`` before it is
+    committed), not a ValueError deep in a verb, nor a reason to refuse every command in every
+    clone of the repo. Names this version does not know pass untouched (a teammate's newer
+    memstore may have written them); ``read:`` belongs to the read pipeline (``read/tuning``)."""
+    problems: list[Problem] = []
+    for section, default in DEFAULTS.items():
+        if section not in data or section == "read" or not isinstance(default, dict):
+            continue
+        value = data[section]
+        if not isinstance(value, dict):
+            problems.append(("error", f"{where}: {section}: must be a mapping of settings, not {_shown(value)}; "
+                                      "the defaults apply"))
+            del data[section]
+            continue
+        for key, want in default.items():
+            if key in value and not _same_type(value[key], want):
+                kind = ("true or false" if isinstance(want, bool) else "a whole number, 0 or more"
+                        if isinstance(want, int) else "a number")
+                problems.append(("error", f"{where}: {section}.{key}: expected {kind}, not {_shown(value[key])}; "
+                                          f"the default {want!r} applies"))
+                del value[key]
+    return problems
+
+
+def _same_type(value: Any, default: Any) -> bool:
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if isinstance(default, int):
+        return isinstance(value, int) and value >= 0
+    if isinstance(default, float):
+        return isinstance(value, int | float) and math.isfinite(value)
+    return True
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def load_config(
     repo_store: Path | None, global_store: Path | None, env: Mapping[str, str] | None = None
 ) -> Config:
     data = copy.deepcopy(DEFAULTS)
+    problems: list[Problem] = []
     for store, untrusted in ((global_store, False), (repo_store, True)):
         if store is not None:
-            data = _merge(data, load_config_file(store / "config.yaml", untrusted=untrusted))
+            path = store / "config.yaml"
+            own = load_config_file(path, untrusted=untrusted)
+            problems += drop_bad_values(own, str(path))
+            data = _merge(data, own)
     data = _merge(data, env_overrides(os.environ if env is None else env))
     if data.get("write_mode") not in ("review", "autonomous"):
         raise ConfigError(f"write_mode must be 'review' or 'autonomous', not {data.get('write_mode')!r}")
-    return Config(data)
+    return Config(data, tuple(problems))

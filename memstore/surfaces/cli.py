@@ -106,9 +106,9 @@ def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], Render]:
         return import_jsonl(ws, a.file, dry_run=a.dry_run, author=_author(ws),
                             progress=count_progress(sys.stderr, "importing", " lines")), "import"
     if a.cmd == "check":
-        from ..git.check import run_check
+        from ..verbs.settings import check
 
-        report = run_check(ws, staged=a.staged, base=a.base, fix=a.fix, include_global=a.global_store)
+        report = check(ws, staged=a.staged, base=a.base, fix=a.fix, include_global=a.global_store)
         return report.to_json(), "check"
     if a.cmd == "reindex":
         from ..read.retrieve import reindex

@@ -42,8 +42,9 @@ def run_hook(name: str, args: list[str], cwd: Path | None = None, episode: str |
 
 
 def _pre_commit(cwd: Path | None) -> int:
-    from ..git.check import _store_prefix, run_check
+    from ..git.check import _store_prefix
     from ..store.workspace import open_workspace
+    from ..verbs.settings import check
 
     ws = open_workspace(cwd=cwd)
     store = ws.repo
@@ -52,12 +53,12 @@ def _pre_commit(cwd: Path | None) -> int:
     staged = gitops.run(["diff", "--cached", "--name-only", "--", _store_prefix(store)], store.worktree, check=False)
     if not staged.stdout.strip():
         return 0  # nothing under .memory/ in this commit: nothing to check
-    report = run_check(ws, staged=True, fix=True)
+    report = check(ws, staged=True, fix=True)
     answer = report.to_json()
     if report.fixed or not report.ok:
         sys.stderr.write(output.pretty(answer, "check"))
     if not report.ok:
-        sys.stderr.write("memstore: commit refused: fix the memory files above "
+        sys.stderr.write("memstore: commit refused: fix the files above "
                          "(or bypass once with `git commit --no-verify`)\n")
         return 1
     return 0
