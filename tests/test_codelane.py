@@ -181,3 +181,14 @@ def test_a_small_store_lowers_the_bar_for_a_query_specific_to_it(n: int, word_df
     lowered = ranking.small_store_lowering(n, word_df == 1, p, mode)
     assert got.gate.bar == pytest.approx(p.query_bar[mode] - lowered)
     assert (lowered > 0) is (n < p.small_store_size and word_df == 1)
+
+
+def test_the_store_size_the_gate_sees_is_what_is_in_scope() -> None:
+    """A kind filter or archived memories leave fewer memories in scope: the bar is that of the
+    memories the query is asked against, not of every row the index holds."""
+    q, rows = _store_with_best_cosine(400, 0.35)
+    evidence = {0: (0.5, 0, 400, 1)}
+    whole = ranking.rank(q, rows, [(0, 3.0)], ["fact"] * 400, evidence=evidence)
+    scoped = ranking.rank(q, rows, [(0, 3.0)], ["fact"] * 400, evidence=evidence, exclude=set(range(10, 400)))
+    assert not whole.gate.passed and scoped.gate.passed, (whole.gate, scoped.gate)
+    assert [r.index for r in scoped.results] == [0]

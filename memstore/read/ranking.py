@@ -468,8 +468,9 @@ def rank(
     if blind is not None:
         sims[blind] = -np.inf  # the gate, the semantic lane and the hops see only real vectors
     lower = 0.0
-    if p.for_mode(p.small_store_slope, mode) > 0:
-        in_scope = int(np.isfinite(sims).sum())
+    if p.for_mode(p.small_store_slope, mode) > 0 and (len(kinds) < p.small_store_size or ex is not None
+                                                       or blind is not None):
+        in_scope = int(np.isfinite(sims).sum())  # excluded rows and rows with no vector are -inf
         specific = any(rare(ev[i][3], ev[i][2], p.rare_share) or rare(ev[i][1], ev[i][2], p.rare_share)
                        for i in kw_order if i in ev)
         lower = small_store_lowering(in_scope, specific, p, mode)
