@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import shutil
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -22,7 +23,16 @@ if TYPE_CHECKING:
 
 from ..store.files import disk_full
 from .safepickle import harden
-from .terms import EXACT, code_analyzer, code_shaped, code_terms, keyword_analyzer, keyword_terms, keyword_weighting
+from .terms import (
+    CODE_PATTERN,
+    EXACT,
+    code_analyzer,
+    code_shaped,
+    code_terms,
+    keyword_analyzer,
+    keyword_terms,
+    keyword_weighting,
+)
 
 SCHEMA_VERSION = "5"  # 4: the code field and the identifier-splitting text analyser; 5: analysers in index.terms
 
@@ -109,12 +119,18 @@ def _schema() -> Any:
     )
 
 
-def query_identifiers(pairs: list[tuple[str, str]], doc_frequency: Callable[[str, str], int],
+def query_identifiers(query: str, pairs: list[tuple[str, str]], doc_frequency: Callable[[str, str], int],
                       analyse: Callable[[list[str]], list[str]]) -> frozenset[str]:
     """The query's ``code`` terms that name an identifier in this store: identifier-shaped
     (``raise_for_status``, ``E11000``), or a word most memories that mention it hold inside
-    one (``asyncpg`` of ``asyncpg.exceptions``). Prose slips such as ``advice.I`` make a word
-    a piece of some "identifier" once; it is still mostly written as a word."""
+    one (``asyncpg`` of ``asyncpg.exceptions``) in the case the query writes it (a capital
+    first letter aside: a sentence may start with it). Prose slips such as ``advice.I`` make a
+    word a piece of some "identifier" once; it is still mostly written as a word. And a word
+    is not the name it spells in another case: "the API" does not name the ``api`` folder of
+    ``app/api/routes.py``."""
+    written: dict[str, set[str]] = {}
+    for token in re.findall(CODE_PATTERN, query):
+        written.setdefault(token.lower(), set()).add(token)
     out = []
     for field_name, term in pairs:
         if field_name != "code" or term.startswith(EXACT):
@@ -122,7 +138,8 @@ def query_identifiers(pairs: list[tuple[str, str]], doc_frequency: Callable[[str
         if code_shaped(term):
             out.append(term)
             continue
-        in_code = doc_frequency("code", term)
+        forms = {f for w in written.get(term, {term}) for f in (w, w[:1].lower() + w[1:])}
+        in_code = max(doc_frequency("code", EXACT + f) for f in forms)
         words = analyse([term])
         if in_code and words and 2 * in_code >= max(doc_frequency("text", w) for w in words):
             out.append(term)
@@ -334,7 +351,7 @@ class KeywordIndex:
         searcher = self.searcher
         if self._scorer is not None:
             try:
-                identifiers = query_identifiers(pairs, searcher.doc_frequency, self.analyse)
+                identifiers = query_identifiers(query, pairs, searcher.doc_frequency, self.analyse)
                 found = self._scorer.search(searcher, pairs, limit, identifiers)
                 folded = {t for f, t in pairs if f == "code" and not t.startswith(EXACT)}
                 if folded and folded <= identifiers:

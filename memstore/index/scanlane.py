@@ -300,7 +300,7 @@ class ScanLane:
         pairs = self.pairs(query)
         if not pairs:
             return []
-        identifiers = query_identifiers(pairs, self.doc_frequency, self.analyse)
+        identifiers = query_identifiers(query, pairs, self.doc_frequency, self.analyse)
         found = self._score(pairs, limit, identifiers)
         folded = {t for f, t in pairs if f == "code" and not t.startswith(EXACT)}
         if folded and folded <= identifiers:
