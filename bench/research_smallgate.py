@@ -86,14 +86,17 @@ def size_aware(slope: float, cal: int, novel_slope: float | None = None) -> Sett
     return at
 
 
-def specific_only(slope: float, cal: int) -> Setting:
-    """The product's rule (``RankingParams.small_store_slope``): ``size_aware``'s bar, but only
-    for a query specific to the store (a query word or identifier it holds is rare there)."""
-    p = dataclasses.replace(SHIPPED, small_store_slope={"targeted": slope, "ambient": 0.0}, small_store_size=cal)
+def specific_only(slope: float, cal: int, holders: bool = False) -> Setting:
+    """``size_aware``'s bar, but only for a query specific to the store (a query word or
+    identifier it holds is rare there); with ``holders`` (the product's rule,
+    ``RankingParams.small_store_slope``), only for the memories that hold such a word."""
+    p = dataclasses.replace(SHIPPED, small_store_slope={"targeted": slope, "ambient": 0.0}, small_store_size=cal,
+                            small_store_holders=holders)
     return lambda n: p
 
 
-SETTINGS = ("shipped", "size-aware", "size-aware, novel bar by its own curve", "size-aware, specific queries only")
+SETTINGS = ("shipped", "size-aware", "size-aware, novel bar by its own curve", "size-aware, specific queries only",
+            "size-aware, for the memories holding a rare query word")
 
 
 def x_of(n: float) -> float:
@@ -300,7 +303,7 @@ def precision_cases(slope: float, cal: int) -> dict[str, Any]:
         n = len(tp.STORES[case["store"]])  # no memory of the case file is archived: all in scope
         row: dict[str, Any] = {"n": n}
         for name, setting in (("shipped", lambda n: SHIPPED), ("size-aware", size_aware(slope, cal)),
-                              ("specific", specific_only(slope, cal))):
+                              ("specific", specific_only(slope, cal)), ("holders", specific_only(slope, cal, True))):
             params = retrieve.ReadParams(ranking=setting(n))
             answer = retrieve.read(ws, {"query": case["query"], "include_global": False}, params=params,
                                    log_episode=False)
@@ -312,11 +315,12 @@ def precision_cases(slope: float, cal: int) -> dict[str, Any]:
             gate = answer["stats"]["gate"]
             row[f"{name} bar"], row["top"] = gate["bar"], gate["top_similarity"]
         out[case["id"]] = row
-        if len({row["shipped"], row["size-aware"], row["specific"]}) > 1 or case["id"] in tp.NOT_YET:
+        names = ("shipped", "size-aware", "specific", "holders")
+        if len({row[k] for k in names}) > 1 or case["id"] in tp.NOT_YET:
             log(f"  {case['id']:28s} N {n:2d} best cosine {row['top']:.3f}, bar {row['shipped bar']:.3f} -> "
-                f"{row['size-aware bar']:.3f} (specific: {row['specific bar']:.3f}): "
-                + " -> ".join("pass" if row[k] else "fail" for k in ("shipped", "size-aware", "specific")))
-    for name in ("shipped", "size-aware", "specific"):
+                f"{row['size-aware bar']:.3f} (specific: {row['specific bar']:.3f}, holders: "
+                f"{row['holders bar']:.3f}): " + " -> ".join("pass" if row[k] else "fail" for k in names))
+    for name in ("shipped", "size-aware", "specific", "holders"):
         log(f"precision cases passing, {name}: {sum(r[name] for r in out.values())} of {len(out)}")
     return out
 
@@ -382,8 +386,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         cal = min(m.size for m in train)
         slope, novel = max(c["slope"], 0.0), max(cn["slope"], 0.0)
         same, own, spec = size_aware(slope, cal), size_aware(slope, cal, novel), specific_only(slope, cal)
+        held = specific_only(slope, cal, holders=True)
         t1 = time.perf_counter()
-        v = validate(convs, stores, qs, qvecs, test, [lambda n: SHIPPED, same, own, spec], args.reps, args.seed)
+        v = validate(convs, stores, qs, qvecs, test, [lambda n: SHIPPED, same, own, spec, held], args.reps, args.seed)
         folds.append({"test": test, "slope": slope, "novel_slope": novel, "cal": cal, **v})
         log(f"fold {test}: slope {slope:.4f}, novel {novel:.4f} (N_cal {cal}), validated in "
             f"{time.perf_counter() - t1:.0f}s")

@@ -344,7 +344,7 @@ def test_a_read_setting_memstore_cannot_use_is_named_and_the_default_applies(
 def test_a_read_setting_in_config_changes_the_answer(repo: Path, populated: dict[str, str], cli: Any) -> None:
     query = "alembic upgrade fails with DuplicateColumn"
     rc, out, _ = cli("read", query, cwd=repo)
-    assert rc == 0 and len(out["results"]) >= 2 and out["stats"]["gate"]["bar"] < 0.40, out["stats"]
+    assert rc == 0 and len(out["results"]) >= 2 and out["stats"]["gate"]["bar"] == 0.40, out["stats"]
     _with_read_config(repo, "  limit: {targeted: 1}\n  query_bar: {targeted: 0.45}\n"
                             "  small_store_slope: {targeted: 0}\n")
     rc, out, err = cli("read", query, cwd=repo)

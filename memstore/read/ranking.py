@@ -83,18 +83,21 @@ class RankingParams:
     # Added to the bar when the query names things (capitalised words, identifiers) and not
     # one of them occurs anywhere in the store: the store has never heard of the subject.
     novelty_penalty: float = 0.15
-    # A small store lowers the bar by small_store_slope[mode] * (sqrt(2 ln small_store_size) -
-    # sqrt(2 ln N)) for its N memories in scope (N counted from 4), when the query is specific
-    # to it: a query word or identifier the store holds is rare there (``rare_share``). The bar
-    # was set on stores of 369-680 memories, where an unrelated query's best cosine is the
+    # In a small store the bar falls by small_store_slope[mode] * (sqrt(2 ln small_store_size) -
+    # sqrt(2 ln N)) for its N memories in scope (N counted from 4), for the memories that hold a
+    # query word or identifier rare there (``rare_share``): keyword evidence of their own. The
+    # bar was set on stores of 369-680 memories, where an unrelated query's best cosine is the
     # maximum over hundreds; over fewer memories that maximum is lower (extreme values grow like
     # sqrt(2 ln N)), so the same bar refuses far more in a store of 15 than it was set to. Each
     # slope is the one LoCoMo's subsampled stores measure for the cosine's quantile at that
     # mode's bar; a vague query (``tests``, a word half the store holds) keeps the full bar.
-    # 0: off. bench/research_smallgate.py, RESULTS.md "A gate that knows the store's size".
+    # 0: off. ``small_store_holders`` False: the lower bar for every memory once any holds a
+    # rare query word (measured, not shipped). bench/research_smallgate.py,
+    # bench/offtopic_small.py, RESULTS.md "A gate that knows the store's size".
     small_store_slope: Mapping[str, float] = field(
         default_factory=lambda: _frozen({"targeted": 0.076, "ambient": 0.067}))
     small_store_size: int = 369
+    small_store_holders: bool = True
     # Per-kind offsets to every bar and floor; negative = more permissive (SPEC §1.2:
     # preferences are retrieved more permissively than facts).
     kind_offset: Mapping[str, float] = field(
@@ -467,15 +470,21 @@ def rank(
         sims[ex] = -np.inf
     if blind is not None:
         sims[blind] = -np.inf  # the gate, the semantic lane and the hops see only real vectors
-    lower = 0.0
-    if p.for_mode(p.small_store_slope, mode) > 0 and (len(kinds) < p.small_store_size or ex is not None
-                                                       or blind is not None):
+    novel = novelty(salient, doc_freq)
+    gate = query_gate(sims, kinds, novel=novel, params=p, mode=mode, offsets=offsets)
+    if not gate.passed and p.for_mode(p.small_store_slope, mode) > 0 and (
+            len(kinds) < p.small_store_size or ex is not None or blind is not None):
+        holders = [i for i in kw_order if i in ev and (rare(ev[i][3], ev[i][2], p.rare_share)
+                                                       or rare(ev[i][1], ev[i][2], p.rare_share))]
         in_scope = int(np.isfinite(sims).sum())  # excluded rows and rows with no vector are -inf
-        specific = any(rare(ev[i][3], ev[i][2], p.rare_share) or rare(ev[i][1], ev[i][2], p.rare_share)
-                       for i in kw_order if i in ev)
-        lower = small_store_lowering(in_scope, specific, p, mode)
-    gate = query_gate(sims, kinds, novel=novelty(salient, doc_freq), params=p, mode=mode, offsets=offsets,
-                      lower=lower)
+        lower = small_store_lowering(in_scope, bool(holders), p, mode)
+        if lower > 0 and p.small_store_holders:
+            offs = offsets if offsets is not None else kind_offsets(kinds, p)
+            rows_ = np.asarray(holders)
+            if float((sims[rows_] - offs[rows_]).max()) >= gate.bar - lower:
+                gate = GateDecision(True, gate.top_similarity, gate.bar - lower, "ok")
+        elif lower > 0:
+            gate = query_gate(sims, kinds, novel=novel, params=p, mode=mode, offsets=offsets, lower=lower)
     if not gate.passed:
         # Rows without a vector cannot be judged by the gate: they pass as the keyword-only
         # path would pass them (most of the query's rare words).
