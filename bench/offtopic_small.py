@@ -3,7 +3,9 @@
 The stores are the hand-written ones of tests/data/precision_cases.yaml (4-10 memories each,
 built as tests/test_precision.py builds them: real files in git, read through
 ``memstore.read``); the questions below were written afterwards, about other projects and
-stacks (none of them is about any store's subject), so every answer is a false one. This is
+stacks. A few touch a store's subject after all ("pandas read_csv is slow" and the ETL
+store's chunked reads, "docker" and the deploy store), so the count of answered reads is an
+upper bound on false answers; what a setting adds to it is what matters. This is
 the coding-store check the LoCoMo calibration of the small-store bar cannot give: LoCoMo's
 mismatched questions mostly name people the other store never mentions, a coding question
 rarely names anything new. Each setting of ``small_store_slope`` / ``small_store_holders`` is
