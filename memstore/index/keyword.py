@@ -122,19 +122,19 @@ def _schema() -> Any:
 def query_identifiers(query: str, pairs: list[tuple[str, str]], doc_frequency: Callable[[str, str], int],
                       analyse: Callable[[list[str]], list[str]]) -> frozenset[str]:
     """The query's ``code`` terms that name an identifier in this store: identifier-shaped
-    (``raise_for_status``, ``E11000``), or a word most memories that mention it hold inside
-    one (``asyncpg`` of ``asyncpg.exceptions``) in the case the query writes it (a capital
-    first letter aside: a sentence may start with it). Prose slips such as ``advice.I`` make a
-    word a piece of some "identifier" once; it is still mostly written as a word. And a word
-    is not the name it spells in another case: "the API" does not name the ``api`` folder of
-    ``app/api/routes.py``."""
+    (``raise_for_status``, ``E11000``); or, in a query that is nothing but names, a word most
+    memories that mention it hold inside one (``asyncpg`` of ``asyncpg.exceptions``) in the
+    case the query writes it (a capital first letter aside). Prose slips such as ``advice.I``
+    make a word a piece of some "identifier" once; it is still mostly written as a word. A word
+    is not the name it spells in another case ("the API" is not the ``api`` folder of
+    ``app/api/routes.py``), nor, in a sentence, the name it spells in any case."""
     written: dict[str, set[str]] = {}
     for token in re.findall(CODE_PATTERN, query):
         written.setdefault(token.lower(), set()).add(token)
     out = []
-    for field_name, term in pairs:
-        if field_name != "code" or term.startswith(EXACT):
-            continue
+    plain = []  # words that name an identifier here, though not shaped like one
+    asked = [t for f, t in pairs if f == "code" and not t.startswith(EXACT)]
+    for term in asked:
         if code_shaped(term):
             out.append(term)
             continue
@@ -142,7 +142,12 @@ def query_identifiers(query: str, pairs: list[tuple[str, str]], doc_frequency: C
         in_code = max(doc_frequency("code", EXACT + f) for f in forms)
         words = analyse([term])
         if in_code and words and 2 * in_code >= max(doc_frequency("text", w) for w in words):
-            out.append(term)
+            # ``useEffect`` lower-cased is a plain word; as the query writes it, a name.
+            (out if any(code_shaped(w) for w in written.get(term, ())) else plain).append(term)
+    if len(out) + len(plain) == len(asked):
+        out += plain  # a look-up by name: ``asyncpg``
+    # In a sentence a plain word is a word: "the iOS app crashes" does not name the ``app``
+    # folder, nor "the state lock" ``pnpm-lock.yaml``; identifier-shaped names still count.
     return frozenset(out)
 
 
