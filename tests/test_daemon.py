@@ -489,3 +489,39 @@ def test_a_config_edit_counts_from_the_next_request(world: Env) -> None:
         (glob / "config.yaml").unlink(missing_ok=True)
         if made:  # with the .index/ a daemon makes in an existing global store
             shutil.rmtree(glob)
+
+
+def test_an_edited_config_replaces_its_workspace_and_the_index_stays_whole(tmp_path: Path) -> None:
+    """Workspaces are kept per effective config: after an edit of config.yaml the daemon opened a
+    second one on the same store and kept the first until it idled out, and both kept the same
+    .index/ current, each taking the other's writes for damage ("keyword index was damaged ...
+    rebuilt" on reads, rebuilds each time). The old workspace now goes when the new one opens."""
+    life = Env(tmp_path / "reconfig")
+    proc = None
+    try:
+        with life.environ():
+            repo = life.make_repo("repo")
+            _seed(life, repo, "epsilon")
+        proc = life.start("--idle", "600")
+        req = {"op": "read", "query": "sqlite migration fails: column already exists"}
+        first = life.forward("read", repo, request=req)["answer"]
+        assert first["results"], first
+        config = repo / ".memory" / "config.yaml"
+        config.write_text(config.read_text() + "duplicates:\n  candidates: 6\n")
+        second = life.forward("read", repo, request=req)["answer"]
+        assert _ids(second) == _ids(first)
+        store = str((repo / ".memory").resolve())
+        status = life.status()
+        assert [ws["repo"] for ws in status["workspaces"]] == [store] and status["evicted"] == 1, status
+        for text in ("epsilon: the staging database is reset every Sunday night by the ops cron job",
+                     "epsilon: release tags are signed with the team's GPG key before the upload",
+                     "epsilon: the mobile build needs Xcode 16 and a provisioning profile from ops"):
+            rc, _, err = life.cli("write", "--kind", "fact", "--evidence", "user:ops", "--text", text, cwd=repo)
+            assert rc == 0, err
+            time.sleep(1.5)  # the watcher's refresh of every workspace that holds the store
+            again = life.forward("read", repo, request=req)["answer"]
+            assert not [w for w in again.get("warnings", []) if "damaged" in w], again["warnings"]
+    finally:
+        life.cleanup()
+        if proc is not None:
+            proc.wait(timeout=30)

@@ -62,6 +62,7 @@ class Entry:
     embedding: bool = False  # a thread embeds this workspace's memories that have no vector yet
     read_wait: float = 1.0  # daemon.read_wait_seconds of its config
     loaded: bool = False  # its first request (the catalog parsed, the indexes opened) has run
+    env: tuple[tuple[str, str], ...] = ()  # the MEMSTORE_* variables of the requests it serves
 
     def roots(self) -> list[Path]:
         return [s.root for s in (self.ws.repo, self.ws.global_) if s is not None]
@@ -157,6 +158,7 @@ class Daemon:
         ws = open_workspace(cwd=Path(msg.get("cwd") or "/"), store_dir=msg.get("store") or None, env=env)
         key = (str(ws.repo.root) if ws.repo else "", str(ws.global_.root),
                json.dumps(ws.config.data, sort_keys=True, default=str))
+        stale: list[tuple[Any, Entry]] = []
         with self._entries_lock:
             entry = self.entries.get(key)
             if entry is None:
@@ -164,12 +166,18 @@ class Daemon:
                 ws.change_paths = lambda store, n: self.watcher.changes_since(store.root, n)
                 ws.defer_saves = True  # saved by flush_all() when quiet, not after every write
                 ws.progress = self.progress
-                entry = Entry(ws)
+                entry = Entry(ws, env=asked[2])
                 entry.read_wait = ws.config.read_wait
                 ws.embed_wait = entry.read_wait
+                # The same stores and variables with another config: a config.yaml was edited.
+                # The old workspace must go now, not when it has idled out: both would keep
+                # the same .index/ current, each taking the other's writes for damage.
+                stale = [(k, e) for k, e in self.entries.items() if k[:2] == key[:2] and e.env == entry.env]
                 self.entries[key] = entry
                 log.info("workspace opened: repo=%s global=%s", key[0] or "-", key[1])
             entry.last_used = time.monotonic()  # under the lock eviction takes: never evicted in use
+        if stale:
+            self.retire(stale, "its config.yaml changed")
         for root in entry.roots():
             self.watcher.watch(root)
         decisive = tuple(p for s in (ws.repo, ws.global_) if s is not None for p in (s.root, s.root / "config.yaml"))
@@ -648,13 +656,22 @@ class Daemon:
         indexes closed, and stores no kept workspace holds are no longer watched. The next
         request for one opens it again from disk, as after a restart. Returns how many went."""
         with self._entries_lock:
+            idle = [(k, e) for k, e in self.entries.items() if now - e.last_used > self.evict_seconds]
+        return self.retire(idle, "unused")
+
+    def retire(self, entries: list[tuple[Any, Entry]], why: str) -> int:
+        """Forget these workspaces (keys and entries) as ``evict_idle`` does. One in use (its lock
+        held) stays, marked unused, and goes with the next idle eviction."""
+        with self._entries_lock:
             gone: list[Entry] = []
-            for key, entry in list(self.entries.items()):
+            for key, entry in entries:
                 # A workspace in use (its lock held) stays; entry_for refreshes last_used first.
-                if now - entry.last_used > self.evict_seconds and entry.lock.acquire(blocking=False):
+                if self.entries.get(key) is entry and entry.lock.acquire(blocking=False):
                     del self.entries[key]
                     entry.evicted = True
                     gone.append(entry)
+                elif self.entries.get(key) is entry:
+                    entry.last_used = float("-inf")
             kept = {root for entry in self.entries.values() for root in entry.roots()}
         for entry in gone:
             try:
@@ -670,8 +687,11 @@ class Daemon:
             entry.lock.release()
             for root in set(entry.roots()) - kept:
                 self.watcher.unwatch(root)
-            log.info("workspace evicted after %.0f s unused: %s", now - entry.last_used,
-                     ", ".join(str(r) for r in entry.roots()))
+            roots = ", ".join(str(r) for r in entry.roots())
+            if why == "unused":
+                log.info("workspace evicted after %.0f s unused: %s", time.monotonic() - entry.last_used, roots)
+            else:
+                log.info("workspace evicted (%s): %s", why, roots)
         if gone:
             self._gc.thaw()  # what the evicted workspaces held in cycles can be freed again
         self.evicted += len(gone)
