@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MemstoreError, StoreError, error_answer
+from ..store.config import ENV_KEYS
 from ..store.disk import STORE_DIRNAME
 from . import client
 from .cliargs import ArgvError
@@ -62,7 +63,7 @@ class Entry:
     embedding: bool = False  # a thread embeds this workspace's memories that have no vector yet
     read_wait: float = 1.0  # daemon.read_wait_seconds of its config
     loaded: bool = False  # its first request (the catalog parsed, the indexes opened) has run
-    env: tuple[tuple[str, str], ...] = ()  # the MEMSTORE_* variables of the requests it serves
+    env: tuple[tuple[str, str], ...] = ()  # the settings' variables (config.ENV_KEYS) of its requests
 
     def roots(self) -> list[Path]:
         return [s.root for s in (self.ws.repo, self.ws.global_) if s is not None]
@@ -166,7 +167,7 @@ class Daemon:
                 ws.change_paths = lambda store, n: self.watcher.changes_since(store.root, n)
                 ws.defer_saves = True  # saved by flush_all() when quiet, not after every write
                 ws.progress = self.progress
-                entry = Entry(ws, env=asked[2])
+                entry = Entry(ws, env=tuple(sorted((k, v) for k, v in env.items() if k in ENV_KEYS)))
                 entry.read_wait = ws.config.read_wait
                 ws.embed_wait = entry.read_wait
                 # The same stores and variables with another config: a config.yaml was edited.
