@@ -525,3 +525,20 @@ def test_an_edited_config_replaces_its_workspace_and_the_index_stays_whole(tmp_p
         life.cleanup()
         if proc is not None:
             proc.wait(timeout=30)
+
+
+def test_a_bad_value_added_to_config_is_named_by_the_next_read_and_gone_once_fixed(world: Env) -> None:
+    """A value memstore cannot use leaves the settings as they were (its default applies), so
+    the workspace kept for those settings answered without the warning, and kept warning after
+    the line was fixed."""
+    config = world.repo_b / ".memory" / "config.yaml"
+    good = config.read_text()
+    req = {"op": "read", "query": "sqlite migration fails: column already exists"}
+    try:
+        assert not world.forward("read", world.repo_b, request=req)["answer"].get("warnings")
+        config.write_text(good + "duplicates:\n  threshold: high\n")
+        warned = world.forward("read", world.repo_b, request=req)["answer"].get("warnings", [])
+        assert any("duplicates.threshold: expected a number, not 'high'" in w for w in warned), warned
+    finally:
+        config.write_text(good)
+    assert not world.forward("read", world.repo_b, request=req)["answer"].get("warnings")

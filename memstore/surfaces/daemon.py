@@ -157,8 +157,10 @@ class Daemon:
                     self.watcher.watch(root)
                 return entry
         ws = open_workspace(cwd=Path(msg.get("cwd") or "/"), store_dir=msg.get("store") or None, env=env)
+        # The settings in force, and what the config files held that could not be used (the
+        # read warnings name it): an edit that only adds or fixes a bad value changes no setting.
         key = (str(ws.repo.root) if ws.repo else "", str(ws.global_.root),
-               json.dumps(ws.config.data, sort_keys=True, default=str))
+               json.dumps([ws.config.data, ws.config.problems], sort_keys=True, default=str))
         stale: list[tuple[Any, Entry]] = []
         with self._entries_lock:
             entry = self.entries.get(key)
