@@ -4,6 +4,7 @@ starts its own in a separate runtime directory. Every wait is a bounded poll."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import socket
@@ -367,19 +368,29 @@ def test_an_idle_daemon_fills_the_neighbour_lists(world: Env) -> None:
     assert got and got["rows"] == first["rows"], world.log()
     assert "neighbour lists in" in world.log()
 
+@contextlib.contextmanager
+def own_daemon(tmp_path: Path, label: str, topic: str, **variables: str) -> Iterator[tuple[Env, Path]]:
+    """A daemon of this test's own (``variables`` in its environment) serving one seeded repo."""
+    life = Env(tmp_path / label)
+    life.vars.update(variables)
+    proc = None
+    try:
+        with life.environ():
+            repo = life.make_repo("repo")
+            _seed(life, repo, topic)
+        proc = life.start("--idle", "600")
+        yield life, repo
+    finally:
+        life.cleanup()
+        if proc is not None:
+            proc.wait(timeout=30)
+
 
 def test_an_unused_workspace_is_evicted_and_reopened(tmp_path: Path) -> None:
     """A daemon serves every repo the user opens for hours: a workspace unused for
     `daemon.evict_seconds` is dropped with its indexes (and its stores unwatched), `daemon
     status` says so, and the next read opens it again and answers as before."""
-    life = Env(tmp_path / "evict")
-    life.vars["MEMSTORE_DAEMON_EVICT"] = "3"
-    proc = None
-    try:
-        with life.environ():
-            repo = life.make_repo("repo")
-            _seed(life, repo, "delta")
-        proc = life.start("--idle", "600")
+    with own_daemon(tmp_path, "evict", "delta", MEMSTORE_DAEMON_EVICT="3") as (life, repo):
         req = {"op": "read", "query": "sqlite migration fails: column already exists"}
         first = life.forward("read", repo, request=req)["answer"]
         assert first["ok"] and first["results"], first
@@ -406,10 +417,6 @@ def test_an_unused_workspace_is_evicted_and_reopened(tmp_path: Path) -> None:
         assert [ws["repo"] for ws in back["workspaces"]] == [store] and store in back["watched"]
         assert back["evicted"] == 1
         assert _poll(gc_settled, timeout=20, every=0.2), life.status()["gc"]
-    finally:
-        life.cleanup()
-        if proc is not None:
-            proc.wait(timeout=30)
 
 
 def test_the_daemon_runs_blas_on_one_thread(tmp_path: Path) -> None:
@@ -496,18 +503,14 @@ def test_an_edited_config_replaces_its_workspace_and_the_index_stays_whole(tmp_p
     second one on the same store and kept the first until it idled out, and both kept the same
     .index/ current, each taking the other's writes for damage ("keyword index was damaged ...
     rebuilt" on reads, rebuilds each time). The old workspace now goes when the new one opens."""
-    life = Env(tmp_path / "reconfig")
-    proc = None
-    try:
-        with life.environ():
-            repo = life.make_repo("repo")
-            _seed(life, repo, "epsilon")
-        proc = life.start("--idle", "600")
+    with own_daemon(tmp_path, "reconfig", "epsilon") as (life, repo):
         req = {"op": "read", "query": "sqlite migration fails: column already exists"}
         first = life.forward("read", repo, request=req)["answer"]
         assert first["results"], first
         config = repo / ".memory" / "config.yaml"
         config.write_text(config.read_text() + "duplicates:\n  candidates: 6\n")
+        # another agent session (an episode of its own) reads the edited store
+        life.vars["MEMSTORE_EPISODE"] = "01m8zzzzzzzzzzzzzzzzzzzzzz"
         second = life.forward("read", repo, request=req)["answer"]
         assert _ids(second) == _ids(first)
         store = str((repo / ".memory").resolve())
@@ -521,10 +524,6 @@ def test_an_edited_config_replaces_its_workspace_and_the_index_stays_whole(tmp_p
             time.sleep(1.5)  # the watcher's refresh of every workspace that holds the store
             again = life.forward("read", repo, request=req)["answer"]
             assert not [w for w in again.get("warnings", []) if "damaged" in w], again["warnings"]
-    finally:
-        life.cleanup()
-        if proc is not None:
-            proc.wait(timeout=30)
 
 
 def test_a_bad_value_added_to_config_is_named_by_the_next_read_and_gone_once_fixed(world: Env) -> None:
