@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..errors import ConfigError
-from ..store.config import Config, Problem
+from ..store.config import Config, Problem, shown_value
 from . import ranking
 
 # Counts (pools, hops, limits) above these would only make reads slower, never better; a
@@ -62,7 +62,7 @@ def section_settings(section: Any) -> tuple[ReadParams, list[Problem]]:
         return ReadParams(), []
     if not isinstance(section, Mapping):
         return ReadParams(), [("error", f"config.yaml read: must be a mapping of setting names to values, not "
-                                        f"{_shown(section)}; the defaults apply")]
+                                        f"{shown_value(section)}; the defaults apply")]
     rp, up = ranking.RankingParams(), UtilityParams()
     r_over: dict[str, Any] = {}
     u_over: dict[str, Any] = {}
@@ -78,44 +78,39 @@ def section_settings(section: Any) -> tuple[ReadParams, list[Problem]]:
             continue
         params, over = (up, u_over) if name in u_names else (rp, r_over)
         try:
-            over[name] = _checked(f"read.{name}", getattr(params, name), value)
+            over[name] = _checked(f"read.{name}", getattr(params, name), value, CEILINGS.get(name, MAX_COUNT))
         except ConfigError as exc:
             problems.append(("error", f"config.yaml {exc.message}; the default applies"))
     return ReadParams(dataclasses.replace(rp, **r_over), dataclasses.replace(up, **u_over)), problems
 
 
-def _checked(where: str, default: Any, value: Any) -> Any:
-    """``value`` as the type of ``default`` (the field's built-in value), or a ConfigError."""
+def _checked(where: str, default: Any, value: Any, ceiling: int) -> Any:
+    """``value`` as the type of ``default`` (the field's built-in value), or a ConfigError; a
+    count at most ``ceiling``."""
     if isinstance(default, bool):
         if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false, not {_shown(value)}")
+            raise ConfigError(f"{where}: expected true or false, not {shown_value(value)}")
         return value
     if isinstance(default, int):
-        ceiling = CEILINGS.get(where.split(".")[1], MAX_COUNT)
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= ceiling:
-            raise ConfigError(f"{where}: expected a whole number from 0 to {ceiling}, not {_shown(value)}")
+            raise ConfigError(f"{where}: expected a whole number from 0 to {ceiling}, not {shown_value(value)}")
         return value
     if isinstance(default, float):
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise ConfigError(f"{where}: expected a number, not {_shown(value)}")
+            raise ConfigError(f"{where}: expected a number, not {shown_value(value)}")
         return float(value)
     if isinstance(default, Mapping):
         if not isinstance(value, Mapping):
             keys = ", ".join(default)
-            raise ConfigError(f"{where}: expected a mapping of {keys} to values, not {_shown(value)}")
+            raise ConfigError(f"{where}: expected a mapping of {keys} to values, not {shown_value(value)}")
         out = dict(default)
         for k, v in value.items():
             if k not in default:
                 raise ConfigError(f"{where}.{k}: unknown key; one of {', '.join(default)}")
-            out[k] = _checked(f"{where}.{k}", default[k], v)
+            out[k] = _checked(f"{where}.{k}", default[k], v, ceiling)
         return MappingProxyType(out)
     if isinstance(default, tuple):
         if not isinstance(value, list | tuple) or not value:
-            raise ConfigError(f"{where}: expected a list of numbers, not {_shown(value)}")
-        return tuple(_checked(f"{where}[{n}]", default[0], v) for n, v in enumerate(value))
+            raise ConfigError(f"{where}: expected a list of numbers, not {shown_value(value)}")
+        return tuple(_checked(f"{where}[{n}]", default[0], v, ceiling) for n, v in enumerate(value))
     raise ConfigError(f"{where}: cannot be set in config.yaml")
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."

@@ -27,6 +27,7 @@ DEFAULTS: dict[str, Any] = {
     "duplicates": {"threshold": 0.95, "candidates": 5},
     "read": {},  # retrieval tuning; empty means the tuned defaults in ranking.RankingParams
 }
+WRITE_MODES = ("review", "autonomous")
 
 Problem = tuple[str, str]  # (severity: "error" | "warning", message)
 
@@ -74,13 +75,21 @@ def load_config_file(path: Path, *, untrusted: bool = False) -> dict[str, Any]:
     try:
         text = (read_untrusted(path, MAX_FRONTMATTER_BYTES) if untrusted
                 else path.read_text(encoding="utf-8"))
-        data = safe_yaml(text, str(path.name))
     except InvalidFile as exc:
         raise ConfigError(f"{path}: {exc.message}") from exc
+    return config_from_text(text, str(path))
+
+
+def config_from_text(text: str, where: str) -> dict[str, Any]:
+    """The settings one config.yaml's ``text`` holds (``where`` names it in errors)."""
+    try:
+        data = safe_yaml(text, Path(where).name)
+    except InvalidFile as exc:
+        raise ConfigError(f"{where}: {exc.message}") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: config must be a YAML mapping")
+        raise ConfigError(f"{where}: config must be a YAML mapping")
     return data
 
 
@@ -154,7 +163,7 @@ def drop_bad_values(data: dict[str, Any], where: str) -> list[Problem]:
             continue
         value = data[section]
         if not isinstance(value, dict):
-            problems.append(("error", f"{where}: {section}: must be a mapping of settings, not {_shown(value)}; "
+            problems.append(("error", f"{where}: {section}: must be a mapping of settings, not {shown_value(value)}; "
                                       "the defaults apply"))
             del data[section]
             continue
@@ -162,7 +171,7 @@ def drop_bad_values(data: dict[str, Any], where: str) -> list[Problem]:
             if key in value and not _same_type(value[key], want):
                 kind = ("true or false" if isinstance(want, bool) else "a whole number, 0 or more"
                         if isinstance(want, int) else "a number")
-                problems.append(("error", f"{where}: {section}.{key}: expected {kind}, not {_shown(value[key])}; "
+                problems.append(("error", f"{where}: {section}.{key}: expected {kind}, not {shown_value(value[key])}; "
                                           f"the default {want!r} applies"))
                 del value[key]
     return problems
@@ -180,7 +189,12 @@ def _same_type(value: Any, default: Any) -> bool:
     return True
 
 
-def _shown(value: Any) -> str:
+def write_mode_error(value: Any) -> str:
+    return f"write_mode must be 'review' or 'autonomous', not {value!r}"
+
+
+def shown_value(value: Any) -> str:
+    """A setting's value as an error quotes it: its repr, at most 60 characters."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -197,6 +211,6 @@ def load_config(
             problems += drop_bad_values(own, str(path))
             data = _merge(data, own)
     data = _merge(data, env_overrides(os.environ if env is None else env))
-    if data.get("write_mode") not in ("review", "autonomous"):
-        raise ConfigError(f"write_mode must be 'review' or 'autonomous', not {data.get('write_mode')!r}")
+    if data.get("write_mode") not in WRITE_MODES:
+        raise ConfigError(write_mode_error(data.get("write_mode")))
     return Config(data, tuple(problems))

@@ -7,12 +7,11 @@ so that no clone of the repo inherits it.
 
 from __future__ import annotations
 
-from ..errors import ConfigError, InvalidFile
+from ..errors import ConfigError
 from ..git.check import Finding, Report, run_check
 from ..gitops import read_blobs, staged_entries
 from ..read.tuning import section_settings
-from ..store.config import drop_bad_values, load_config_file
-from ..store.files import safe_yaml
+from ..store.config import WRITE_MODES, config_from_text, drop_bad_values, load_config_file, write_mode_error
 from ..store.workspace import Workspace
 
 CONFIG_FILE = "config.yaml"
@@ -36,17 +35,14 @@ def config_findings(ws: Workspace, *, staged: bool = False) -> list[Finding]:
             entry = [sha for _, sha, path in staged_entries(shown, store.worktree) if path == shown]
             if not entry:
                 return []
-            data = safe_yaml(read_blobs(entry, store.worktree)[entry[0]].decode("utf-8", "replace"), CONFIG_FILE)
-            data = {} if data is None else data
-            if not isinstance(data, dict):
-                return [Finding("error", shown, "bad_config", "config must be a YAML mapping")]
+            text = read_blobs(entry, store.worktree)[entry[0]].decode("utf-8", "replace")
+            data = config_from_text(text, shown)
         else:
             data = load_config_file(store.root / CONFIG_FILE, untrusted=True)
-    except (ConfigError, InvalidFile) as exc:
+    except ConfigError as exc:
         return [Finding("error", shown, "bad_config", exc.message)]
     problems = drop_bad_values(data, CONFIG_FILE)
-    if "write_mode" in data and data["write_mode"] not in ("review", "autonomous"):
-        problems.append(("error", f"{CONFIG_FILE}: write_mode must be 'review' or 'autonomous', "
-                                  f"not {data['write_mode']!r}"))
+    if "write_mode" in data and data["write_mode"] not in WRITE_MODES:
+        problems.append(("error", f"{CONFIG_FILE}: {write_mode_error(data['write_mode'])}"))
     problems += section_settings(data.get("read"))[1]
     return [Finding(severity, shown, "bad_config", message) for severity, message in problems]
