@@ -161,7 +161,7 @@ class Daemon:
         # read warnings name it): an edit that only adds or fixes a bad value changes no setting.
         key = (str(ws.repo.root) if ws.repo else "", str(ws.global_.root),
                json.dumps([ws.config.data, ws.config.problems], sort_keys=True, default=str))
-        stale: list[tuple[Any, Entry]] = []
+        stale = False
         with self._entries_lock:
             entry = self.entries.get(key)
             if entry is None:
@@ -175,12 +175,13 @@ class Daemon:
                 # The same stores and variables with another config: a config.yaml was edited.
                 # The old workspace must go now, not when it has idled out: both would keep
                 # the same .index/ current, each taking the other's writes for damage.
-                stale = [(k, e) for k, e in self.entries.items() if k[:2] == key[:2] and e.env == entry.env]
+                stale = any(k[:2] == key[:2] and e.env == entry.env for k, e in self.entries.items())
                 self.entries[key] = entry
                 log.info("workspace opened: repo=%s global=%s", key[0] or "-", key[1])
             entry.last_used = time.monotonic()  # under the lock eviction takes: never evicted in use
         if stale:
-            self.retire(stale, "its config.yaml changed")
+            self.retire(lambda k, e: "as its config.yaml changed"
+                        if k != key and k[:2] == key[:2] and e.env == entry.env else None)
         for root in entry.roots():
             self.watcher.watch(root)
         decisive = tuple(p for s in (ws.repo, ws.global_) if s is not None for p in (s.root, s.root / "config.yaml"))
@@ -658,25 +659,29 @@ class Daemon:
         """Forget the workspaces unused for ``evict_seconds``: their projections are saved, their
         indexes closed, and stores no kept workspace holds are no longer watched. The next
         request for one opens it again from disk, as after a restart. Returns how many went."""
-        with self._entries_lock:
-            idle = [(k, e) for k, e in self.entries.items() if now - e.last_used > self.evict_seconds]
-        return self.retire(idle, "unused")
+        return self.retire(lambda k, e: f"after {now - e.last_used:.0f} s unused"
+                           if now - e.last_used > self.evict_seconds else None)
 
-    def retire(self, entries: list[tuple[Any, Entry]], why: str) -> int:
-        """Forget these workspaces (keys and entries) as ``evict_idle`` does. One in use (its lock
-        held) stays, marked unused, and goes with the next idle eviction."""
+    def retire(self, why_gone: Callable[[Any, Entry], str | None]) -> int:
+        """Forget the workspaces ``why_gone`` gives a reason for (it is asked under the lock
+        ``entry_for`` takes, so a workspace a request just picked is never among them), as
+        ``evict_idle`` describes. One in use (its lock held) stays, marked unused, and goes with
+        the next idle eviction."""
         with self._entries_lock:
-            gone: list[Entry] = []
-            for key, entry in entries:
+            gone: list[tuple[Entry, str]] = []
+            for key, entry in list(self.entries.items()):
+                why = why_gone(key, entry)
+                if why is None:
+                    continue
                 # A workspace in use (its lock held) stays; entry_for refreshes last_used first.
-                if self.entries.get(key) is entry and entry.lock.acquire(blocking=False):
+                if entry.lock.acquire(blocking=False):
                     del self.entries[key]
                     entry.evicted = True
-                    gone.append(entry)
-                elif self.entries.get(key) is entry:
+                    gone.append((entry, why))
+                else:
                     entry.last_used = float("-inf")
             kept = {root for entry in self.entries.values() for root in entry.roots()}
-        for entry in gone:
+        for entry, why in gone:
             try:
                 saves = entry.ws.flush_later()
                 for save in saves:
@@ -690,11 +695,7 @@ class Daemon:
             entry.lock.release()
             for root in set(entry.roots()) - kept:
                 self.watcher.unwatch(root)
-            roots = ", ".join(str(r) for r in entry.roots())
-            if why == "unused":
-                log.info("workspace evicted after %.0f s unused: %s", time.monotonic() - entry.last_used, roots)
-            else:
-                log.info("workspace evicted (%s): %s", why, roots)
+            log.info("workspace evicted %s: %s", why, ", ".join(str(r) for r in entry.roots()))
         if gone:
             self._gc.thaw()  # what the evicted workspaces held in cycles can be freed again
         self.evicted += len(gone)
