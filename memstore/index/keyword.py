@@ -144,10 +144,10 @@ def query_identifiers(query: str, pairs: list[tuple[str, str]], doc_frequency: C
         if in_code and words and 2 * in_code >= max(doc_frequency("text", w) for w in words):
             # ``useEffect`` lower-cased is a plain word; as the query writes it, a name.
             (out if any(code_shaped(w) for w in written.get(term, ())) else plain).append(term)
-    if len(out) + len(plain) == len(asked):
-        out += plain  # a look-up by name: ``asyncpg``
     # In a sentence a plain word is a word: "the iOS app crashes" does not name the ``app``
     # folder, nor "the state lock" ``pnpm-lock.yaml``; identifier-shaped names still count.
+    if len(out) + len(plain) == len(asked):
+        out += plain  # a look-up by name: ``asyncpg``
     return frozenset(out)
 
 

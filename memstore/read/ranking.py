@@ -480,8 +480,8 @@ def rank(
         lower = small_store_lowering(in_scope, bool(holders), p, mode)
         if lower > 0 and p.small_store_holders:
             offs = offsets if offsets is not None else kind_offsets(kinds, p)
-            rows_ = np.asarray(holders)
-            if float((sims[rows_] - offs[rows_]).max()) >= gate.bar - lower:
+            held = np.asarray(holders)
+            if float((sims[held] - offs[held]).max()) >= gate.bar - lower:
                 gate = GateDecision(True, gate.top_similarity, gate.bar - lower, "ok")
         elif lower > 0:
             gate = query_gate(sims, kinds, novel=novel, params=p, mode=mode, offsets=offsets, lower=lower)
