@@ -26,6 +26,13 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_STORE = REPO_ROOT / ".memory-example"
 TEMPLATES = REPO_ROOT / "templates"
 
+
+def docs_text(*names: str) -> str:
+    """The user docs a test holds behaviour to: README.md and docs/*.md (or only the docs/ pages named)."""
+    paths = [REPO_ROOT / "docs" / n for n in names] if names else [REPO_ROOT / "README.md",
+                                                                      *sorted((REPO_ROOT / "docs").glob("*.md"))]
+    return "\n".join(p.read_text(encoding="utf-8") for p in paths)
+
 CliResult = tuple[int, Any, str]
 
 

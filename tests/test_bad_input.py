@@ -4,7 +4,7 @@ Every case is run as ``python -m memstore`` in one real repo holding a committed
 answer exactly one JSON object on stdout (``ok: false`` and the case's documented ``error.code``),
 the documented exit status, one human line on stderr and no traceback; and it must write nothing:
 ``git status`` and every file of the store and of the global store stay as they were. Each code
-and status must be the one README's error table documents.
+and status must be the one the error table (docs/json.md) documents.
 
 A case (one JSON object a line): ``argv``; optional ``stdin`` (text) or ``stdin_hex`` (bytes),
 ``file`` / ``file_hex`` (written outside the repo, named by ``{FILE}`` in argv), ``env``, ``cwd``
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import docs_text
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = [json.loads(line) for line in (ROOT / "tests" / "data" / "bad_input.jsonl").read_text().splitlines()
@@ -45,8 +46,8 @@ MEMORIES = {
 
 
 def _documented_codes() -> dict[str, int]:
-    """code -> exit status, from README's error table (rows like | `code` | 2 | ...)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    """code -> exit status, from the error table in docs/json.md (rows like | `code` | 2 | ...)."""
+    text = docs_text("json.md")
     return {m.group(1): int(m.group(2)) for m in re.finditer(r"^\| `([a-z_]+)` \| ([0-9]) \|", text, re.M)}
 
 
@@ -128,7 +129,7 @@ def test_the_corpus_is_large_and_every_code_is_documented() -> None:
     assert len({c["id"] for c in CASES}) == len(CASES)
     documented = _documented_codes()
     wrong = {(c["code"], c["exit"]) for c in CASES if documented.get(c["code"]) != c["exit"]}
-    assert not wrong, f"not in README's error table with that exit status: {sorted(wrong)}"
+    assert not wrong, f"not in the error table (docs/json.md) with that exit status: {sorted(wrong)}"
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])

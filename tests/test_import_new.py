@@ -121,7 +121,7 @@ def test_new_aborts_and_deletes(case: str, repo: Path, editor: dict[str, str], t
         script.write_text("import os, sys\nos.unlink(sys.argv[1])\n")
         editor = {"EDITOR": f"{sys.executable} {script}"}
     rc, out, err = _new(cli, repo, editor, "fact", content, status=status)
-    assert rc == 2, out  # nothing was written: an invalid request, as README's error table says
+    assert rc == 2, out  # nothing was written: an invalid request, as the error table (docs/json.md) says
     assert out["ok"] is False and out["error"]["code"] == "aborted"
     assert "Traceback" not in err
     assert store_files(repo) == before

@@ -200,8 +200,9 @@ def test_a_term_is_found_by_its_source_in_every_word_it_comes_from() -> None:
         assert found is None or found in word, word
     # Every token of these texts, through the analysers the keyword index uses.
     analyser = keyword_analyzer()
-    texts = [" ".join(WORDS + TRICKY), *(p.read_text(encoding="utf-8") for p in
-                                         [ROOT / "README.md", *sorted((ROOT / ".memory-example").glob("*/*.md"))])]
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+            *sorted((ROOT / ".memory-example").glob("*/*.md"))]
+    texts = [" ".join(WORDS + TRICKY), *(p.read_text(encoding="utf-8") for p in docs)]
     tokens = {t for text in texts for t in re.findall(CODE_PATTERN, text)}
     assert len(tokens) > 1000
     for token in tokens:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PROBLEM, SOLUTION, TACTIC, CliResult, git, write_req
+from conftest import PROBLEM, SOLUTION, TACTIC, CliResult, docs_text, git, write_req
 
 from memstore.store import episodes
 from memstore.store.workspace import open_workspace
@@ -242,5 +242,4 @@ def test_the_mcp_entry_names_the_server_by_absolute_path(repo: Path, cli: Callab
     proc = subprocess.run([entry["command"], *entry["args"][:-1], "--version"], capture_output=True, text=True,
                           check=False, timeout=60, env={"PATH": "/nonexistent", "HOME": os.environ["HOME"]})
     assert proc.returncode == 0 and proc.stdout.startswith("memstore ")
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    assert '"command": "memstore"' not in readme
+    assert '"command": "memstore"' not in docs_text()

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import git, make_git_repo, run_cli, run_on_tty, write_req
+from conftest import docs_text, git, make_git_repo, run_cli, run_on_tty, write_req
 
 from memstore.store.workspace import open_workspace
 from memstore.surfaces import client
@@ -403,7 +403,7 @@ def test_the_daemon_serves_memories_a_sync_brought(homes: tuple[Home, Home]) -> 
 
 
 def test_sync_is_in_the_error_table_and_commands() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = docs_text()
     for code in ("no_remote", "not_standalone", "bad_remote", "remote_set", "sync_conflict", "push_rejected"):
         assert f"`{code}`" in readme
     assert "memstore sync" in readme and "--remote URL" in readme
