@@ -355,7 +355,8 @@ def test_an_idle_daemon_fills_the_neighbour_lists(world: Env) -> None:
     repo = world.make_repo("repo_fill")
     for i in range(40):
         _hand_write(repo, f"part{i}.md", f"Warehouse bin {i} holds spare part P-{i * 37 % 101} for the conveyor motor")
-    assert world.forward("read", repo, request={"op": "read", "query": "spare part for the conveyor"})["answer"]["ok"]
+    assert world.forward("read", repo, request={"op": "read", "query": "spare part for the conveyor",
+                                              "expand": {"semantic_hops": 2}})["answer"]["ok"]
     key = str((repo / ".memory").resolve())
 
     def lists() -> dict[str, int] | None:

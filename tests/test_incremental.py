@@ -378,10 +378,10 @@ QUERIES = ["alembic upgrade fails with DuplicateColumn in the test database",
 _builds: list[str] = []  # every full build of a scope view or row space (the test's wrappers record them)
 
 
-def _answers(ws: Workspace) -> list[dict[str, Any]]:
+def _answers(ws: Workspace, expand: dict[str, int] | None = None) -> list[dict[str, Any]]:
     out = []
     for query in QUERIES:
-        ans = retrieve.read(ws, {"query": query}, log_episode=False)
+        ans = retrieve.read(ws, {"query": query, **({"expand": expand} if expand else {})}, log_episode=False)
         ans["stats"].pop("elapsed_ms")
         out.append(ans)
     return out
@@ -580,18 +580,20 @@ def test_filling_neighbour_lists_ahead_changes_no_answer(ws: Workspace) -> None:
     for i, part in enumerate(["conveyor motor", "hydraulic press", "label printer", "pallet jack"]):
         api.write(ws, write_req("fact", f"Spare {part} parts are kept in warehouse bin {i + 10}, shelf B."))
         api.write(ws, write_req("problem", f"The {part} stops after an hour: the thermal fuse trips."))
-    before = _answers(ws)
+    hops = {"semantic_hops": 2}  # the kept lists serve semantic hops, which a request asks for
+    before = _answers(ws, hops)
     ws.read_cache.pop("near")
-    retrieve.read(ws, {"query": "which telescope mount suits deep-sky astrophotography?"}, log_episode=False)
+    retrieve.read(ws, {"query": "which telescope mount suits deep-sky astrophotography?", "expand": hops},
+                  log_episode=False)
     near = ws.read_cache["near"]
     assert near.known() < len(near)
     while retrieve.fill_neighbours(ws, 3):
         pass
     assert near.known() == len(near)
-    assert _answers(ws) == before
+    assert _answers(ws, hops) == before
     # Rows behind the vector index (it took a memory since the last read): nothing is touched.
     ws.read_cache.pop("near")
-    _answers(ws)
+    _answers(ws, hops)
     api.write(ws, write_req("fact", "The forklift charger is in bay 4."))
     # the duplicate check of the next write brings the index up to date with the first
     api.write(ws, write_req("fact", "Bin 12 also holds conveyor belts.", allow_duplicate=False))

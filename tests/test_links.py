@@ -312,3 +312,47 @@ def test_mcp_carries_the_same_link_shapes(repo: Path) -> None:
     assert got["link"]["type"] == "link"
     assert [d["ids"] for d in got["read"]["disputes"]] == [[utc, local]]
     assert got["again"]["disputes"] and "contradict" in got["again"]["guidance"]
+
+
+# -- the association chain follows typed links ----------------------------------------------------------
+PGBOUNCER = "Production database connections go through pgbouncer in transaction pooling mode (deploy/pgbouncer.ini)."
+PREPARED = ("Server-side prepared statements break behind a transaction-pooling proxy: a statement prepared on "
+            "one server connection is missing on the next.")
+PSYCOPG = "Connect with psycopg's prepare_threshold=None so psycopg 3 never prepares statements on the server."
+
+
+@pytest.mark.model
+def test_the_chain_reaches_what_an_author_linked_two_steps_away(repo: Path, cli: Callable[..., CliResult]) -> None:
+    """pgbouncer -> prepared statements -> psycopg: three memories that belong together sit at cosine
+    ~0.5 with each other, where no similarity bar both reaches them and stays quiet in a small store.
+    Linked by their authors, the chain brings the two the question's words miss."""
+    pool = _write(repo, "fact", PGBOUNCER)
+    prep = _write(repo, "fact", PREPARED, relations=[{"type": "depends_on", "id": pool}])
+    fix = _write(repo, "preference", PSYCOPG, relations=[{"type": "elaborates_on", "id": prep}])
+    _write(repo, "fact", "The CI runs the test suite on Python 3.11 only.")
+    query = "which pooling mode does pgbouncer run in production"
+    code, out, err = cli("read", query, cwd=repo)
+    assert code == 0, err
+    reasons = {r["id"]: r["reasons"] for r in out["results"]}
+    assert next(iter(reasons)) == pool
+    assert f"link:depends_on:{pool}" in reasons[prep]
+    assert f"link:elaborates_on:{prep}" in reasons[fix]
+    assert all(r["score"] < out["results"][0]["score"] for r in out["results"][1:])
+    # One step only: the second memory comes, the third does not; none: only the question's own.
+    code, out, _ = cli("read", query, "--hops", "1", cwd=repo)
+    assert [r["id"] for r in out["results"]][:2] == [pool, prep] and fix not in {r["id"] for r in out["results"]}
+    code, out, _ = cli("read", query, "--hops", "0", cwd=repo)
+    assert {r["id"] for r in out["results"]} == {pool}
+
+
+@pytest.mark.model
+def test_the_chain_does_not_pull_what_is_only_similar(repo: Path, cli: Callable[..., CliResult]) -> None:
+    """Unlinked neighbours stay out unless a request asks for semantic hops."""
+    pool = _write(repo, "fact", PGBOUNCER)
+    prep = _write(repo, "fact", PREPARED)
+    code, out, err = cli("read", "which pooling mode does pgbouncer run in production", cwd=repo)
+    assert code == 0, err
+    assert [r["id"] for r in out["results"]] == [pool]
+    code, out, _ = cli("read", "which pooling mode does pgbouncer run in production", "--semantic-hops", "1",
+                       cwd=repo)
+    assert prep in {r["id"] for r in out["results"]}

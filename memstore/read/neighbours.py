@@ -2,7 +2,7 @@
 matrix for every hop.
 
 A hop from row ``s`` moves to the most similar other row if that similarity reaches the hop's
-bar (0.85 and more). Finding it is a matrix-vector product over every row: ~3 ms at 100k
+bar (0.35 and more). Finding it is a matrix-vector product over every row: ~3 ms at 100k
 memories, six of them per read (three chains, two hops) — a third of a read's time there.
 The answer depends only on the stored vectors, so it is kept per row: the rows at or above
 the lowest bar, best first, at most ``K``, and kept exact as rows come and go (a new row is

@@ -281,6 +281,37 @@ def expand_links(hits: dict[str, Hit], sc: Scope, ok: set[str], up: UtilityParam
                 existing.group = min(existing.group, hit.group)
 
 
+def follow_relations(hits: dict[str, Hit], sc: Scope, ok: set[str], rp: ranking.RankingParams,
+                     hops: int) -> None:
+    """The association chain over explicit links: from the best ``rp.hop_seeds`` hits, the
+    memories their typed links name (relates_to, depends_on, elaborates_on, whichever end
+    recorded the link; contradictions are ``expand_links``'s), for ``hops`` steps, each step
+    scoring its parent's score times ``rp.hop_decay``. A memory the query found keeps its own
+    score when that is higher. What an author linked is what the chain reaches: a related
+    memory the query's words miss, never "whatever is nearest" in a store where all is near."""
+    g, mems = sc.graph, sc.memories
+    frontier = sorted(hits.values(), key=lambda h: -h.score)[: rp.hop_seeds]
+    decay = rp.hop_decay or 1.0
+    for _ in range(hops):
+        reached: list[Hit] = []
+        for hit in frontier:
+            mid = hit.mem.id
+            for kind, other in (*g.relations.get(mid, ()), *g.related_from.get(mid, ())):
+                if kind == "contradicts" or other == mid or other not in ok or other not in mems:
+                    continue
+                why = f"link:{kind}:{mid}"
+                score = hit.score * decay
+                existing = hits.get(other)
+                if existing is None:
+                    new = Hit(mems[other], score, [why], hit.group)
+                    hits[other] = new
+                    reached.append(new)
+                elif why not in existing.reasons:
+                    existing.reasons.append(why)
+                    existing.score = max(existing.score, score)
+        frontier = reached
+
+
 def fold_superseded(hits: dict[str, Hit], sc: Scope) -> None:
     """SPEC §10: a superseded fact never outranks its replacement; it is the replacement's history.
 
@@ -463,6 +494,8 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     rp = p.ranking
     if "semantic_hops" in expand:
         rp = dataclasses.replace(rp, semantic_hops=int(expand["semantic_hops"]))
+    if "relation_hops" in expand:
+        rp = dataclasses.replace(rp, relation_hops=int(expand["relation_hops"]))
 
     if not ws.stores(include_global):
         return {"ok": True, "guidance": GUIDANCE, "content_trust": CONTENT_TRUST, "results": [],
@@ -510,6 +543,8 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     hits = {rows.ids[r.index]: Hit(sc.memories[rows.ids[r.index]], r.score, list(r.reasons),
                                    group_key(sc.memories[rows.ids[r.index]])) for r in ranked.results}
     fold_superseded(hits, sc)
+    if hits and rp.relation_hops > 0 and rp.hop_seeds > 0:
+        follow_relations(hits, sc, ok, rp, rp.relation_hops)
     if hits:
         expand_links(hits, sc, ok, p.utility, problem_links=expand.get("include_problem_links", True),
                      update_links=expand.get("include_update_links", True))

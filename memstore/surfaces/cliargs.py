@@ -193,8 +193,9 @@ def _read_request(a: argparse.Namespace, src: Inputs) -> dict[str, Any]:
         filters["tags"] = a.tag
     if filters:
         req["filters"] = filters
-    if a.hops is not None:
-        req["expand"] = {"semantic_hops": a.hops}
+    expand = {k: v for k, v in (("relation_hops", a.hops), ("semantic_hops", a.semantic_hops)) if v is not None}
+    if expand:
+        req["expand"] = expand
     return req
 
 
@@ -291,7 +292,8 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
     s.add_argument("--problem", metavar="ID", help="the problem in hand (weights utility votes)")
     s.add_argument("--since", metavar="DATE")
     s.add_argument("--tag", action="append")
-    s.add_argument("--hops", type=int, help="association hops (default 2)")
+    s.add_argument("--hops", type=int, help="steps along typed links from the best matches (default 2)")
+    s.add_argument("--semantic-hops", type=int, help="hops of 'most similar other memory' (default 0: off)")
 
     s = sub.add_parser("show", help="one memory with its links, utility and state")
     s.add_argument("id", help="a full id or a unique prefix (>= 6 chars)")
