@@ -223,4 +223,6 @@ def test_a_settings_file_from_an_older_memstore_gets_the_portable_hooks_without_
     text = (repo / ".claude/settings.json").read_text() + (repo / ".mcp.json").read_text()
     assert "/home/alice" not in text
     hooks = json.loads((repo / ".claude/settings.json").read_text())["hooks"]
-    assert all(len(groups) == 1 for groups in hooks.values())
+    assert all(len(groups) == 1 for groups in hooks.values())  # replaced, not added beside
+    portable = shlex.join(portable_argv("integrate", "claude", "--hook", "stop"))
+    assert hooks["Stop"] == [{"hooks": [{"type": "command", "command": portable}]}]
