@@ -93,6 +93,14 @@ def test_a_teammates_clone_with_another_venv_and_home_changes_no_tracked_file_an
     assert git(b, "status", "--porcelain") == ""  # no tracked file changed on Bob's machine
     assert git(b, "config", "--get", "memstore.python").strip() == str(bob_python)  # his, in his clone only
 
+    # The guide's way to run memstore, as an agent would type it in Bob's clone, reaches his venv.
+    guide = (b / "CLAUDE.md").read_text()
+    spelled = '"$(git config memstore.python)" -m memstore'
+    assert spelled in guide and spelled in (b / "AGENTS.md").read_text()
+    res = subprocess.run(["sh", "-c", f"{spelled} context"], cwd=b / "src", env=env, capture_output=True,
+                         text=True, check=False, timeout=120)
+    assert res.returncode == 0 and json.loads(res.stdout)["ok"] is True, res.stderr
+
     # The committed hooks, run as the agents run them, reach memstore through Bob's venv.
     base = {"session_id": "bob-1", "cwd": str(b), "transcript_path": "/dev/null"}
     start = run_hook(claude_command(b, "SessionStart"), {**base, "source": "startup"}, b, env)

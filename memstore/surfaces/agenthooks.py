@@ -32,7 +32,6 @@ from .. import gitops
 from ..store.files import atomic_write
 
 EVENTS = ("session-start", "prompt", "file", "compact", "stop")
-AGENT_NAMES = ("claude", "codex", "cursor")  # the agents whose hooks integrate writes
 KEEP_SECONDS = 14 * 24 * 3600  # session notes older than this are dropped at the next session start
 MAX_INPUT = 1 << 20
 
