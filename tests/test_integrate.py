@@ -376,6 +376,8 @@ def test_claude_session_start_injects_context_and_stop_asks_once_after_work(
     ("claude", ".claude/settings.json", '{"hooks": []}', "bad_agent_file"),
     ("cursor", ".cursor/mcp.json", '["not", "an", "object"]', "bad_agent_file"),
     ("codex", ".codex/config.toml", 'model = "o4\n', "bad_agent_file"),
+    ("codex", ".codex/hooks.json", '{"hooks": {"Stop": {}}}', "bad_agent_file"),
+    ("cursor", ".cursor/hooks.json", '{"version": 1, "hooks": []}', "bad_agent_file"),
     ("codex", ".codex/config.toml", '[mcp_servers.memstore]\ncommand = "mine"\n', "conflict"),
     ("codex", ".codex/config.toml", 'mcp_servers = { other = { command = "x" } }\n', "conflict"),
     ("generic", "AGENTS.md", "<!-- memstore:begin -->\nno end marker\n", "bad_markers"),

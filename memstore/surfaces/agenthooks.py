@@ -30,8 +30,9 @@ from typing import Any
 
 from .. import gitops
 from ..store.files import atomic_write
+from ..store.kinds import AGENT_HOOK_EVENTS
 
-EVENTS = ("session-start", "prompt", "file", "compact", "stop")
+EVENTS = AGENT_HOOK_EVENTS
 KEEP_SECONDS = 14 * 24 * 3600  # session notes older than this are dropped at the next session start
 MAX_INPUT = 1 << 20
 
