@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tomllib
@@ -22,6 +23,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from memstore.git import hooks
+from memstore.verbs.guide import portable_argv
 
 PY = sys.executable
 
@@ -49,8 +51,20 @@ def manifest(repo: Path) -> Path:
     return repo / ".git" / "memstore" / "integrate.json"
 
 
-def mcp_entry(repo: Path) -> dict:
-    return {"command": PY, "args": ["-m", "memstore", "mcp", "--repo", str(repo)]}
+def mcp_entry() -> dict:
+    """The committed MCP entry: the launcher (no path of this machine), the repo from the server's cwd."""
+    argv = portable_argv("mcp")
+    return {"command": argv[0], "args": argv[1:]}
+
+
+def hook(agent: str, event: str) -> str:
+    """A committed hook command: `sh -c LAUNCHER memstore integrate <agent> --hook <event>`."""
+    return shlex.join(portable_argv("integrate", agent, "--hook", event))
+
+
+def recorded_python(repo: Path) -> str:
+    return subprocess.run(["git", "config", "--get", "memstore.python"], cwd=repo, capture_output=True,
+                          text=True, check=False).stdout.strip()
 
 
 def commit(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -65,14 +79,24 @@ def test_claude_writes_hooks_mcp_and_guide_and_a_second_run_changes_nothing(
     assert states(ans) == {".claude/settings.json": "created", ".mcp.json": "created", "CLAUDE.md": "created"}
     settings = json.loads((repo / ".claude/settings.json").read_text())
     # {"hooks": {event: [{"matcher"?, "hooks": [{"type": "command", "command": ...}]}]}}
-    (start,) = settings["hooks"]["SessionStart"]
-    assert start["matcher"] == "startup|clear|compact"
-    assert start["hooks"] == [{"type": "command", "command": f"{PY} -m memstore integrate claude --hook session-start"}]
-    (stop,) = settings["hooks"]["Stop"]
-    assert stop == {"hooks": [{"type": "command", "command": f"{PY} -m memstore integrate claude --hook stop"}]}
-    # {"mcpServers": {name: {"command", "args"}}}, the command an absolute path to this Python
+    def command(event: str) -> list[dict]:
+        return [{"type": "command", "command": hook("claude", event)}]
+
+    # SessionStart without `compact` (reported not injected): PreCompact marks, the next prompt re-injects
+    assert settings["hooks"] == {
+        "SessionStart": [{"matcher": "startup|clear", "hooks": command("session-start")}],
+        "UserPromptSubmit": [{"hooks": command("prompt")}],
+        "PreToolUse": [{"matcher": "Read|Edit|Write|MultiEdit", "hooks": command("file")}],
+        "PreCompact": [{"hooks": command("compact")}],
+        "Stop": [{"hooks": command("stop")}],
+    }
+    # {"mcpServers": {name: {"command", "args"}}}; this machine's Python is in the clone's git config only
     servers = json.loads((repo / ".mcp.json").read_text())["mcpServers"]
-    assert servers == {"memstore": mcp_entry(repo)} and Path(servers["memstore"]["command"]).is_absolute()
+    assert servers == {"memstore": mcp_entry()}
+    assert recorded_python(repo) == PY
+    for rel in (".claude/settings.json", ".mcp.json", "CLAUDE.md"):
+        text = (repo / rel).read_text()
+        assert PY not in text and str(repo) not in text and "/work/" not in text, rel
     guide = (repo / "CLAUDE.md").read_text()
     assert guide.startswith("<!-- memstore:begin") and "## Long-term memory (memstore)" in guide
     assert guide.rstrip().endswith("<!-- memstore:end -->")
@@ -89,7 +113,7 @@ def test_claude_writes_hooks_mcp_and_guide_and_a_second_run_changes_nothing(
     code, gone, _ = cli("integrate", "claude", "--remove", cwd=repo)
     assert code == 0 and states(gone) == dict.fromkeys((".claude/settings.json", ".mcp.json", "CLAUDE.md"), "removed")
     assert not (repo / ".claude").exists() and not (repo / ".mcp.json").exists()
-    assert not hooks.status(repo)["installed"] and not manifest(repo).exists()
+    assert not hooks.status(repo)["installed"] and not manifest(repo).exists() and recorded_python(repo) == ""
     code, twice, _ = cli("integrate", "claude", "--remove", cwd=repo)
     assert code == 0 and set(states(twice).values()) == {"absent"}
 
@@ -97,9 +121,17 @@ def test_claude_writes_hooks_mcp_and_guide_and_a_second_run_changes_nothing(
 def test_codex_writes_a_toml_table_and_agents_md(repo: Path, cli: Callable[..., CliResult]) -> None:
     code, ans, err = cli("integrate", "codex", cwd=repo)
     assert code == 0, err
-    assert states(ans) == {".codex/config.toml": "created", "AGENTS.md": "created"}
+    assert states(ans) == {".codex/config.toml": "created", ".codex/hooks.json": "created", "AGENTS.md": "created"}
     config = tomllib.loads((repo / ".codex/config.toml").read_text())
-    assert config == {"mcp_servers": {"memstore": mcp_entry(repo)}}  # [mcp_servers.<name>] command, args
+    assert config == {"mcp_servers": {"memstore": mcp_entry()}}  # [mcp_servers.<name>] command, args
+    # .codex/hooks.json: Claude Code's shape; SessionStart runs again after a compaction (source `compact`)
+    assert json.loads((repo / ".codex/hooks.json").read_text()) == {"hooks": {
+        "SessionStart": [{"matcher": "startup|clear|compact",
+                          "hooks": [{"type": "command", "command": hook("codex", "session-start")}]}],
+        "UserPromptSubmit": [{"hooks": [{"type": "command", "command": hook("codex", "prompt")}]}],
+        "PreToolUse": [{"matcher": "apply_patch|Edit|Write",
+                        "hooks": [{"type": "command", "command": hook("codex", "file")}]}],
+        "Stop": [{"hooks": [{"type": "command", "command": hook("codex", "stop")}]}]}}
     assert "## Long-term memory (memstore)" in (repo / "AGENTS.md").read_text()
     code, again, _ = cli("integrate", "codex", cwd=repo)
     assert set(states(again).values()) == {"unchanged"}
@@ -111,8 +143,13 @@ def test_cursor_writes_mcp_json_and_a_rule_with_frontmatter(repo: Path, cli: Cal
     before, before_dirs = tree(repo), dirs(repo)
     code, ans, err = cli("integrate", "cursor", cwd=repo)
     assert code == 0, err
-    assert states(ans) == {".cursor/mcp.json": "created", ".cursor/rules/memstore.mdc": "created"}
-    assert json.loads((repo / ".cursor/mcp.json").read_text()) == {"mcpServers": {"memstore": mcp_entry(repo)}}
+    assert states(ans) == {".cursor/mcp.json": "created", ".cursor/hooks.json": "created",
+                           ".cursor/rules/memstore.mdc": "created"}
+    assert json.loads((repo / ".cursor/mcp.json").read_text()) == {"mcpServers": {"memstore": {
+        **mcp_entry(), "env": {"MEMSTORE_REPO": "${workspaceFolder}"}}}}  # Cursor interpolates it
+    assert json.loads((repo / ".cursor/hooks.json").read_text()) == {"version": 1, "hooks": {
+        "sessionStart": [{"command": hook("cursor", "session-start")}],
+        "stop": [{"command": hook("cursor", "stop")}]}}
     rule = (repo / ".cursor/rules/memstore.mdc").read_text()
     head, sep, body = rule.removeprefix("---\n").partition("\n---\n")
     assert rule.startswith("---\n") and sep
@@ -133,13 +170,13 @@ def test_generic_and_claude_share_mcp_json_until_the_last_one_goes(repo: Path, c
     code, ans, _ = cli("integrate", "generic", "--remove", cwd=repo)
     assert states(ans) == {"AGENTS.md": "removed", ".mcp.json": "kept (also used by claude)"}
     assert ans["git_hooks"] == {"state": "kept"} and hooks.status(repo)["installed"]
-    assert json.loads((repo / ".mcp.json").read_text())["mcpServers"]["memstore"] == mcp_entry(repo)
+    assert json.loads((repo / ".mcp.json").read_text())["mcpServers"]["memstore"] == mcp_entry()
     code, ans, _ = cli("integrate", "claude", "--remove", cwd=repo)
     assert code == 0 and states(ans)[".mcp.json"] == "removed" and not hooks.status(repo)["installed"]
     assert tree(repo) == before
 
 
-def test_each_configured_mcp_server_starts_and_answers_from_anywhere(
+def test_each_configured_mcp_server_starts_and_answers_in_the_project(
         repo: Path, tmp_path: Path, cli: Callable[..., CliResult]) -> None:
     config = repo / ".memory" / "config.yaml"  # a setting only this repo's store has: the server found it
     config.write_text(config.read_text().replace("write_mode: review", "write_mode: autonomous", 1))
@@ -150,12 +187,13 @@ def test_each_configured_mcp_server_starts_and_answers_from_anywhere(
         ".cursor/mcp.json": json.loads((repo / ".cursor/mcp.json").read_text())["mcpServers"]["memstore"],
         ".codex/config.toml": tomllib.loads((repo / ".codex/config.toml").read_text())["mcp_servers"]["memstore"],
     }
-    elsewhere = tmp_path / "elsewhere"  # a client may start the server in any folder: --repo names the checkout
+    elsewhere = tmp_path / "elsewhere"  # Cursor may start the server in any folder: ${workspaceFolder} names it
     elsewhere.mkdir()
 
     async def check(entry: dict) -> tuple[set[str], str]:
-        params = StdioServerParameters(command=entry["command"], args=entry["args"], cwd=str(elsewhere),
-                                       env=dict(os.environ))
+        env = {k: v.replace("${workspaceFolder}", str(repo)) for k, v in entry.get("env", {}).items()}
+        params = StdioServerParameters(command=entry["command"], args=entry["args"], env={**os.environ, **env},
+                                       cwd=str(elsewhere if env else repo / "src"))  # Claude Code, Codex: the project
         with anyio.fail_after(120):
             async with stdio_client(params) as streams, ClientSession(*streams) as session:
                 await session.initialize()
@@ -204,14 +242,15 @@ def test_merge_keeps_the_users_content_and_remove_restores_it_byte_for_byte(
     assert states(ans) == dict.fromkeys((".claude/settings.json", ".mcp.json", "CLAUDE.md"), "updated")
     settings = json.loads((repo / ".claude/settings.json").read_text())
     assert settings["permissions"] == {"allow": ["Bash(npm test)"]}
-    assert settings["hooks"]["PreToolUse"] == json.loads(USER_SETTINGS)["hooks"]["PreToolUse"]
+    pre = settings["hooks"]["PreToolUse"]  # theirs first and as it was, ours after it
+    assert pre[0] == json.loads(USER_SETTINGS)["hooks"]["PreToolUse"][0] and len(pre) == 2
     start = settings["hooks"]["SessionStart"]
     assert start[0] == {"hooks": [{"type": "command", "command": "echo hello"}]} and len(start) == 2
     servers = json.loads((repo / ".mcp.json").read_text())["mcpServers"]
     assert servers["github"] == {"command": "npx", "args": ["-y", "gh-mcp"]}
-    # the bare `memstore` entry is replaced by the absolute one; its MEMSTORE_* env stays, nothing else
+    # the bare `memstore` entry is replaced by the launcher's; its MEMSTORE_* env stays, nothing else
     # (a PYTHONPATH from someone's commit would run their code under our command)
-    assert servers["memstore"] == {**mcp_entry(repo), "env": {"MEMSTORE_AUTHOR": "claude-code"}}
+    assert servers["memstore"] == {**mcp_entry(), "env": {"MEMSTORE_AUTHOR": "claude-code"}}
     assert (repo / "CLAUDE.md").read_text().startswith("# House rules\n\nNo tabs.\n\n<!-- memstore:begin")
 
     code, ans, err = cli("integrate", "codex", cwd=repo)
@@ -220,7 +259,7 @@ def test_merge_keeps_the_users_content_and_remove_restores_it_byte_for_byte(
     assert text.startswith(USER_TOML)  # appended: every byte of the user's file stays
     config = tomllib.loads(text)
     assert config["model"] == "o4" and config["mcp_servers"]["docs"] == {"command": "docs-mcp", "args": ["--port", "0"]}
-    assert config["mcp_servers"]["memstore"] == mcp_entry(repo)
+    assert config["mcp_servers"]["memstore"] == mcp_entry()
     assert (repo / "AGENTS.md").read_text().startswith("# Agents\n\n<!-- memstore:begin")
 
     after = tree(repo)
@@ -230,7 +269,7 @@ def test_merge_keeps_the_users_content_and_remove_restores_it_byte_for_byte(
     code, ans, _ = cli("integrate", "claude", "--remove", cwd=repo)
     assert set(states(ans).values()) == {"restored"}
     code, ans, _ = cli("integrate", "codex", "--remove", cwd=repo)
-    assert set(states(ans).values()) == {"restored"}
+    assert states(ans) == {".codex/config.toml": "restored", ".codex/hooks.json": "removed", "AGENTS.md": "restored"}
     assert tree(repo) == before
 
 
@@ -264,9 +303,10 @@ def test_one_command_in_a_fresh_clone_installs_the_hooks_and_a_commit_runs_them(
     assert not hooks.status(clone)["installed"]
     code, ans, err = cli("integrate", "claude", cwd=clone)
     assert code == 0, err
-    # the committed files name the other checkout: the MCP entry is pointed here, the rest is as committed
-    assert states(ans) == {".claude/settings.json": "unchanged", ".mcp.json": "updated", "CLAUDE.md": "unchanged"}
-    assert hooks.status(clone)["installed"]
+    # the committed files name no checkout: all is as committed; this clone's Python goes in its git config
+    assert states(ans) == {".claude/settings.json": "unchanged", ".mcp.json": "unchanged", "CLAUDE.md": "unchanged"}
+    assert hooks.status(clone)["installed"] and recorded_python(clone) == PY
+    assert git(clone, "status", "--porcelain") == ""
 
     code, started, err = cli("episode", "start", "--agent", "claude-code", "--task", "fix the app", cwd=clone)
     assert code == 0, err
@@ -336,6 +376,8 @@ def test_claude_session_start_injects_context_and_stop_asks_once_after_work(
     ("claude", ".claude/settings.json", '{"hooks": []}', "bad_agent_file"),
     ("cursor", ".cursor/mcp.json", '["not", "an", "object"]', "bad_agent_file"),
     ("codex", ".codex/config.toml", 'model = "o4\n', "bad_agent_file"),
+    ("codex", ".codex/hooks.json", '{"hooks": {"Stop": {}}}', "bad_agent_file"),
+    ("cursor", ".cursor/hooks.json", '{"version": 1, "hooks": []}', "bad_agent_file"),
     ("codex", ".codex/config.toml", '[mcp_servers.memstore]\ncommand = "mine"\n', "conflict"),
     ("codex", ".codex/config.toml", 'mcp_servers = { other = { command = "x" } }\n', "conflict"),
     ("generic", "AGENTS.md", "<!-- memstore:begin -->\nno end marker\n", "bad_markers"),

@@ -23,3 +23,5 @@ ATTACHING = ("elaborates_on", "depends_on")
 EPISODE_SOURCES = ("user", "assistant", "tool", "git", "memstore", "note")  # who produced an episode event
 HOOK_NAMES = ("pre-commit", "post-commit", "post-merge", "post-checkout")  # the git hooks memstore installs
 AGENTS = ("claude", "codex", "cursor", "generic")  # what `memstore integrate` wires memstore into
+# What the agent hooks `integrate` writes run: `memstore integrate <agent> --hook <event>`.
+AGENT_HOOK_EVENTS = ("session-start", "prompt", "file", "compact", "stop")

@@ -210,10 +210,10 @@ def _run(args: list[str], shown: dict[str, bool]) -> int:
         from .githook import run_hook
 
         return run_hook(a.name, a.hook_args, episode=_episode())
-    if a.cmd == "integrate" and a.hook:  # Claude Code's entry point: fails open, exit 0
+    if a.cmd == "integrate" and a.hook:  # the agents' entry point: fails open, exit 0
         from .agenthooks import run_hook as run_agent_hook
 
-        return run_agent_hook(a.hook)
+        return run_agent_hook(a.hook, agent=a.agent)
     try:
         answer, render = _dispatch(a)
     finally:

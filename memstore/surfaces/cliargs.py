@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 from .. import __version__
 from ..errors import InvalidRequest, UsageError
-from ..store.kinds import AGENTS, EVENT_TYPES, KINDS, SCOPES
+from ..store.kinds import AGENT_HOOK_EVENTS, AGENTS, EVENT_TYPES, KINDS, SCOPES
 from .wire import verb_of
 
 
@@ -344,7 +344,7 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
     s.add_argument("--remove", action="store_true", help="take out exactly what integrate added")
     s.add_argument("--hooks-path-ok", action="store_true",
                    help="core.hooksPath is set: install the git hooks into that folder anyway")
-    s.add_argument("--hook", choices=("session-start", "stop"), help=argparse.SUPPRESS)  # Claude Code runs these
+    s.add_argument("--hook", choices=AGENT_HOOK_EVENTS, help=argparse.SUPPRESS)  # the agents run these
 
     from .agentcmds import add_parsers  # episode, hooks, diff, guide, context, reflect, snapshot
 

@@ -72,6 +72,9 @@ def guide_text(write_mode: str) -> str:
 This repo keeps long-term memory for coding agents in `.memory/` (Markdown files in git, reviewed
 in pull requests), plus a per-user store in `~/.memory`. Use it through the `memstore` command;
 every verb takes one JSON request (`--json -` reads stdin) and answers one JSON object.
+Where `memstore` is not on your PATH (an install in a virtualenv), run the Python that
+`memstore integrate` recorded for this checkout instead, `"$(git config memstore.python)" -m memstore`,
+or else `python3 -m memstore`, with the same arguments.
 
 **Current code is ground truth.** Memories are optional hypotheses from earlier sessions: verify
 them against the code before relying on them, prefer what you observe now when they disagree, and
@@ -138,6 +141,24 @@ settle it against the current code and record the outcome as a `change`.
 Never put secrets in memories (they are committed). Committed memory files are immutable: correct
 a memory by writing a new one that supersedes it, or archive it with `memstore update`.
 """
+
+
+# How a command committed to a repo finds memstore on whichever machine runs it: the Python that
+# `integrate` recorded in this clone's git config (a venv install puts no `memstore` on an agent's
+# PATH), else `memstore` on the PATH, else `python3 -m memstore`. MEMSTORE_REPO names the checkout for
+# a client that starts commands elsewhere (Cursor's ${workspaceFolder}). POSIX sh; no path of this
+# machine, so the same bytes serve every clone.
+# (No ${...}: Claude Code expands those in .mcp.json, a plain $NAME it leaves to the shell.)
+LAUNCHER = ('[ -z "$MEMSTORE_REPO" ] || cd "$MEMSTORE_REPO" 2>/dev/null; '
+            'p=$(git config --get memstore.python 2>/dev/null); '
+            'if [ -x "$p" ]; then exec "$p" -m memstore "$@"; fi; '
+            'if command -v memstore >/dev/null 2>&1; then exec memstore "$@"; fi; '
+            'exec python3 -m memstore "$@"')
+
+
+def portable_argv(*args: str) -> list[str]:
+    """``sh -c LAUNCHER memstore ARGS``: memstore run with ``args``, found as LAUNCHER says."""
+    return ["sh", "-c", LAUNCHER, "memstore", *args]
 
 
 def mcp_server_entry(python: str | None = None, repo: Path | None = None) -> dict[str, Any]:
