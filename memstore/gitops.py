@@ -251,11 +251,15 @@ def fetch(remote: str, cwd: Path) -> str | None:
     return None if proc.returncode == 0 else last_line(proc)
 
 
-def rebase(onto: str, cwd: Path) -> list[str] | None:
+def rebase(onto: str, cwd: Path, *, prefer_own: bool = False) -> list[str] | None:
     """Replay this branch's own commits on ``onto`` (uncommitted changes are set aside and put
     back). None on success; on a conflict the rebase is aborted, so the branch is as it was,
-    and the conflicting paths are returned."""
-    proc = run([*ident_args(cwd), "rebase", "--quiet", "--autostash", "--no-verify", onto], cwd, check=False)
+    and the conflicting paths are returned. ``prefer_own``: a clashing hunk takes the replayed
+    commit's side (``-X theirs``: in a rebase "theirs" is this branch), for a caller that writes
+    the file's final text itself once the rebase is done."""
+    strategy = ["-X", "theirs"] if prefer_own else []
+    proc = run([*ident_args(cwd), "rebase", "--quiet", "--autostash", "--no-verify", *strategy, onto], cwd,
+               check=False)
     if proc.returncode == 0:
         return None
     conflicted = run(["diff", "--name-only", "--diff-filter=U", "-z"], cwd, check=False).stdout.split("\0")
