@@ -78,7 +78,8 @@ def test_sdist_is_the_tested_source_release(dist_dir: Path) -> None:
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     for needed in ("pyproject.toml", "README.md", "memstore/__init__.py", "templates/config.yaml",
-                   "hooks/pre-commit", "tests/conftest.py", "bench/headline.py", ".memory-example/config.yaml"):
+                   "hooks/pre-commit", "tests/conftest.py", "bench/headline.py", ".memory-example/config.yaml",
+                   "docs/install.md"):
         assert needed in names, needed
     assert not [n for n in names if "/.index/" in n or "__pycache__" in n or n.startswith("bench/.cache")]
 
@@ -173,6 +174,8 @@ def test_installed_by_name_the_wheel_runs_from_an_empty_directory(dist_dir: Path
     assert str(REPO_ROOT) not in where.stdout
 
     memstore = str(venv / "bin" / "memstore")
+    version = _run([memstore, "--version"], work, env)
+    assert version.returncode == 0 and version.stdout.strip().startswith("memstore "), version
     assert _run(["git", "init", "-q", "-b", "main"], work, env).returncode == 0
 
     def ok(*args: str) -> dict:
