@@ -555,3 +555,22 @@ def test_credentials_in_a_remote_url_are_never_shown(tmp_path: Path) -> None:
 def _run_on_tty(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:
     rc, shown, _ = run_on_tty(args, cwd=cwd, env=env)
     return rc, shown.decode()
+
+
+def test_an_edit_against_a_deletion_stops_and_says_how_to_agree(homes: tuple[Home, Home], remote: Path) -> None:
+    a, b = homes
+    (a.store / "notes.txt").write_text("shared notes\n")
+    sync(a)
+    sync(b)
+    (a.store / "notes.txt").unlink()
+    sync(a)
+    (b.store / "notes.txt").write_text("shared notes, edited on b\n")
+    code, out, err = b.cli("sync", "--keep", "mine")  # --keep cannot take a side of a deletion
+    assert code == 4, (out, err)
+    assert out["error"]["paths"] == ["notes.txt"] and "deleted on origin/" in out["error"]["message"]
+    assert "rm " in out["error"]["hint"]
+    assert (b.store / "notes.txt").read_text() == "shared notes, edited on b\n"
+    _no_rebase_or_merge(b)
+    (b.store / "notes.txt").unlink()
+    sync(b)
+    assert b.head() == remote_head(remote) and not (b.store / "notes.txt").exists()

@@ -6,8 +6,10 @@ ULID, so two machines never write the same path; ``.index/`` and ``.local/`` are
 never committed. What is left to disagree on is a file both machines edited: ``config.yaml``
 merges by key (``confmerge``: a setting changed on one machine only is taken, this machine's
 comments stay); the same setting changed differently on both, or any other file both changed,
-stops the sync before anything is rewritten (no rebase left in progress), naming the key or the
-file, and ``sync --keep mine|theirs`` settles it.
+stops the sync before anything is rewritten (no rebase or merge left in progress), naming the
+key or the file, and ``sync --keep mine|theirs`` settles it. When a file was changed on both
+sides the histories are joined by one merge commit (whole trees compared, so steps whose ends
+agree never clash); otherwise this machine's commits are replayed on the remote's.
 
 A sync: commit what is not committed yet (each file checked first: no likely secret, no
 invalid or edited memory), fetch, rebase this machine's commits on the remote's, push; if the
@@ -93,9 +95,12 @@ def _sync(store: Store, root: Path, up: Upstream, keep: str | None = None) -> di
             before = gitops.resolve_commit("HEAD", root)
             settled = _settle_both_changed(root, up, keep)  # refuses before anything is rewritten
             with store.write_lock():
-                conflicted = gitops.rebase(up.ref, root, prefer_own=bool(settled))
-                if not conflicted and settled:
-                    _write_settled(root, settled, keep)
+                if settled is None:
+                    conflicted = gitops.rebase(up.ref, root)
+                else:  # whole trees: a replay commit by commit would clash on steps the ends agree on
+                    how = f" ({', '.join(settled)}: {'kept ' + keep if keep else 'merged by key'})" if settled else ""
+                    conflicted = gitops.merge_settled(up.ref, root, lambda s=settled: _write_settled(root, s),
+                                                      f"memstore: sync with {up.remote}/{up.branch}{how}")
             if conflicted:
                 raise Conflict(
                     f"this store and {up.remote}/{up.branch} both changed {', '.join(conflicted[:_SHOWN_PROBLEMS])}: "
@@ -132,17 +137,20 @@ def _sync(store: Store, root: Path, up: Upstream, keep: str | None = None) -> di
 
 
 # -- files both machines changed ------------------------------------------------------------------------
-def _settle_both_changed(root: Path, up: Upstream, keep: str | None) -> dict[str, str | None]:
-    """The final text (None: deleted) of each file this machine and the remote both changed since
-    they last agreed, or a ``sync_conflict`` naming what differs, raised before anything is
-    rewritten. Memories and events never get here: each is a file of its own, named by a ULID.
-    ``config.yaml`` merges by key; any other file, or a key both changed differently, needs
-    ``keep``."""
+def _settle_both_changed(root: Path, up: Upstream, keep: str | None) -> dict[str, str] | None:
+    """The final text of each file this machine and the remote both changed since they last
+    agreed and that differs (None: no file was changed on both sides), or a ``sync_conflict``
+    naming what differs, raised before anything is rewritten. Memories and events never get
+    here: each is a file of its own, named by a ULID. ``config.yaml`` merges by key; any other
+    file, or a key both changed differently, needs ``keep``; an edit against a deletion needs
+    the person (git's merge cannot take either side of it)."""
     base = gitops.merge_base("HEAD", up.ref, root)
     if base is None:
-        return {}
+        return None
     both = sorted(set(gitops.changed_names(base, "HEAD", root)) & set(gitops.changed_names(base, up.ref, root)))
-    settled: dict[str, str | None] = {}
+    if not both:
+        return None
+    settled: dict[str, str] = {}
     where = f"{up.remote}/{up.branch}"
     for path in both:
         mine, theirs = gitops.show_file("HEAD", path, root), gitops.show_file(up.ref, path, root)
@@ -151,15 +159,19 @@ def _settle_both_changed(root: Path, up: Upstream, keep: str | None) -> dict[str
         if path == "config.yaml" and mine is not None and theirs is not None:
             settled[path] = _merged_config(path, gitops.show_file(base, path, root), mine, theirs, keep, where)
             continue
+        if mine is None or theirs is None:
+            fix = (f"delete it here too (rm {root / path})" if theirs is None
+                   else f"take the remote's back (git -C {root} checkout {up.ref} -- {path})")
+            raise Conflict(f"{path} was deleted {'here' if mine is None else 'on ' + where} and edited on the other "
+                           "machine: nothing was changed here and nothing was pushed", code="sync_conflict",
+                           details={"paths": [path]}, hint=f"{fix}, or restore it on the machine that deleted it; "
+                           "then sync again")
         if keep is None:
-            state = ("deleted here" if mine is None else "deleted on " + where if theirs is None
-                     else "edited on both")
-            raise Conflict(f"{path} was changed on this machine and on {where} ({state}): nothing was changed here "
+            raise Conflict(f"{path} was edited on this machine and on {where}: nothing was changed here "
                            "and nothing was pushed", code="sync_conflict", details={"paths": [path]},
                            hint=f"`memstore sync --keep mine` keeps this machine's {path}, "
                            f"`memstore sync --keep theirs` takes {up.remote}'s")
-        chosen = mine if keep == "mine" else theirs
-        settled[path] = None if chosen is None else chosen.decode("utf-8", errors="replace")
+        settled[path] = (mine if keep == "mine" else theirs).decode("utf-8", errors="replace")
     return settled
 
 
@@ -194,21 +206,11 @@ def _yaml_value(value: Any) -> str:
     return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
 
 
-def _write_settled(root: Path, settled: dict[str, str | None], keep: str | None) -> None:
-    """After the rebase: each file both machines changed gets its final text, in one commit."""
-    changed = []
+def _write_settled(root: Path, settled: dict[str, str]) -> list[str]:
+    """Inside the merge: each file both machines changed gets its final text."""
     for path, text in settled.items():
-        target = root / path
-        current = target.read_text(encoding="utf-8") if target.is_file() and not target.is_symlink() else None
-        if current == text:
-            continue
-        if text is None:
-            target.unlink(missing_ok=True)
-        else:
-            atomic_write(target, text)
-        changed.append(path)
-    how = f"kept {keep}" if keep else "merged by key"
-    gitops.commit_all(changed, f"memstore: sync {', '.join(changed)} ({how})", root)
+        atomic_write(root / path, text)
+    return list(settled)
 
 
 def _offline(answer: dict[str, Any], root: Path, up: Upstream, why: str, received: set[str]) -> dict[str, Any]:
