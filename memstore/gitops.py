@@ -8,6 +8,7 @@ import functools
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -262,6 +263,31 @@ def rebase(onto: str, cwd: Path) -> list[str] | None:
     if run(["rebase", "--abort"], cwd, check=False).returncode != 0 and not any(conflicted):
         raise GitError(f"git rebase failed: {last_line(proc)}")
     return [p for p in conflicted if p] or [last_line(proc)]
+
+
+def merge_settled(onto: str, cwd: Path, settle: Callable[[], list[str]], message: str) -> list[str] | None:
+    """Join ``onto`` to this branch in one merge commit, compared as whole trees (base, this
+    branch, ``onto``), never commit by commit; ``settle`` writes the files both sides changed
+    and returns their paths, and until it has, a clashing hunk takes this branch's side
+    (``-X ours``). None on success; on a conflict or any failure the merge is aborted, so the
+    branch is as it was, and the conflicting paths are returned (or the failure raised)."""
+    proc = run([*ident_args(cwd), "merge", "--quiet", "--no-ff", "--no-commit", "--no-verify", "-X", "ours", onto],
+               cwd, check=False)
+    conflicted = [p for p in run(["diff", "--name-only", "--diff-filter=U", "-z"], cwd, check=False).stdout.split("\0")
+                  if p]
+    if proc.returncode != 0 or conflicted:
+        run(["merge", "--abort"], cwd, check=False)
+        return conflicted or [last_line(proc)]
+    try:
+        written = settle()
+        if written:
+            run(["--literal-pathspecs", "add", "--all", "--pathspec-from-file=-", "--pathspec-file-nul"], cwd,
+                input_text="\0".join(written))
+        run([*ident_args(cwd), "commit", "--quiet", "--no-verify", "-m", message], cwd)
+    except BaseException:
+        run(["merge", "--abort"], cwd, check=False)
+        raise
+    return None
 
 
 @dataclass(frozen=True)

@@ -325,23 +325,103 @@ def test_an_edited_committed_memory_is_not_synced(homes: tuple[Home, Home]) -> N
     assert a.head() == head
 
 
-def test_config_edited_differently_on_both_machines_is_a_conflict_and_nothing_changes(
-        homes: tuple[Home, Home], remote: Path) -> None:
+def _set(home: Home, old: str, new: str) -> str:
+    config = home.store / "config.yaml"
+    text = config.read_text()
+    assert old in text
+    config.write_text(text.replace(old, new, 1))
+    return config.read_text()
+
+
+def _no_rebase_or_merge(home: Home) -> None:
+    git_dir = home.store / ".git"
+    assert not [n for n in ("rebase-merge", "rebase-apply", "MERGE_HEAD", "AUTO_MERGE") if (git_dir / n).exists()]
+    assert home.status() == ""
+
+
+def test_settings_each_machine_changed_merge_by_key_and_keep_the_comments(homes: tuple[Home, Home],
+                                                                          remote: Path) -> None:
     a, b = homes
-    for home, mode in ((a, "autonomous"), (b, "review  # kept on this laptop")):
-        config = home.store / "config.yaml"
-        config.write_text(config.read_text().replace("write_mode: review ", f"write_mode: {mode} ", 1))
+    _set(a, "write_mode: review ", "write_mode: autonomous ")
     sync(a)
-    b_config = (b.store / "config.yaml").read_text()
-    b.write("fact", "The release branch is cut every second Tuesday.")
+    # B changes another setting, and only the comment of the one A changed
+    _set(b, "commit: false ", "commit: true  ")
+    mine = _set(b, "write_mode: review        # review:", "write_mode: review        # laptop: review:")
+    out = sync(b)
+    assert out["pushed"] >= 1 and out["received"] >= 1
+    merged = (b.store / "config.yaml").read_text()
+    assert merged == mine.replace("write_mode: review        #", "write_mode: autonomous    #")
+    _no_rebase_or_merge(b)
+    sync(a)
+    assert (a.store / "config.yaml").read_text() == merged
+    assert a.head() == b.head() == remote_head(remote)
+    code, out, err = b.cli("check", "--global")
+    assert code == 0, (out, err)
+
+
+def test_the_same_setting_changed_differently_stops_before_anything_changes(homes: tuple[Home, Home],
+                                                                             remote: Path) -> None:
+    a, b = homes
+    _set(a, "write_mode: review ", "write_mode: autonomous ")
+    a_text = _set(a, "stage: true ", "stage: false")
+    sync(a)
+    b_text = _set(b, "stage: true ", "stage: 0   ")
     head = b.head()
     code, out, err = b.cli("sync")
     assert code == 4, (out, err)
-    assert out["error"]["code"] == "sync_conflict" and out["error"]["paths"] == ["config.yaml"]
-    assert (b.store / "config.yaml").read_text() == b_config
-    assert not (b.store / ".git" / "rebase-merge").exists() and not (b.store / ".git" / "rebase-apply").exists()
-    assert git(b.store, "rev-parse", "@{u}").strip() == remote_head(remote) != head
-    assert remote_head(remote) == a.head()  # nothing of B's was pushed
+    error = out["error"]
+    assert error["code"] == "sync_conflict" and error["paths"] == ["config.yaml"]
+    assert "`git.stage` is 0 here and false on origin/" in error["message"], error
+    assert "(it was true)" in error["message"]
+    assert error["keys"] == [{"key": "git.stage", "mine": 0, "theirs": False, "base": True}]
+    assert "memstore sync --keep mine" in error["hint"] and "memstore sync --keep theirs" in error["hint"]
+    assert "write_mode" not in error["message"]  # A's other change merges: not a conflict
+    assert (b.store / "config.yaml").read_text() == b_text
+    assert (a.store / "config.yaml").read_text() == a_text
+    _no_rebase_or_merge(b)
+    # B's edit is committed here (the sync's first step), nothing else moved
+    assert git(b.store, "rev-parse", "HEAD~1").strip() == head and remote_head(remote) == a.head()
+
+
+@pytest.mark.parametrize("keep", ["mine", "theirs"])
+def test_keep_settles_the_conflicting_setting_and_merges_the_rest(homes: tuple[Home, Home], remote: Path,
+                                                                   keep: str) -> None:
+    a, b = homes
+    _set(a, "write_mode: review ", "write_mode: autonomous ")
+    _set(a, "stage: true ", "stage: false")
+    sync(a)
+    _set(b, "stage: true ", "stage: 0   ")
+    _set(b, "commit: false ", "commit: true  ")
+    code, out, _ = b.cli("sync")
+    assert code == 4 and "git.stage" in out["error"]["message"]
+    code, out, err = b.cli("sync", "--keep", keep)
+    assert code == 0, (out, err)
+    text = (b.store / "config.yaml").read_text()
+    assert ("stage: 0 " if keep == "mine" else "stage: false ") in text
+    assert "write_mode: autonomous" in text and "commit: true" in text  # both sides' other changes
+    assert "# git-add new memory/event files" in text  # comments kept
+    _no_rebase_or_merge(b)
+    assert b.head() == remote_head(remote)
+    sync(a)
+    assert (a.store / "config.yaml").read_text() == text
+
+
+def test_another_file_both_machines_edited_stops_and_keep_takes_one_side(homes: tuple[Home, Home],
+                                                                         remote: Path) -> None:
+    a, b = homes
+    (a.store / ".gitignore").write_text((a.store / ".gitignore").read_text() + "a-notes/\n")
+    sync(a)
+    (b.store / ".gitignore").write_text((b.store / ".gitignore").read_text() + "b-notes/\n")
+    b_text = (b.store / ".gitignore").read_text()
+    code, out, err = b.cli("sync")
+    assert code == 4, (out, err)
+    assert out["error"]["paths"] == [".gitignore"] and "--keep" in out["error"]["hint"]
+    assert (b.store / ".gitignore").read_text() == b_text
+    _no_rebase_or_merge(b)
+    code, out, err = b.cli("sync", "--keep", "theirs")
+    assert code == 0, (out, err)
+    assert (b.store / ".gitignore").read_text() == (a.store / ".gitignore").read_text()
+    assert b.head() == remote_head(remote)
 
 
 def test_an_existing_global_store_joins_a_remote_with_history(homes: tuple[Home, Home], tmp_path: Path,
@@ -475,3 +555,22 @@ def test_credentials_in_a_remote_url_are_never_shown(tmp_path: Path) -> None:
 def _run_on_tty(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:
     rc, shown, _ = run_on_tty(args, cwd=cwd, env=env)
     return rc, shown.decode()
+
+
+def test_an_edit_against_a_deletion_stops_and_says_how_to_agree(homes: tuple[Home, Home], remote: Path) -> None:
+    a, b = homes
+    (a.store / "notes.txt").write_text("shared notes\n")
+    sync(a)
+    sync(b)
+    (a.store / "notes.txt").unlink()
+    sync(a)
+    (b.store / "notes.txt").write_text("shared notes, edited on b\n")
+    code, out, err = b.cli("sync", "--keep", "mine")  # --keep cannot take a side of a deletion
+    assert code == 4, (out, err)
+    assert out["error"]["paths"] == ["notes.txt"] and "deleted on origin/" in out["error"]["message"]
+    assert "rm " in out["error"]["hint"]
+    assert (b.store / "notes.txt").read_text() == "shared notes, edited on b\n"
+    _no_rebase_or_merge(b)
+    (b.store / "notes.txt").unlink()
+    sync(b)
+    assert b.head() == remote_head(remote) and not (b.store / "notes.txt").exists()

@@ -3,8 +3,13 @@
 
 Conflict-free by design: every memory, event and ended episode is a file of its own named by a
 ULID, so two machines never write the same path; ``.index/`` and ``.local/`` are gitignored and
-never committed. What is left to disagree on is ``config.yaml`` (and ``.gitignore``) edited
-differently on two machines: that is a real conflict, reported with nothing changed.
+never committed. What is left to disagree on is a file both machines edited: ``config.yaml``
+merges by key (``confmerge``: a setting changed on one machine only is taken, this machine's
+comments stay); the same setting changed differently on both, or any other file both changed,
+stops the sync before anything is rewritten (no rebase or merge left in progress), naming the
+key or the file, and ``sync --keep mine|theirs`` settles it. When a file was changed on both
+sides the histories are joined by one merge commit (whole trees compared, so steps whose ends
+agree never clash); otherwise this machine's commits are replayed on the remote's.
 
 A sync: commit what is not committed yet (each file checked first: no likely secret, no
 invalid or edited memory), fetch, rebase this machine's commits on the remote's, push; if the
@@ -23,13 +28,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from .. import gitops
 from ..errors import Conflict, GitError, InvalidFile, InvalidRequest, MemstoreError, NotFound, SecretError
 from ..store.disk import DEFAULT_CONFIG, GITIGNORE, INDEX_DIRNAME, LOCAL_DIRNAME, Store, episode_tail
-from ..store.files import file_lock, private_dir
+from ..store.files import atomic_write, file_lock, private_dir
 from ..store.model import DIR_KINDS
 from ..store.secrets import find_secrets
 from ..store.workspace import Workspace
+from .confmerge import Unpatchable, conflicts_and_takes, merge_text
 
 REMOTE = "origin"
 # Files both machines start with: a copy still as memstore wrote it gives way to the remote's.
@@ -50,20 +58,26 @@ class Upstream:
         return f"refs/remotes/{self.remote}/{self.branch}"
 
 
-def sync(ws: Workspace, *, store_given: bool) -> dict[str, Any]:
-    """Sync the global store, or the store ``--store`` named (``store_given``)."""
+KEEP_CHOICES = ("mine", "theirs")
+
+
+def sync(ws: Workspace, *, store_given: bool, keep: str | None = None) -> dict[str, Any]:
+    """Sync the global store, or the store ``--store`` named (``store_given``); ``keep`` ("mine"
+    or "theirs") settles what both machines changed differently."""
     store = ws.repo if store_given and ws.repo is not None else ws.global_
-    return sync_store(store)
+    if keep is not None and keep not in KEEP_CHOICES:
+        raise InvalidRequest(f"--keep takes mine or theirs, not {keep!r}", code="bad_value", field="keep")
+    return sync_store(store, keep=keep)
 
 
-def sync_store(store: Store) -> dict[str, Any]:
+def sync_store(store: Store, *, keep: str | None = None) -> dict[str, Any]:
     root = _own_repository(store)
     up = _upstream(root)
     with file_lock(store.index_dir / "sync.lock"):
-        return _sync(store, root, up)
+        return _sync(store, root, up, keep)
 
 
-def _sync(store: Store, root: Path, up: Upstream) -> dict[str, Any]:
+def _sync(store: Store, root: Path, up: Upstream, keep: str | None = None) -> dict[str, Any]:
     with store.write_lock():  # a write in flight must not be half-way through its own commit
         committed = _commit_pending(store, root)
     answer: dict[str, Any] = {
@@ -79,14 +93,20 @@ def _sync(store: Store, root: Path, up: Upstream) -> dict[str, Any]:
         remote_head = gitops.resolve_commit(up.ref, root)
         if remote_head is not None:
             before = gitops.resolve_commit("HEAD", root)
+            settled = _settle_both_changed(root, up, keep)  # refuses before anything is rewritten
             with store.write_lock():
-                conflicted = gitops.rebase(up.ref, root)
+                if settled is None:
+                    conflicted = gitops.rebase(up.ref, root)
+                else:  # whole trees: a replay commit by commit would clash on steps the ends agree on
+                    how = f" ({', '.join(settled)}: {'kept ' + keep if keep else 'merged by key'})" if settled else ""
+                    conflicted = gitops.merge_settled(up.ref, root, lambda s=settled: _write_settled(root, s),
+                                                      f"memstore: sync with {up.remote}/{up.branch}{how}")
             if conflicted:
                 raise Conflict(
                     f"this store and {up.remote}/{up.branch} both changed {', '.join(conflicted[:_SHOWN_PROBLEMS])}: "
                     "nothing was changed here and nothing was pushed", code="sync_conflict",
-                    hint=f"make the file the same on both machines (git -C {root} pull --rebase resolves it by hand), "
-                    "then sync again", details={"paths": conflicted})
+                    hint="`memstore sync --keep mine` keeps this machine's version, `memstore sync --keep theirs` "
+                    f"takes {up.remote}'s", details={"paths": conflicted})
             after = gitops.resolve_commit("HEAD", root)
             if before and after and before != after:
                 received.update(gitops.changed_names(before, after, root))
@@ -114,6 +134,83 @@ def _sync(store: Store, root: Path, up: Upstream) -> dict[str, Any]:
                        hint="run `memstore sync` again; if it keeps failing, check what the remote allows "
                        f"(git -C {root} push)")
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
+# -- files both machines changed ------------------------------------------------------------------------
+def _settle_both_changed(root: Path, up: Upstream, keep: str | None) -> dict[str, str] | None:
+    """The final text of each file this machine and the remote both changed since they last
+    agreed and that differs (None: no file was changed on both sides), or a ``sync_conflict``
+    naming what differs, raised before anything is rewritten. Memories and events never get
+    here: each is a file of its own, named by a ULID. ``config.yaml`` merges by key; any other
+    file, or a key both changed differently, needs ``keep``; an edit against a deletion needs
+    the person (git's merge cannot take either side of it)."""
+    base = gitops.merge_base("HEAD", up.ref, root)
+    if base is None:
+        return None
+    both = sorted(set(gitops.changed_names(base, "HEAD", root)) & set(gitops.changed_names(base, up.ref, root)))
+    if not both:
+        return None
+    settled: dict[str, str] = {}
+    where = f"{up.remote}/{up.branch}"
+    for path in both:
+        mine, theirs = gitops.show_file("HEAD", path, root), gitops.show_file(up.ref, path, root)
+        if mine == theirs:
+            continue
+        if path == "config.yaml" and mine is not None and theirs is not None:
+            settled[path] = _merged_config(path, gitops.show_file(base, path, root), mine, theirs, keep, where)
+            continue
+        if mine is None or theirs is None:
+            fix = (f"delete it here too (rm {root / path})" if theirs is None
+                   else f"take the remote's back (git -C {root} checkout {up.ref} -- {path})")
+            raise Conflict(f"{path} was deleted {'here' if mine is None else 'on ' + where} and edited on the other "
+                           "machine: nothing was changed here and nothing was pushed", code="sync_conflict",
+                           details={"paths": [path]}, hint=f"{fix}, or restore it on the machine that deleted it; "
+                           "then sync again")
+        if keep is None:
+            raise Conflict(f"{path} was edited on this machine and on {where}: nothing was changed here "
+                           "and nothing was pushed", code="sync_conflict", details={"paths": [path]},
+                           hint=f"`memstore sync --keep mine` keeps this machine's {path}, "
+                           f"`memstore sync --keep theirs` takes {up.remote}'s")
+        settled[path] = (mine if keep == "mine" else theirs).decode("utf-8", errors="replace")
+    return settled
+
+
+def _merged_config(path: str, base: bytes | None, mine: bytes, theirs: bytes, keep: str | None,
+                   where: str) -> str:
+    texts = [None if base is None else base.decode("utf-8", errors="replace"),
+             mine.decode("utf-8", errors="replace"), theirs.decode("utf-8", errors="replace")]
+    try:
+        conflicts, _, _ = conflicts_and_takes(*texts)
+        if conflicts and keep is None:
+            shown = "; ".join(f"`{s['key']}` is {_yaml_value(s['mine'])} here and {_yaml_value(s['theirs'])} on "
+                              f"{where} (it was {_yaml_value(s['base'])})"
+                              for s in (c.shown() for c in conflicts[:_SHOWN_PROBLEMS]))
+            raise Conflict(f"{path}: {shown}: nothing was changed here and nothing was pushed",
+                           code="sync_conflict", details={"paths": [path], "keys": [c.shown() for c in conflicts]},
+                           hint=f"`memstore sync --keep mine` keeps this machine's value, `memstore sync --keep "
+                           f"theirs` takes {where.split('/')[0]}'s; settings only one machine changed merge either way")
+        return merge_text(*texts, keep=keep)
+    except (Unpatchable, yaml.YAMLError) as exc:
+        if keep is not None:
+            return texts[1] if keep == "mine" else texts[2]  # type: ignore[return-value]
+        raise Conflict(f"{path} was changed on this machine and on {where}, and cannot be merged by key ({exc}): "
+                       "nothing was changed here and nothing was pushed", code="sync_conflict",
+                       details={"paths": [path]},
+                       hint=f"`memstore sync --keep mine` keeps this machine's {path} whole, "
+                       f"`memstore sync --keep theirs` takes {where.split('/')[0]}'s") from exc
+
+
+def _yaml_value(value: Any) -> str:
+    if isinstance(value, str) and value == "(not set)":
+        return "not set"
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+def _write_settled(root: Path, settled: dict[str, str]) -> list[str]:
+    """Inside the merge: each file both machines changed gets its final text."""
+    for path, text in settled.items():
+        atomic_write(root / path, text)
+    return list(settled)
 
 
 def _offline(answer: dict[str, Any], root: Path, up: Upstream, why: str, received: set[str]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -68,6 +69,10 @@ class _Handler(FileSystemEventHandler):
     def __init__(self, watcher: Watcher, root: Path) -> None:
         self.watcher = watcher
         self.root = root
+        # macOS's FSEvents (watchdog's observer there) reports real paths: /private/var/... for a
+        # store under /var, a symlink's target for a root reached through one. inotify reports
+        # the path as watched; both are mapped back onto the root as given.
+        self.real = os.path.realpath(root)
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.event_type in IGNORED_EVENTS:
@@ -77,14 +82,13 @@ class _Handler(FileSystemEventHandler):
             # Taking this one as "something changed somewhere" made every write cost readers a
             # stat walk of the whole store (~400 ms at 100k).
             return
-        paths = [str(event.src_path)]
+        paths = [self._as_given(str(event.src_path))]
         dest = getattr(event, "dest_path", "")
         if dest:
-            paths.append(str(dest))
+            paths.append(self._as_given(str(dest)))
         hits = [p for p in paths if relevant(self.root, p)]
         if hits:
-            gone = event.is_directory and event.event_type in ("deleted", "moved") and Path(
-                str(event.src_path)) == self.root
+            gone = event.is_directory and event.event_type in ("deleted", "moved") and Path(paths[0]) == self.root
             # A file two levels down (kind folder / file) is all a reader needs to re-read;
             # anything else (a folder moved, config.yaml) makes it walk the whole store.
             rels: list[str | None] = []
@@ -92,6 +96,11 @@ class _Handler(FileSystemEventHandler):
                 rel = Path(p).relative_to(self.root).as_posix()
                 rels.append(None if event.is_directory or rel.count("/") != 1 else rel)
             self.watcher.changed(self.root, gone=gone, rels=rels)
+
+    def _as_given(self, path: str) -> str:
+        if path == self.real or path.startswith(self.real + os.sep):
+            return str(self.root) + path[len(self.real):]
+        return path
 
 
 class Watcher:

@@ -63,7 +63,7 @@ def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], Render]:
     if a.cmd == "sync":
         from ..git.sync import sync
 
-        return sync(ws, store_given=bool(a.store or os.environ.get("MEMSTORE_STORE"))), render.sync
+        return sync(ws, store_given=bool(a.store or os.environ.get("MEMSTORE_STORE")), keep=a.keep), render.sync
     if a.cmd in ("write", "create"):
         return api.write(ws, req or {}, author=_author(ws)), None
     if a.cmd == "update":

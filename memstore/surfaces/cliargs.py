@@ -241,6 +241,8 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
 
     s = sub.add_parser("sync", help="commit, pull (rebase) and push the global store through its git remote "
                        "(--store DIR: a store that is a git repository of its own)")
+    s.add_argument("--keep", choices=("mine", "theirs"), help="a setting or file both machines changed "
+                   "differently: keep this machine's (mine) or take the remote's (theirs)")
 
     for name in ("write", "create"):
         s = sub.add_parser(name, help="store a new memory" + (" (alias of write)" if name == "create" else ""))

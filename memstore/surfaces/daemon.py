@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import socket
-import struct
 import sys
 import threading
 import time
@@ -38,6 +37,7 @@ from ..store.disk import STORE_DIRNAME
 from . import client
 from .cliargs import ArgvError
 from .loadgc import LoadGC
+from .wire import peer_uid
 
 log = logging.getLogger("memstore.surfaces.daemon")
 
@@ -822,13 +822,10 @@ def _written(ws: Any, answer: dict[str, Any]) -> tuple[Path, list[str]] | None:
 
 
 def _same_user(conn: socket.socket) -> bool:
-    """The socket is 0600 already; SO_PEERCRED also refuses a peer of another uid."""
-    try:
-        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    except OSError:
-        return True  # not Linux: the 0600 socket in a 0700 directory is the guard
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return uid == os.getuid()
+    """The socket is 0600 in a 0700 directory already; where the platform names the peer's uid
+    (SO_PEERCRED on Linux, LOCAL_PEERCRED on macOS) a peer of another uid is refused too."""
+    uid = peer_uid(conn)
+    return uid is None or uid == os.getuid()
 
 
 def default_idle_seconds(env: dict[str, str] | None = None) -> int:

@@ -6,6 +6,7 @@ socket and json only, because ``entry`` imports it before it forwards a call.
 
 from __future__ import annotations
 
+import _socket
 import os
 import stat
 import sys
@@ -15,10 +16,13 @@ import sys
 from _socket import AF_UNIX, SOCK_STREAM, SOL_SOCKET
 from _socket import socket as _Socket
 
-try:
-    from _socket import SO_PEERCRED
-except ImportError:  # pragma: no cover - not Linux: the owner checks on the dir and socket remain
-    SO_PEERCRED = None
+# macOS has no SO_PEERCRED: getsockopt(SOL_LOCAL, LOCAL_PEERCRED) answers a struct xucred
+# {u_int cr_version; uid_t cr_uid; short cr_ngroups; gid_t cr_groups[16]} (<sys/ucred.h>,
+# <sys/un.h>); Python names neither constant, so their values are spelled here.
+_SOL_LOCAL = 0
+_LOCAL_PEERCRED = 1
+_XUCRED_SIZE = 76
+_XUCRED_VERSION = 0
 
 # The C encoder and scanner that json.dumps and json.loads run: `import json` also imports `re`
 # (patterns its Python fallbacks use), ~6 ms of a CLI call whose whole budget above the
@@ -203,13 +207,29 @@ def check_socket(path: str) -> None:
         raise Untrusted(f"the daemon socket {path} belongs to uid {st.st_uid}, not to this user")
 
 
+def peer_uid(sock: _Socket) -> int | None:
+    """The uid of the process at the other end of a connected AF_UNIX socket: SO_PEERCRED on
+    Linux, LOCAL_PEERCRED on macOS; None where the platform does not say (then the 0600 socket
+    in a 0700 directory is the guard). Looked up per call, never cached at import."""
+    so_peercred = getattr(_socket, "SO_PEERCRED", None)
+    try:
+        if so_peercred is not None:
+            creds = sock.getsockopt(SOL_SOCKET, so_peercred, 12)  # struct ucred: pid, uid, gid (3 x int32)
+            return int.from_bytes(creds[4:8], sys.byteorder)
+        if sys.platform == "darwin":
+            creds = sock.getsockopt(_SOL_LOCAL, _LOCAL_PEERCRED, _XUCRED_SIZE)
+            if len(creds) < 8 or int.from_bytes(creds[0:4], sys.byteorder) != _XUCRED_VERSION:
+                return None
+            return int.from_bytes(creds[4:8], sys.byteorder)
+    except OSError:
+        return None
+    return None
+
+
 def check_peer(sock: _Socket, path: str) -> None:
     """The listening process must run as this user (the daemon checks its clients the same way)."""
-    if SO_PEERCRED is None:
-        return
-    creds = sock.getsockopt(SOL_SOCKET, SO_PEERCRED, 12)  # struct ucred: pid, uid, gid (3 x int32)
-    uid = int.from_bytes(creds[4:8], sys.byteorder)
-    if uid != os.getuid():
+    uid = peer_uid(sock)
+    if uid is not None and uid != os.getuid():
         raise Untrusted(f"the process listening on {path} runs as uid {uid}, not as this user")
 
 
