@@ -527,6 +527,31 @@ def test_an_edited_config_replaces_its_workspace_and_the_index_stays_whole(tmp_p
             assert not [w for w in again.get("warnings", []) if "damaged" in w], again["warnings"]
 
 
+def test_workspaces_that_share_a_store_share_its_index(tmp_path: Path) -> None:
+    """Every repo's workspace reads the global store, and two shells with different settings
+    variables make two workspaces of one repo: each kept its own index of the same .index/, took
+    the other's saves for damage and rebuilt ("keyword index was damaged"). One catalog and one
+    index per store now serve every workspace that reads it."""
+    with own_daemon(tmp_path, "sharing", "zeta") as (life, repo):
+        with life.environ():
+            other = life.make_repo("other")
+        notes = ["zeta-global: run ripgrep with --hidden to search dotfiles in every repository",
+                 "zeta-global: format YAML with two spaces of indentation in every project",
+                 "zeta-global: prefer uv for throwaway virtualenvs on laptops",
+                 "zeta-global: sign tags with the hardware key, never with a file key"]
+        for i, text in enumerate(notes):
+            where, extra = (repo, {}) if i % 2 == 0 else (other, {"MEMSTORE_WRITE_MODE": "autonomous"})
+            rc, _, err = life.cli("write", "--kind", "preference", "--scope", "global", "--evidence", "user:me",
+                                  "--text", text, cwd=where, **extra)
+            assert rc == 0, err
+            for cwd, env in ((repo, {}), (other, {}), (repo, {"MEMSTORE_WRITE_MODE": "autonomous"})):
+                rc, out, err = life.cli("read", "how do I search dotfiles with ripgrep", cwd=cwd, **env)
+                assert rc == 0, err
+                assert not [w for w in out.get("warnings", []) if "damaged" in w], (cwd, env, out["warnings"])
+                assert any("ripgrep" in r["text"] for r in out["results"]), out
+        assert len(life.status()["workspaces"]) == 4  # each repo, with and without the other settings
+
+
 def test_a_bad_value_added_to_config_is_named_by_the_next_read_and_gone_once_fixed(world: Env) -> None:
     """A value memstore cannot use leaves the settings as they were (its default applies), so
     the workspace kept for those settings answered without the warning, and kept warning after

@@ -450,8 +450,8 @@ class StoreIndex:
         workspace lock): the vectors are saved now and the rest taken as a snapshot; the
         returned function writes the snapshot without that lock. The store's index lock is held
         from now until it has run, so no process sees the vectors without their metadata."""
-        if not self._loaded:
-            return None
+        if not self._loaded or not self.store.root.is_dir():
+            return None  # a store deleted under a long-lived process is not brought back by its index
         if self._kw_build is not None and (self._kw_build.done.is_set() or not self._kw_build.started):
             self.refresh(walk=False, budget=0.0)  # start a planned build; swap a finished one in
         if not self._dirty:

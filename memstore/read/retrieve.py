@@ -57,8 +57,10 @@ WATCH_OUT = "watch-out: this was tried and failed here; avoid or reconsider unle
 def store_index(ws: Workspace, scope: str, params: ReadParams) -> StoreIndex:
     si = ws.indexes.get(scope)
     store = ws.store(scope)
-    if si is None or si.store is not store:
-        si = StoreIndex(ws.catalog(scope, refresh=False), get_embedder(), params.ranking, key=ws.key)
+    if si is None or si.store.root != store.root:
+        cat = ws.catalog(scope, refresh=False)
+        si = ws.shared("index", store, lambda: StoreIndex(cat, get_embedder(), params.ranking, key=ws.key),
+                       (params.ranking.bm25_b, params.ranking.bm25_k1))
         si.defer_saves = ws.defer_saves
         ws.indexes[scope] = si
     # Taken on every call: the daemon shortens the wait while it embeds in the background.

@@ -5,11 +5,12 @@ Resolved once at the edge from the working directory, ``--store`` and the enviro
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import gitops
 from ..errors import AmbiguousId, Conflict, InvalidRequest, NoStore, NotFound
@@ -19,6 +20,8 @@ from .config import Config, load_config
 from .disk import STORE_DIRNAME, Store
 from .model import Memory
 from .userkey import projection_key
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -54,6 +57,12 @@ class Workspace:
     # its indexes load from .index/ must carry its seal. The daemon opens a client's workspace
     # with the client's environment, so both seal alike.
     key: bytes = field(default_factory=projection_key, repr=False)  # a secret: never in a log line
+    # A process that holds several workspaces at once (the daemon: one per repo, per settings)
+    # gives them one registry, so each store has one catalog and one index whichever workspaces
+    # read it: two projections of one store each took the other's saves for damage and rebuilt
+    # ("keyword index was damaged"), as two repos did with the global store. The holder then
+    # lets one request at a time use a store. None: this workspace's own.
+    projections: dict[tuple[Any, ...], Any] | None = field(default=None, repr=False)
 
     def store(self, scope: str) -> Store:
         if scope == "global":
@@ -74,10 +83,11 @@ class Workspace:
     def catalog(self, scope: str, *, refresh: bool = True) -> Catalog:
         store = self.store(scope)
         cat = self._catalogs.get(scope)
-        if cat is None or cat.store is not store:
-            cat = Catalog(store, self.key)
+        if cat is None or cat.store.root != store.root:
+            cat = self.shared("catalog", store, lambda: Catalog(store, self.key))
             self._catalogs[scope] = cat
             self._walked_at.pop(scope, None)
+        cat.store = store  # shared, it parses under the settings of the workspace using it now
         if self.defer_saves:
             cat.hold_saves()
         if refresh and store.exists():
@@ -97,6 +107,18 @@ class Workspace:
             elif own:
                 cat.refresh_paths(own)
         return cat
+
+    def shared(self, what: str, store: Store, make: Callable[[], T], variant: Any = ()) -> T:
+        """The one ``what`` (a catalog, an index) of ``store`` in ``projections``, made by ``make``
+        the first time; ``make()`` alone without a registry. Kept apart by what makes two of them
+        differ: this user's key (what seals ``.index/``) and ``variant``."""
+        if self.projections is None:
+            return make()
+        key = (what, str(store.root), hashlib.sha256(self.key).hexdigest(), variant)
+        obj = self.projections.get(key)
+        if obj is None:
+            obj = self.projections[key] = make()
+        return obj
 
     def wrote(self, store: Store, path: Path) -> None:
         """``path`` was just created in ``store`` through this workspace."""

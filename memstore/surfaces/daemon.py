@@ -52,12 +52,43 @@ FILL_SLICE = 32  # neighbour lists filled per step when idle: ~10 ms at 100k mem
 EMBED_SLICE = 0.25
 
 
+class StoresLock:
+    """The locks of a workspace's stores, taken in one order. Workspaces share each store's
+    catalog and index (every repo's workspace reads the global store; an edited config or
+    another shell's settings make a second workspace of the same repo), so one request at a
+    time may use a store, whichever workspace it came through."""
+
+    def __init__(self, locks: list[threading.Lock]) -> None:
+        self._locks = locks
+
+    def acquire(self, blocking: bool = True) -> bool:
+        taken: list[threading.Lock] = []
+        for lock in self._locks:
+            if not lock.acquire(blocking):
+                for held in reversed(taken):
+                    held.release()
+                return False
+            taken.append(lock)
+        return True
+
+    def release(self) -> None:
+        for lock in reversed(self._locks):
+            lock.release()
+
+    def __enter__(self) -> StoresLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 @dataclass
 class Entry:
     """One Workspace kept warm, keyed by (repo store root, global root, effective config)."""
 
     ws: Any
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: Any = field(default_factory=threading.Lock)  # a StoresLock in the daemon
     last_used: float = field(default_factory=time.monotonic)
     evicted: bool = False  # set under ``lock``: background work that still holds it skips it
     embedding: bool = False  # a thread embeds this workspace's memories that have no vector yet
@@ -117,6 +148,11 @@ class Daemon:
         # (cwd, --store, environment) -> (entry key, the paths that decided it, their marks then)
         self._resolved: dict[tuple[object, ...], tuple[tuple[str, str, str], tuple[Path, ...], tuple[object, ...]]] = {}
         self._entries_lock = threading.Lock()
+        # One catalog and one index per store for every workspace (Workspace.projections), and
+        # the lock that lets one request at a time use each store (StoresLock; never dropped, so
+        # a store has one lock however its workspaces come and go).
+        self._projections: dict[tuple[Any, ...], Any] = {}
+        self._store_locks: dict[str, threading.Lock] = {}
         self._stop = threading.Event()
         self._state = threading.Lock()
         self._flushing = threading.Lock()  # one flush at a time
@@ -169,7 +205,10 @@ class Daemon:
                 ws.change_paths = lambda store, n: self.watcher.changes_since(store.root, n)
                 ws.defer_saves = True  # saved by flush_all() when quiet, not after every write
                 ws.progress = self.progress
-                entry = Entry(ws, env=tuple(sorted((k, v) for k, v in env.items() if k in ENV_KEYS)))
+                ws.projections = self._projections
+                roots = sorted({str(s.root) for s in (ws.repo, ws.global_) if s is not None})
+                locks = StoresLock([self._store_locks.setdefault(r, threading.Lock()) for r in roots])
+                entry = Entry(ws, lock=locks, env=tuple(sorted((k, v) for k, v in env.items() if k in ENV_KEYS)))
                 entry.read_wait = ws.config.read_wait
                 ws.embed_wait = entry.read_wait
                 # The same stores and variables with another config: a config.yaml was edited.
@@ -688,9 +727,15 @@ class Daemon:
                     save()
             except Exception:  # an unsaved projection is rebuilt by the next reader
                 log.exception("saving an evicted workspace failed")
-            for si in entry.ws.indexes.values():
-                with contextlib.suppress(Exception):
-                    si.close()
+            # The projections of stores no kept workspace reads go with it; the rest stay shared.
+            # Decided under the lock entry_for takes, while this workspace's stores are held.
+            with self._entries_lock:
+                live = {str(r) for e in self.entries.values() for r in e.roots()}
+                dropped = [self._projections.pop(k) for k in list(self._projections) if k[1] not in live]
+            for obj in dropped:
+                if hasattr(obj, "close"):
+                    with contextlib.suppress(Exception):
+                        obj.close()
             entry.ws.indexes.clear()
             entry.lock.release()
             for root in set(entry.roots()) - kept:
@@ -758,11 +803,10 @@ class Daemon:
         close_shared()  # the embedding workers exit now, not at their stdin's EOF
         self.flush_all()
         with self._entries_lock:
-            entries = list(self.entries.values())
-        for entry in entries:
-            for si in entry.ws.indexes.values():
-                with contextlib.suppress(Exception):
-                    si.close()
+            indexes = {id(si): si for entry in self.entries.values() for si in entry.ws.indexes.values()}
+        for si in indexes.values():
+            with contextlib.suppress(Exception):
+                si.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # releases the lifetime lock
             self._lock_fd = None
