@@ -1,4 +1,4 @@
-"""What the Claude Code hooks that ``memstore integrate claude`` writes do when Claude Code runs them.
+"""What the agent hooks that ``memstore integrate <agent>`` writes do when the agent runs them.
 
 ``session-start`` prints the ambient context (``memstore context`` as text): Claude Code adds a
 SessionStart hook's stdout to the session's context. ``stop`` asks for the session-end reflection
@@ -7,25 +7,41 @@ Stop fires at the end of every turn, so it asks once per session, and only once 
 changed the work tree (a question-and-answer session has nothing to record); its input's
 ``stop_hook_active`` marks the turn our own request caused, which is never asked again.
 
-Both fail open: a memstore problem must never stop an agent session, so any error is one line on
-stderr and exit 0. The per-session note lives in the git dir (never committed, never shared).
+``prompt`` (Claude Code's and Codex's UserPromptSubmit) and ``file`` (PreToolUse/PostToolUse on
+the file tools; Cursor's postToolUse/afterFileEdit) inject the memories that match the prompt or
+cite the file (``verbs.recall``; docs/recall.md), through the warm daemon when one runs, and
+print nothing when nothing passes.
+
+All fail open: a memstore problem must never stop an agent session. ``session-start`` and
+``stop`` say so in one line on stderr; ``prompt`` and ``file``, which run on every prompt and
+tool call, say nothing to the agent and log the line to ``hooks.log`` in the daemon's runtime
+dir (so does running past ``MEMSTORE_HOOK_BUDGET``). The per-session note lives in the git dir
+(never committed, never shared).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
+import os
 import sys
-import time
-from pathlib import Path
-from typing import Any
 
-from .. import gitops
-from ..store.files import atomic_write
+TYPE_CHECKING = False  # typing itself is not imported on the hooks' fast path
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
 
-EVENTS = ("session-start", "stop")
-KEEP_SECONDS = 14 * 24 * 3600  # session notes older than this are dropped at the next session start
+# ``prompt`` and ``file`` run on every prompt and every file tool call: their path through a
+# running daemon imports no more than entry.py does (json, os, socket); the rest loads only to
+# answer in-process, when no daemon runs.
+EVENTS = ("session-start", "stop", "prompt", "file")
+RECALL_EVENTS = ("prompt", "file")
+AGENTS = ("claude", "codex", "cursor")
 MAX_INPUT = 1 << 20
+# Seconds a recall hook may take before it gives up and injects nothing (MEMSTORE_HOOK_BUDGET):
+# the agent waits for the hook on every prompt. Through the warm daemon a call takes tens of
+# milliseconds; in-process (no daemon yet) the model alone may take longer than this.
+BUDGET_SECONDS = 5.0
+LOG_NAME = "hooks.log"
 
 
 def reflect_request(python: str) -> str:
@@ -39,8 +55,14 @@ def reflect_request(python: str) -> str:
             "(memstore asks this once per session.)")
 
 
-def run_hook(event: str, stdin: str | None = None) -> int:
+def run_hook(event: str, stdin: str | None = None, agent: str = "claude") -> int:
+    """Run one agent hook; always 0 (the hooks fail open). ``stdin``: the hook's JSON (default:
+    read from stdin); ``agent``: whose output format ``prompt`` and ``file`` answer in."""
+    if event in RECALL_EVENTS:
+        return _recall(event, stdin, agent)
     try:
+        from pathlib import Path
+
         text = sys.stdin.read(MAX_INPUT) if stdin is None else stdin
         payload = json.loads(text) if text.strip() else {}
         payload = payload if isinstance(payload, dict) else {}
@@ -54,72 +76,178 @@ def run_hook(event: str, stdin: str | None = None) -> int:
     return 0
 
 
-def _note_path(cwd: Path, session: Any) -> Path | None:
-    top = gitops.toplevel(cwd)
-    if top is None or not session:
+def fast_main(argv: list[str]) -> int | None:
+    """``integrate <agent> --hook prompt|file`` straight from the console entry point, before the
+    CLI's parser is imported: the exit code, or None for anything else (the CLI parses it)."""
+    try:
+        event = argv[argv.index("--hook") + 1]
+        agent = argv[argv.index("integrate") + 1]
+    except (ValueError, IndexError):
         return None
-    base = gitops.git_dir(top) / "memstore" / "sessions"
-    # The session id comes from the agent: hashed, it can only ever name a file in this folder.
-    return base / (hashlib.sha256(str(session).encode("utf-8")).hexdigest()[:32] + ".json")
+    if event not in RECALL_EVENTS or agent not in AGENTS or len(argv) != 4:
+        return None
+    return run_hook(event, agent=agent)
+
+
+class _Overrun(Exception):
+    pass
+
+
+def _budget() -> float:
+    try:
+        value = float(os.environ.get("MEMSTORE_HOOK_BUDGET") or BUDGET_SECONDS)
+    except ValueError:
+        return BUDGET_SECONDS
+    return value if value > 0 else BUDGET_SECONDS
+
+
+def _log(line: str) -> None:
+    """One line in the runtime dir's hooks.log: a recall hook says nothing to the agent, even
+    when it fails, but a person looking for why it was silent finds it here."""
+    import time
+
+    from .wire import runtime_dir
+
+    try:
+        folder = runtime_dir()
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        fd = os.open(os.path.join(folder, LOG_NAME), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
+            f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {line}\n")
+    except OSError:
+        pass
+
+
+def _recall(event: str, stdin: str | None, agent: str) -> int:
+    """``prompt`` / ``file``: the memories to inject, through the daemon when one runs, else
+    in-process under the time budget; any failure or overrun injects nothing and exits 0."""
+    import time
+
+    budget = _budget()
+    try:
+        text = sys.stdin.read(MAX_INPUT) if stdin is None else stdin
+        payload = json.loads(text) if text.strip() else {}
+        if not isinstance(payload, dict):
+            return 0
+        out = _through_daemon(event, payload, agent, budget)
+        if out is None:
+            out = _in_process(event, payload, agent, time.monotonic() + budget)
+        if out:
+            sys.stdout.write(out)
+            sys.stdout.flush()
+    except _Overrun:
+        _log(f"{agent} {event}: over the {budget:g} s budget; nothing injected")
+    except Exception as exc:  # the hooks' one error boundary: fail open, silently
+        _log(f"{agent} {event}: skipped: {type(exc).__name__}: {exc}")
+    return 0
+
+
+def _through_daemon(event: str, payload: dict[str, Any], agent: str, budget: float) -> str | None:
+    """The hook's stdout from a running daemon, or None when none answers (run in-process)."""
+    from . import wire
+
+    if wire.disabled():
+        return None
+    cwd = payload.get("cwd")
+    message: dict[str, object] = {
+        "verb": "recall", "version": wire.code_version(),
+        "cwd": cwd if isinstance(cwd, str) and cwd else os.getcwd(), "store": None, "env": wire.forwarded_env(),
+        "args": {"event": event, "payload": payload, "agent": agent},
+    }
+    try:
+        answer = wire.exchange(message, timeout=budget)
+    except TimeoutError as exc:
+        raise _Overrun() from exc
+    except (wire.Unavailable, wire.Untrusted, OSError, ValueError):
+        return None
+    if answer.get("restart") or "answer" not in answer:
+        return None
+    body = answer["answer"]
+    if not isinstance(body, dict) or answer.get("exit_code"):
+        err = body.get("error") if isinstance(body, dict) else None
+        raise RuntimeError(f"daemon: {err}")
+    return str(body.get("stdout") or "")
+
+
+def _in_process(event: str, payload: dict[str, Any], agent: str, deadline: float) -> str:
+    """The answer computed here, interrupted at ``deadline``; starts a daemon for the next call."""
+    import signal
+    import threading
+    import time
+    from pathlib import Path
+
+    from ..store.workspace import open_workspace
+    from ..verbs.recall import hook
+    from . import client
+
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise _Overrun()
+    timed = threading.current_thread() is threading.main_thread()
+
+    def expire(signum: int, frame: Any) -> None:
+        raise _Overrun()
+
+    old = signal.signal(signal.SIGALRM, expire) if timed else None
+    if timed:
+        signal.setitimer(signal.ITIMER_REAL, left)
+    try:
+        ws = open_workspace(cwd=Path(str(payload.get("cwd") or ".")).resolve())
+        if client.autostarts(ws.config):
+            client.autostart(ws.config)
+        return str(hook(ws, event, payload, agent)["stdout"])
+    finally:
+        if timed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
 
 
 def _fingerprint(cwd: Path) -> str:
     """HEAD and the work tree's changes, outside .memory/ (reads and episodes write there)."""
+    import hashlib
+
+    from .. import gitops
+
     top = gitops.toplevel(cwd) or cwd
     head = gitops.head_sha(top) or ""
     status = gitops.run(["status", "--porcelain=v1", "-z", "--", ".", ":(exclude).memory"], top, check=False).stdout
     return hashlib.sha256(f"{head}\0{status}".encode()).hexdigest()
 
 
-def _load(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _save(path: Path, note: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, json.dumps(note) + "\n")
-
-
-def _prune(folder: Path) -> None:
-    cutoff = time.time() - KEEP_SECONDS
-    for old in folder.glob("*.json"):
-        try:
-            if old.stat().st_mtime < cutoff:
-                old.unlink()
-        except OSError:
-            pass
-
-
 def _session_start(payload: dict[str, Any], cwd: Path) -> None:
-    note_path = _note_path(cwd, payload.get("session_id"))
-    if note_path is not None and _load(note_path) is None:  # after /compact the session goes on: keep its note
-        _save(note_path, {"start": _fingerprint(cwd), "asked": False})
-        _prune(note_path.parent)
+    from ..verbs.recall import load_note, note_path, prune_notes, save_note
+
+    path = note_path(cwd, payload.get("session_id"))
+    if path is not None and load_note(path) is None:  # after /compact the session goes on: keep its note
+        save_note(path, {"start": _fingerprint(cwd), "asked": False})
+        prune_notes(path.parent)
     from ..store.workspace import open_workspace
     from ..verbs.guide import context
+    from . import client
     from .output import visible
     from .render import context as render_context
 
-    answer = context(open_workspace(cwd=cwd))
+    ws = open_workspace(cwd=cwd)
+    answer = context(ws)
     sys.stdout.write(visible(render_context(answer)))
+    if client.autostarts(ws.config):  # warm for the prompt and file hooks that follow
+        client.autostart(ws.config)
 
 
 def _stop(payload: dict[str, Any], cwd: Path) -> None:
     if payload.get("stop_hook_active"):
         return  # this turn answers our own request: never ask twice in a row
-    note_path = _note_path(cwd, payload.get("session_id"))
-    if note_path is None:
+    from ..verbs.recall import load_note, note_path, save_note
+
+    path = note_path(cwd, payload.get("session_id"))
+    if path is None:
         return
-    note = _load(note_path)
+    note = load_note(path)
     now = _fingerprint(cwd)
     if note is None:  # a session that began before the integration: start counting from here
-        _save(note_path, {"start": now, "asked": False})
+        save_note(path, {"start": now, "asked": False})
         return
     if note.get("asked") or note.get("start") == now:
         return
-    _save(note_path, {**note, "asked": True})
+    save_note(path, {**note, "asked": True})
     sys.stdout.write(json.dumps({"decision": "block", "reason": reflect_request(sys.executable)}) + "\n")

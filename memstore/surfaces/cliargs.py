@@ -342,7 +342,8 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
     s.add_argument("--remove", action="store_true", help="take out exactly what integrate added")
     s.add_argument("--hooks-path-ok", action="store_true",
                    help="core.hooksPath is set: install the git hooks into that folder anyway")
-    s.add_argument("--hook", choices=("session-start", "stop"), help=argparse.SUPPRESS)  # Claude Code runs these
+    s.add_argument("--hook", choices=("session-start", "stop", "prompt", "file"),  # the agents run these
+                   help=argparse.SUPPRESS)
 
     from .agentcmds import add_parsers  # episode, hooks, diff, guide, context, reflect, snapshot
 

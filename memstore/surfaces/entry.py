@@ -77,6 +77,15 @@ def remote(argv: list[str], stdin: str | None) -> int | None:
 
 def main() -> int:
     argv = sys.argv[1:]
+    if verb_of(argv) == "integrate" and "--hook" in argv:
+        # An agent's per-prompt and per-tool hooks: answered through the daemon without the
+        # CLI's parser (agenthooks.fast_main); None: any other hook, parsed by the CLI.
+        from .agenthooks import fast_main
+
+        code = fast_main(argv)
+        if code is not None:
+            sys.stdout.flush()
+            os._exit(code)
     stdin = None
     raw: bytes | None = None
     if verb_of(argv) in REMOTE_VERBS and "-" in argv and sys.stdin is not None:
