@@ -31,7 +31,7 @@ from ..store.workspace import Workspace
 # A prompt's memories: the read's own gate, then this absolute bar on the fused score, at most
 # PROMPT_LIMIT of them. The bar and the limit are bench/hooks.py's choice (silence on off-topic
 # prompts against relevance on the precision cases, leave-one-store-out).
-PROMPT_BAR = 0.55
+PROMPT_BAR = 0.34
 PROMPT_LIMIT = 3
 PROMPT_QUERY_CHARS = 2000  # a pasted log is condensed by the read; past this it is only noise
 # Characters of memory text one injection may carry (Claude Code and Codex take 10,000 whole).
@@ -100,14 +100,19 @@ def _remember(path: Path | None, note: dict[str, Any], ids: list[str]) -> None:
 def prompt_recall(ws: Workspace, prompt: str, *, session: Any = None, cwd: Path | None = None) -> dict[str, Any]:
     """The memories to inject for a prompt: those the read answers above ``PROMPT_BAR``, not yet
     shown in this session."""
+    items = [_item(r) for r in prompt_candidates(ws, prompt) if float(r.get("score") or 0.0) >= PROMPT_BAR]
+    return _answer(ws, "prompt", items, session, cwd)
+
+
+def prompt_candidates(ws: Workspace, prompt: str) -> list[dict[str, Any]]:
+    """What the read answers for a prompt (the gate passed), before the absolute bar: the
+    benchmark sweeps the bar over these."""
     from ..read.retrieve import read
 
     query = " ".join(str(prompt or "").split())[:PROMPT_QUERY_CHARS]
-    items: list[dict[str, Any]] = []
-    if query:
-        ans = read(ws, {"op": "read", "query": query, "limit": PROMPT_LIMIT}, log_episode=False)
-        items = [_item(r) for r in ans.get("results", []) if float(r.get("score") or 0.0) >= PROMPT_BAR]
-    return _answer(ws, "prompt", items, session, cwd)
+    if not query:
+        return []
+    return list(read(ws, {"op": "read", "query": query, "limit": PROMPT_LIMIT}, log_episode=False).get("results", []))
 
 
 # -- the file -------------------------------------------------------------------------------------
