@@ -329,3 +329,18 @@ def test_the_prompt_hook_is_answered_by_a_running_daemon(tmp_path: Path) -> None
         life.cleanup()
         if proc is not None:
             proc.wait(timeout=30)
+
+
+def test_a_recall_note_does_not_make_the_stop_hook_ask_early(repo: Path) -> None:
+    """The prompt hook notes what it injected in the session's note; a session whose note holds
+    only that (no session start seen) is not asked to reflect before it changed anything."""
+    _write(repo, "problem", "Gunicorn workers time out after 30 s on the CSV export endpoint.")
+    payload = {"session_id": "n1", "cwd": str(repo), "hook_event_name": "UserPromptSubmit",
+               "prompt": "gunicorn workers time out on the CSV export"}
+    code, out, _ = _hook(None, "claude", "prompt", payload, repo)
+    assert code == 0 and "Gunicorn" in _context_of(out)
+    stop = {"session_id": "n1", "cwd": str(repo), "hook_event_name": "Stop", "stop_hook_active": False}
+    assert _hook(None, "claude", "stop", stop, repo)[:2] == (0, "")
+    (repo / "src" / "app.py").write_text("def main():\n    return 43\n")
+    code, out, _ = _hook(None, "claude", "stop", stop, repo)
+    assert code == 0 and json.loads(out)["decision"] == "block"

@@ -244,8 +244,10 @@ def _stop(payload: dict[str, Any], cwd: Path) -> None:
         return
     note = load_note(path)
     now = _fingerprint(cwd)
-    if note is None:  # a session that began before the integration: start counting from here
-        save_note(path, {"start": now, "asked": False})
+    if note is None or "start" not in note:
+        # A session that began before the integration (or whose note only the recall hooks
+        # wrote so far): start counting from here.
+        save_note(path, {**(note or {}), "start": now, "asked": False})
         return
     if note.get("asked") or note.get("start") == now:
         return
