@@ -106,15 +106,16 @@ def _log(line: str) -> None:
     when it fails, but a person looking for why it was silent finds it here."""
     import time
 
-    from .wire import runtime_dir
+    from . import wire
 
     try:
-        folder = runtime_dir()
+        folder = wire.runtime_dir()
         os.makedirs(folder, mode=0o700, exist_ok=True)
+        wire.check_runtime_dir(folder)  # never a line in a directory another user holds or can read
         fd = os.open(os.path.join(folder, LOG_NAME), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "a", encoding="utf-8") as f:
             f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {line}\n")
-    except OSError:
+    except (OSError, wire.Unavailable, wire.Untrusted):
         pass
 
 
