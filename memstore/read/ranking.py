@@ -455,15 +455,71 @@ def rank(
     kw = normalize_keyword(keyword_hits)
     kw_order = [i for i, _ in keyword_hits if i in kw]
     ev = evidence or {}
-    verbatim = [i for i in kw_order if i in ev and rare(ev[i][1], ev[i][2], p.rare_share)]
-    covering = [i for i in kw_order if i in ev and ev[i][0] >= p.gate_coverage - 1e-9
-                and rare(ev[i][3], ev[i][2], p.rare_share) and i not in verbatim]
     if named and p.named_answers_all:
         # Holding the name: verbatim in ``code``, or every word of it in ``text`` (``httpx`` in
         # "use httpx, not requests" is a word there, not an identifier).
         holding = [i for i in kw_order if ev.get(i, NO_EVIDENCE)[1] > 0 or ev.get(i, NO_EVIDENCE)[0] >= 1.0 - 1e-9]
         if holding:
-            return _by_name(qvec, matrix, holding, kw, kinds, p, mode, limit, ex, blind)
+            by_name = _by_name(qvec, matrix, holding, kw, kinds, p, mode, limit, ex, blind)
+            asked = _rank(qvec, matrix, keyword_hits, kinds, salient=salient, doc_freq=doc_freq, params=p, mode=mode,
+                          limit=limit, ids=ids, exclude=ex if ex is not None else (), offsets=offsets, near=near,
+                          evidence=evidence, named=named, unembedded=unembedded, prose=prose)
+            return _with_holders(asked, by_name, limit if limit is not None else int(p.for_mode(p.limit, mode)))
+    return _rank(qvec, matrix, keyword_hits, kinds, salient=salient, doc_freq=doc_freq, params=p, mode=mode,
+                 limit=limit, ids=ids, exclude=ex if ex is not None else (), offsets=offsets, near=near,
+                 evidence=evidence, named=named, unembedded=unembedded, prose=prose)
+
+
+def _with_holders(asked: Ranking, by_name: Ranking, cap: int) -> Ranking:
+    """A look-up by name: what the question's path answers, then every other memory holding the
+    name (best first, scored just under the last answer so the order holds downstream); when
+    that path answers nothing (the name is not rare, the cosine is low), the holders alone."""
+    if not asked.results:
+        return by_name
+    have = {r.index for r in asked.results}
+    rest = [r for r in by_name.results if r.index not in have]
+    if not rest or len(asked.results) >= cap:
+        return asked
+    floor = min(r.score for r in asked.results)
+    top = max(r.score for r in rest) or 1.0
+    scaled = [Ranked(r.index, round(0.99 * floor * r.score / top, 4), r.reasons) for r in rest]
+    return Ranking([*asked.results, *scaled][:cap], asked.gate, asked.candidates + len(rest))
+
+
+def _rank(
+    qvec: np.ndarray | None,
+    matrix: np.ndarray,
+    keyword_hits: Sequence[tuple[int, float]],
+    kinds: Sequence[str],
+    *,
+    salient: Sequence[str] = (),
+    doc_freq: Callable[[str], int] | None = None,
+    params: RankingParams,
+    mode: str = "targeted",
+    limit: int | None = None,
+    ids: Sequence[str] | None = None,
+    exclude: Collection[int] | np.ndarray = (),
+    offsets: np.ndarray | None = None,
+    near: Neighbours | None = None,
+    evidence: Mapping[int, tuple[float, int, int, int]] | None = None,
+    named: bool = False,
+    unembedded: np.ndarray | None = None,
+    prose: bool = False,
+) -> Ranking:
+    """``rank`` for a question: gate -> lanes -> association -> fuse -> select."""
+    p = params
+    ex = _mask(exclude, len(kinds))
+    blind = None if unembedded is None or not unembedded.any() else unembedded
+    if blind is not None and ex is not None:
+        blind = blind & ~ex
+    if ex is not None:
+        keyword_hits = [(i, s) for i, s in keyword_hits if not ex[i]]
+    kw = normalize_keyword(keyword_hits)
+    kw_order = [i for i, _ in keyword_hits if i in kw]
+    ev = evidence or {}
+    verbatim = [i for i in kw_order if i in ev and rare(ev[i][1], ev[i][2], p.rare_share)]
+    covering = [i for i in kw_order if i in ev and ev[i][0] >= p.gate_coverage - 1e-9
+                and rare(ev[i][3], ev[i][2], p.rare_share) and i not in verbatim]
     no_vectors = blind is not None and bool((blind if ex is None else blind | ex).all())
     if qvec is None or matrix.shape[0] == 0 or (ex is not None and bool(ex.all())) or no_vectors:
         # No similarity to gate on: a memory must carry most of the query's rare words, or one
