@@ -320,6 +320,7 @@ def main() -> dict[str, Any]:
     ap.add_argument("--reps", type=int, default=40)
     ap.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "eval")
     ap.add_argument("--skip-locomo", action="store_true")
+    ap.add_argument("--latency-only", action="store_true", help="only the latency through the daemon")
     args = ap.parse_args()
     home = Path(tempfile.mkdtemp(prefix="mshooks-home-"))
     os.environ.update({"MEMSTORE_HOME": str(home / "global"), "MEMSTORE_DAEMON": "0"})
@@ -330,6 +331,9 @@ def main() -> dict[str, Any]:
     from memstore.verbs.recall import PROMPT_BAR
 
     result: dict[str, Any] = {"prompt_bar": PROMPT_BAR}
+    if args.latency_only:
+        result["latency"] = [latency(n, args.reps, args.data_dir) for n in args.sizes]
+        return result
     cases, off = precision_rows()
     result["precision_out_of_fold"] = cross_validated(cases, off)
     result["precision_shipped_bar"] = figures(cases, off, PROMPT_BAR)
@@ -337,7 +341,6 @@ def main() -> dict[str, Any]:
     print(json.dumps({"precision": result}, indent=1), file=sys.stderr)
     if not args.skip_locomo:
         result["locomo_mismatched"] = locomo_silence(args.data_dir, PROMPT_BAR)
-        result["locomo_mismatched_no_bar"] = locomo_silence(args.data_dir, 0.0)
     result["example_file_hook"] = example_files()
     result["latency"] = [latency(n, args.reps, args.data_dir) for n in args.sizes]
     return result

@@ -21,7 +21,6 @@ dir (so does running past ``MEMSTORE_HOOK_BUDGET``). The per-session note lives 
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -61,6 +60,7 @@ def run_hook(event: str, stdin: str | None = None, agent: str = "claude") -> int
     if event in RECALL_EVENTS:
         return _recall(event, stdin, agent)
     try:
+        import json
         from pathlib import Path
 
         text = sys.stdin.read(MAX_INPUT) if stdin is None else stdin
@@ -124,10 +124,12 @@ def _recall(event: str, stdin: str | None, agent: str) -> int:
     in-process under the time budget; any failure or overrun injects nothing and exits 0."""
     import time
 
+    from .wire import loads
+
     budget = _budget()
     try:
         text = sys.stdin.read(MAX_INPUT) if stdin is None else stdin
-        payload = json.loads(text) if text.strip() else {}
+        payload = loads(text) if text.strip() else {}  # the C scanner alone: json.decoder imports re
         if not isinstance(payload, dict):
             return 0
         out = _through_daemon(event, payload, agent, budget)
@@ -253,4 +255,6 @@ def _stop(payload: dict[str, Any], cwd: Path) -> None:
     if note.get("asked") or note.get("start") == now:
         return
     save_note(path, {**note, "asked": True})
+    import json
+
     sys.stdout.write(json.dumps({"decision": "block", "reason": reflect_request(sys.executable)}) + "\n")

@@ -14,6 +14,7 @@ the text of every answer is framed as the read answers frame memory text: untrus
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import posixpath
@@ -53,9 +54,16 @@ def note_path(cwd: Path, session: Any) -> Path | None:
     top = gitops.toplevel(cwd)
     if top is None or not session:
         return None
-    base = gitops.git_dir(top) / "memstore" / "sessions"
+    base = _git_dir(top) / "memstore" / "sessions"
     # The session id comes from the agent: hashed, it can only ever name a file in this folder.
     return base / (hashlib.sha256(str(session).encode("utf-8")).hexdigest()[:32] + ".json")
+
+
+@functools.lru_cache(maxsize=64)
+def _git_dir(top: Path) -> Path:
+    # A checkout's git dir does not move: the daemon answers every hook call of a session
+    # without running git for it again.
+    return gitops.git_dir(top)
 
 
 def load_note(path: Path) -> dict[str, Any] | None:
@@ -245,6 +253,8 @@ def _item(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def _answer(ws: Workspace, event: str, items: list[dict[str, Any]], session: Any, cwd: Path | None) -> dict[str, Any]:
+    if not items:  # the common case: no note to read, no git to ask
+        return {"ok": True, "event": event, "content_trust": CONTENT_TRUST, "results": [], "text": ""}
     here = (cwd or Path.cwd()).resolve()
     limit, budget = (PROMPT_LIMIT, PROMPT_BUDGET) if event == "prompt" else (FILE_LIMIT, FILE_BUDGET)
     fresh, path, note = _unseen(here, session, [i["id"] for i in items])
