@@ -10,8 +10,9 @@ whether what they inject is what the question needs.
 - relevance: on the precision cases that expect an answer, share whose injected set holds an
   expected memory;
 - the absolute bar (``verbs.recall.PROMPT_BAR``): chosen leave-one-store-out over the precision
-  stores (the most relevance with silence >= 0.95 on the other stores); the figures above are out
-  of fold, and the shipped bar's in-sample figures beside them;
+  stores, the most relevance among the bars that keep 95 % of the off-topic prompts of the other
+  stores and of LoCoMo's mismatched questions silent; the precision figures are out of fold (and
+  without the LoCoMo constraint beside them), the shipped bar's in-sample figures too;
 - file: the file hook on the bundled example store (.memory-example): a cited file surfaces its
   memories, an uncited one injects nothing.
 
@@ -230,21 +231,30 @@ def figures(cases: list[dict[str, Any]], off: list[dict[str, Any]], bar: float) 
             "off_topic": len(silent_rows)}
 
 
-def choose_bar(cases: list[dict[str, Any]], off: list[dict[str, Any]]) -> float:
-    """The bar with the most relevance among those with silence >= SILENCE_GOAL (the lowest such
-    bar on ties); none reaching it: the most silent."""
-    scored = [(b, figures(cases, off, b)) for b in BARS]
-    ok = [(f["relevance"], -b) for b, f in scored if f["silence"] >= SILENCE_GOAL]
+def choose_bar(cases: list[dict[str, Any]], off: list[dict[str, Any]], tops: list[float] | None = None) -> float:
+    """The bar with the most relevance among those that keep SILENCE_GOAL of the off-topic
+    prompts silent, and of LoCoMo's mismatched questions when ``tops`` (their best scores) are
+    given (the lowest such bar on ties); none: the most silent."""
+    scored = [(b, figures(cases, off, b), locomo_figure(tops, b)) for b in BARS]
+    ok = [(f["relevance"], -b) for b, f, lo in scored if f["silence"] >= SILENCE_GOAL and lo >= SILENCE_GOAL]
     if ok:
         return -max(ok)[1]
-    return max(scored, key=lambda bf: (bf[1]["silence"], -bf[0]))[0]
+    return max(scored, key=lambda bf: (min(bf[1]["silence"], bf[2]), -bf[0]))[0]
 
 
-def cross_validated(cases: list[dict[str, Any]], off: list[dict[str, Any]]) -> dict[str, Any]:
+def locomo_figure(tops: list[float] | None, bar: float) -> float:
+    """Share of LoCoMo's mismatched questions the prompt hook leaves silent at ``bar``."""
+    if not tops:
+        return 1.0
+    return sum(t < bar or t == 0.0 for t in tops) / len(tops)
+
+
+def cross_validated(cases: list[dict[str, Any]], off: list[dict[str, Any]],
+                    tops: list[float] | None = None) -> dict[str, Any]:
     stores = sorted({c["store"] for c in cases})
     held_cases, held_off, bars = [], [], {}
     for s in stores:
-        bar = choose_bar([c for c in cases if c["store"] != s], [o for o in off if o["store"] != s])
+        bar = choose_bar([c for c in cases if c["store"] != s], [o for o in off if o["store"] != s], tops)
         bars[s] = bar
         held_cases += [{**c, "got": [(k, sc) for k, sc in c["got"] if sc >= bar]} for c in cases if c["store"] == s]
         held_off += [{**o, "got": [(k, sc) for k, sc in o["got"] if sc >= bar]} for o in off if o["store"] == s]
@@ -252,7 +262,10 @@ def cross_validated(cases: list[dict[str, Any]], off: list[dict[str, Any]]) -> d
 
 
 # -- LoCoMo's mismatched questions ------------------------------------------------------------------------
-def locomo_silence(data_dir: Path, bar: float) -> dict[str, Any]:
+def locomo_tops(data_dir: Path) -> list[float]:
+    """The prompt hook's best score (0: nothing answered) on each of LoCoMo's mismatched
+    questions: conversation i's questions of the headline categories against conversation
+    i+1's store, as bench/eval_locomo.py counts abstention."""
     import numpy as np
     from eval_common import DEFAULT_CACHE, EmbeddingCache, PipelineStores, build_store
     from eval_locomo import HEADLINE_CATEGORIES, load_conversations
@@ -263,20 +276,18 @@ def locomo_silence(data_dir: Path, bar: float) -> dict[str, Any]:
     cache = EmbeddingCache(DEFAULT_CACHE)
     stores = [build_store(c.name, c.texts, ["fact"] * len(c.texts), cache) for c in convs]
     pipeline = PipelineStores(cache)
-    quiet = total = 0
+    tops: list[float] = []
     try:
         for i, conv in enumerate(convs):
             other = stores[(i + 1) % len(stores)]
             pipeline.retriever()(other, "warm up", np.zeros(1))
             ws = pipeline._open(other)[0]
             for q in conv.questions:
-                if q.category not in HEADLINE_CATEGORIES:
-                    continue
-                total += 1
-                quiet += not [r for r in prompt_candidates(ws, q.text) if float(r["score"]) >= bar]
+                if q.category in HEADLINE_CATEGORIES:
+                    tops.append(max((float(r["score"]) for r in prompt_candidates(ws, q.text)), default=0.0))
     finally:
         pipeline.close()
-    return {"silence": round(quiet / max(1, total), 3), "questions": total}
+    return tops
 
 
 # -- the file hook on the example store ---------------------------------------------------------------------
@@ -321,6 +332,7 @@ def main() -> dict[str, Any]:
     ap.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "eval")
     ap.add_argument("--skip-locomo", action="store_true")
     ap.add_argument("--latency-only", action="store_true", help="only the latency through the daemon")
+    ap.add_argument("--skip-latency", action="store_true")
     args = ap.parse_args()
     home = Path(tempfile.mkdtemp(prefix="mshooks-home-"))
     os.environ.update({"MEMSTORE_HOME": str(home / "global"), "MEMSTORE_DAEMON": "0"})
@@ -335,14 +347,20 @@ def main() -> dict[str, Any]:
         result["latency"] = [latency(n, args.reps, args.data_dir) for n in args.sizes]
         return result
     cases, off = precision_rows()
-    result["precision_out_of_fold"] = cross_validated(cases, off)
+    tops = [] if args.skip_locomo else locomo_tops(args.data_dir)
+    result["precision_out_of_fold"] = cross_validated(cases, off, tops or None)
+    result["precision_out_of_fold_without_locomo"] = cross_validated(cases, off)
     result["precision_shipped_bar"] = figures(cases, off, PROMPT_BAR)
     result["precision_no_bar"] = figures(cases, off, 0.0)
-    print(json.dumps({"precision": result}, indent=1), file=sys.stderr)
-    if not args.skip_locomo:
-        result["locomo_mismatched"] = locomo_silence(args.data_dir, PROMPT_BAR)
+    if tops:
+        result["locomo_mismatched"] = {"silence": round(locomo_figure(tops, PROMPT_BAR), 3), "questions": len(tops),
+                                       "silence_no_bar": round(locomo_figure(tops, 1e-9), 3),
+                                       "silence_by_bar": {b: round(locomo_figure(tops, b), 3) for b in BARS[::5]}}
+    result["precision_by_bar"] = {b: figures(cases, off, b) for b in BARS[::5]}
+    print(json.dumps(result, indent=1), file=sys.stderr)
     result["example_file_hook"] = example_files()
-    result["latency"] = [latency(n, args.reps, args.data_dir) for n in args.sizes]
+    if not args.skip_latency:
+        result["latency"] = [latency(n, args.reps, args.data_dir) for n in args.sizes]
     return result
 
 

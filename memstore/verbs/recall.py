@@ -34,6 +34,7 @@ from ..store.workspace import Workspace
 # prompts against relevance on the precision cases, leave-one-store-out).
 PROMPT_BAR = 0.34
 PROMPT_LIMIT = 3
+PROMPT_MODE = "targeted"  # the read's mode (its gate's bar): bench/hooks.py measures both
 PROMPT_QUERY_CHARS = 2000  # a pasted log is condensed by the read; past this it is only noise
 # Characters of memory text one injection may carry (Claude Code and Codex take 10,000 whole).
 PROMPT_BUDGET = 4000
@@ -112,7 +113,7 @@ def prompt_recall(ws: Workspace, prompt: str, *, session: Any = None, cwd: Path 
     return _answer(ws, "prompt", items, session, cwd)
 
 
-def prompt_candidates(ws: Workspace, prompt: str) -> list[dict[str, Any]]:
+def prompt_candidates(ws: Workspace, prompt: str, mode: str = PROMPT_MODE) -> list[dict[str, Any]]:
     """What the read answers for a prompt (the gate passed), before the absolute bar: the
     benchmark sweeps the bar over these."""
     from ..read.retrieve import read
@@ -120,7 +121,8 @@ def prompt_candidates(ws: Workspace, prompt: str) -> list[dict[str, Any]]:
     query = " ".join(str(prompt or "").split())[:PROMPT_QUERY_CHARS]
     if not query:
         return []
-    return list(read(ws, {"op": "read", "query": query, "limit": PROMPT_LIMIT}, log_episode=False).get("results", []))
+    req = {"op": "read", "query": query, "limit": PROMPT_LIMIT, "mode": mode}
+    return list(read(ws, req, log_episode=False).get("results", []))
 
 
 # -- the file -------------------------------------------------------------------------------------
