@@ -155,8 +155,23 @@ def latency(n: int, reps: int, data_dir: Path) -> dict[str, Any]:
             subprocess.run([sys.executable, "-c", "pass"], check=True)
             return time.perf_counter() - t
 
+        def in_daemon(event: str, payload: dict[str, Any]) -> float:
+            """The daemon's share of a hook call: the same message over the socket, no interpreter."""
+            msg = {"verb": "recall", "version": denv["MEMSTORE_CODE_VERSION"], "cwd": str(repo), "store": None,
+                   "env": {}, "args": {"event": event, "payload": payload, "agent": "claude"}}
+            t = time.perf_counter()
+            answer = client.call(msg, timeout=30, env=denv)
+            if answer.get("exit_code"):
+                raise RuntimeError(str(answer))
+            return time.perf_counter() - t
+
         for q in PROMPTS:  # warm: the workspace opens, the index loads
             hook("prompt", {"session_id": "warm", "cwd": str(repo), "prompt": q})
+        socket_prompt = [in_daemon("prompt", {"session_id": f"d{i}", "cwd": str(repo), "prompt": PROMPTS[i % 6]})
+                         for i in range(reps)]
+        socket_file = [in_daemon("file", {"session_id": f"d{i}", "cwd": str(repo), "tool_name": "Read",
+                                          "tool_input": {"file_path": str(repo / "src" / "app.py")}})
+                       for i in range(reps)]
         base, prompt_t, file_t = [], [], []
         injected = 0
         for i in range(reps):
@@ -175,6 +190,8 @@ def latency(n: int, reps: int, data_dir: Path) -> dict[str, Any]:
             "prompt_hook_ms": {"p50": ms(prompt_t, 50), "p95": ms(prompt_t, 95)},
             "file_hook_ms": {"p50": ms(file_t, 50), "p95": ms(file_t, 95)},
             "file_hook_injected": f"{injected}/{reps}",
+            "in_daemon_ms": {"prompt": {"p50": ms(socket_prompt, 50), "p95": ms(socket_prompt, 95)},
+                             "file": {"p50": ms(socket_file, 50), "p95": ms(socket_file, 95)}},
             "reps": reps,
         })
         out["prompt_p95_over_python_ms"] = round(out["prompt_hook_ms"]["p95"] - out["python_c_pass_ms"]["p95"], 1)
