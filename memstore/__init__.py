@@ -75,6 +75,24 @@ __all__ = [
 ]
 
 
+# The package's subpackage ``memstore.read`` shares its name with the function ``read``: Python
+# binds a submodule to its parent's attribute on first import, which replaced the function after
+# the first call (``'module' object is not callable``). The package keeps the public names for
+# the functions below; the submodules stay reachable as ``import memstore.read.retrieve`` does
+# (from sys.modules), never as attributes that shadow a public function.
+_sys = __import__("sys")
+
+
+class _Package(type(_sys)):  # type: ignore[misc]
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _FUNCTIONS and isinstance(value, type(_sys)):
+            return
+        super().__setattr__(name, value)
+
+
+_FUNCTIONS = frozenset({"list_memories", "open_workspace", "read", "show", "update", "write"})
+
+
 # Thin wrappers keep `import memstore` cheap: the store, index and model load on first use.
 def open_workspace(*args: Any, **kwargs: Any) -> Workspace:
     from .store.workspace import open_workspace as _open
@@ -110,3 +128,6 @@ def list_memories(ws: Workspace, **kwargs: Any) -> ListAnswer:
     from .verbs.api import list_memories as _list
 
     return _list(ws, **kwargs)
+
+
+_sys.modules[__name__].__class__ = _Package

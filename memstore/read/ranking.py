@@ -125,6 +125,10 @@ class RankingParams:
     # the memories holding one of them verbatim alone (and what links pull in); False: the others
     # follow them, ranked below the last holder.
     named_holders_only: bool = True
+    # ... and every memory holding one of those names is answered, rare in the store or not,
+    # past the gate and the relative cuts (a look-up by name always answers when the name is
+    # there). False: only names rare in the store (``rare_share``) pass the gate by themselves.
+    named_answers_all: bool = True
     # -- per-result floor on the fused score, once the query passed the gate.
     result_floor: Mapping[str, float] = field(default_factory=lambda: _frozen({"targeted": 0.15, "ambient": 0.30}))
     # -- relative cut: drop results below this fraction of the best result's score. An absolute
@@ -463,6 +467,68 @@ def rank(
     kw = normalize_keyword(keyword_hits)
     kw_order = [i for i, _ in keyword_hits if i in kw]
     ev = evidence or {}
+    if named and p.named_answers_all:
+        # Holding the name: verbatim in ``code``, or every word of it in ``text`` (``httpx`` in
+        # "use httpx, not requests" is a word there, not an identifier).
+        holding = [i for i in kw_order if ev.get(i, NO_EVIDENCE)[1] > 0 or ev.get(i, NO_EVIDENCE)[0] >= 1.0 - 1e-9]
+        if holding:
+            by_name = _by_name(qvec, matrix, holding, kw, kinds, p, mode, limit, ex, blind)
+            asked = _rank(qvec, matrix, keyword_hits, kinds, salient=salient, doc_freq=doc_freq, params=p, mode=mode,
+                          limit=limit, ids=ids, exclude=ex if ex is not None else (), offsets=offsets, near=near,
+                          evidence=evidence, named=named, unembedded=unembedded, prose=prose)
+            return _with_holders(asked, by_name, limit if limit is not None else int(p.for_mode(p.limit, mode)))
+    return _rank(qvec, matrix, keyword_hits, kinds, salient=salient, doc_freq=doc_freq, params=p, mode=mode,
+                 limit=limit, ids=ids, exclude=ex if ex is not None else (), offsets=offsets, near=near,
+                 evidence=evidence, named=named, unembedded=unembedded, prose=prose)
+
+
+def _with_holders(asked: Ranking, by_name: Ranking, cap: int) -> Ranking:
+    """A look-up by name: what the question's path answers, then every other memory holding the
+    name (best first, scored just under the last answer so the order holds downstream); when
+    that path answers nothing (the name is not rare, the cosine is low), the holders alone."""
+    if not asked.results:
+        return by_name
+    have = {r.index for r in asked.results}
+    rest = [r for r in by_name.results if r.index not in have]
+    if not rest or len(asked.results) >= cap:
+        return asked
+    floor = min(r.score for r in asked.results)
+    top = max(r.score for r in rest) or 1.0
+    scaled = [Ranked(r.index, round(0.99 * floor * r.score / top, 4), r.reasons) for r in rest]
+    return Ranking([*asked.results, *scaled][:cap], asked.gate, asked.candidates + len(rest))
+
+
+def _rank(
+    qvec: np.ndarray | None,
+    matrix: np.ndarray,
+    keyword_hits: Sequence[tuple[int, float]],
+    kinds: Sequence[str],
+    *,
+    salient: Sequence[str] = (),
+    doc_freq: Callable[[str], int] | None = None,
+    params: RankingParams,
+    mode: str = "targeted",
+    limit: int | None = None,
+    ids: Sequence[str] | None = None,
+    exclude: Collection[int] | np.ndarray = (),
+    offsets: np.ndarray | None = None,
+    near: Neighbours | None = None,
+    evidence: Mapping[int, tuple[float, int, int, int]] | None = None,
+    named: bool = False,
+    unembedded: np.ndarray | None = None,
+    prose: bool = False,
+) -> Ranking:
+    """``rank`` for a question: gate -> lanes -> association -> fuse -> select."""
+    p = params
+    ex = _mask(exclude, len(kinds))
+    blind = None if unembedded is None or not unembedded.any() else unembedded
+    if blind is not None and ex is not None:
+        blind = blind & ~ex
+    if ex is not None:
+        keyword_hits = [(i, s) for i, s in keyword_hits if not ex[i]]
+    kw = normalize_keyword(keyword_hits)
+    kw_order = [i for i, _ in keyword_hits if i in kw]
+    ev = evidence or {}
     verbatim = [i for i in kw_order if i in ev and rare(ev[i][1], ev[i][2], p.rare_share)]
     covering = [i for i in kw_order if i in ev and ev[i][0] >= p.gate_coverage - 1e-9
                 and rare(ev[i][3], ev[i][2], p.rare_share) and i not in verbatim]
@@ -544,6 +610,34 @@ def rank(
     _prefer_verbatim(scored, verbatim, named, p.named_holders_only)
     _mark_unembedded(scored, blind)
     return Ranking(select(scored, kinds, p, mode, limit), gate, len(scored))
+
+
+def _by_name(qvec: np.ndarray | None, matrix: np.ndarray, holding: Sequence[int], kw: Mapping[int, float],
+             kinds: Sequence[str], p: RankingParams, mode: str, limit: int | None,
+             ex: np.ndarray | None, blind: np.ndarray | None) -> Ranking:
+    """A query that is nothing but names of the store (``url_for``, ``Flask.url_for``,
+    ``E1101``): the memories holding one verbatim, best first (the fused score), however many
+    share it. The gate and the relative cuts are for questions: a name either occurs in a
+    memory or not, and a name six memories of twenty hold is not rare there, yet each of them
+    is an answer."""
+    if qvec is None or matrix.shape[0] == 0:
+        sims = np.zeros(len(kinds), dtype=np.float32)
+    else:
+        sims = cosine_all(qvec, matrix)
+        if ex is not None:
+            sims[ex] = -np.inf
+        if blind is not None:
+            sims[blind] = -np.inf
+    scored = fuse(_stand_in(sims, blind, kw), [], kw, [], p, extra=holding)
+    for i in holding:
+        scored[i][1].append("verbatim")
+    _mark_unembedded(scored, blind)
+    cap = int(limit if limit is not None else p.for_mode(p.limit, mode))
+    ranked = sorted((Ranked(i, round(s, 4), tuple(r)) for i, (s, r) in scored.items()),
+                    key=lambda r: (-r.score, r.index))
+    finite = [float(sims[i]) for i in holding if np.isfinite(sims[i])]
+    gate = GateDecision(True, max(finite, default=0.0), 0.0, "a look-up by name: the memories holding it")
+    return Ranking(ranked[:cap], gate, len(scored))
 
 
 def _stand_in(sims: np.ndarray, blind: np.ndarray | None, kw: Mapping[int, float]) -> np.ndarray:

@@ -25,6 +25,9 @@ DEFAULTS: dict[str, Any] = {
                "max_file_bytes": 256 * 1024, "max_files": 200_000, "max_listed_invalid": 50},
     "daemon": {"autostart": True, "idle_seconds": 1800, "evict_seconds": 600, "read_wait_seconds": 1.0},
     "duplicates": {"threshold": 0.95, "candidates": 5},
+    # Characters of memory text `context` (the session start) shows in full; the rest is an
+    # index of ids and first lines. Agents take a hook's output whole up to 10,000 characters.
+    "context": {"budget_chars": 6000},
     "read": {},  # retrieval tuning; empty means the tuned defaults in ranking.RankingParams
 }
 WRITE_MODES = ("review", "autonomous")

@@ -1,9 +1,11 @@
-"""What the agent hooks that ``memstore integrate claude|codex|cursor`` writes do when the agent runs them.
+"""What the agent hooks that ``memstore integrate <agent>`` writes do when the agent runs them.
 
-``session-start`` prints the ambient context (``memstore context`` as text), which the agent adds to
-the session. ``prompt`` (Claude Code / Codex UserPromptSubmit) and ``file`` (PreToolUse on the file
-tools) add the memories relevant to the prompt or the file. ``compact`` (Claude Code PreCompact) marks
-the session, so the next prompt carries the session-start context again. ``stop`` asks for the
+``session-start`` prints the ambient context (``memstore context`` as text), which the agent adds
+to the session. ``prompt`` (Claude Code's and Codex's UserPromptSubmit) and ``file``
+(PreToolUse/PostToolUse on the file tools; Cursor's postToolUse/afterFileEdit) inject the memories
+that match the prompt or cite the file (``verbs.recall``; docs/recall.md), through the warm daemon
+when one runs, and print nothing when nothing passes. ``compact`` (Claude Code's PreCompact) marks
+the session, so its next prompt carries the session-start context again. ``stop`` asks for the
 session-end reflection by printing ``{"decision": "block", "reason": ...}`` (Cursor: a
 ``followup_message``), which keeps the agent working on that reason. Stop fires at the end of every
 turn, so it asks once per session, and only once the session has changed the work tree (a
@@ -12,29 +14,38 @@ our own request caused, which is never asked again.
 
 Each agent hands its own JSON and reads its own answer: Claude Code and Codex send ``cwd`` and
 ``session_id``, Cursor ``workspace_roots`` and ``conversation_id``; context goes back as plain text
-(Claude Code's SessionStart and UserPromptSubmit), as ``hookSpecificOutput.additionalContext``
-(Claude Code's PreToolUse, Codex) or as ``additional_context`` (Cursor's sessionStart).
+(Claude Code's SessionStart), as ``hookSpecificOutput.additionalContext`` (Claude Code's other
+events, Codex) or as ``additional_context`` (Cursor).
 
-All fail open: a memstore problem must never stop an agent session, so any error is one line on
-stderr and exit 0. The per-session note lives in the git dir (never committed, never shared).
+All fail open: a memstore problem must never stop an agent session. ``session-start``, ``compact``
+and ``stop`` say so in one line on stderr; ``prompt`` and ``file``, which run on every prompt and
+tool call, say nothing to the agent and log the line to ``hooks.log`` in the daemon's runtime
+dir (so does running past ``MEMSTORE_HOOK_BUDGET``). The per-session note lives in the git dir
+(never committed, never shared).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import os
 import sys
-import time
-from pathlib import Path
-from typing import Any
 
-from .. import gitops
-from ..store.files import atomic_write
-from ..store.kinds import AGENT_HOOK_EVENTS
+TYPE_CHECKING = False  # typing itself is not imported on the hooks' fast path
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
 
-EVENTS = AGENT_HOOK_EVENTS
-KEEP_SECONDS = 14 * 24 * 3600  # session notes older than this are dropped at the next session start
+# ``prompt`` and ``file`` run on every prompt and every file tool call: their path through a
+# running daemon imports no more than entry.py does (json, os, socket); the rest loads only to
+# answer in-process, when no daemon runs.
+EVENTS = ("session-start", "prompt", "file", "compact", "stop")  # as store.kinds.AGENT_HOOK_EVENTS
+RECALL_EVENTS = ("prompt", "file")
+AGENTS = ("claude", "codex", "cursor")
 MAX_INPUT = 1 << 20
+# Seconds a recall hook may take before it gives up and injects nothing (MEMSTORE_HOOK_BUDGET):
+# the agent waits for the hook on every prompt. Through the warm daemon a call takes tens of
+# milliseconds; in-process (no daemon yet) the model alone may take longer than this.
+BUDGET_SECONDS = 5.0
+LOG_NAME = "hooks.log"
 
 
 def reflect_request(python: str) -> str:
@@ -49,18 +60,20 @@ def reflect_request(python: str) -> str:
 
 
 def run_hook(event: str, stdin: str | None = None, agent: str = "claude") -> int:
+    """Run one agent hook; always 0 (the hooks fail open). ``stdin``: the hook's JSON (default:
+    read from stdin); ``agent``: whose output format ``prompt`` and ``file`` answer in."""
+    if event in RECALL_EVENTS:
+        return _recall(event, stdin, agent)
     try:
+        import json
+        from pathlib import Path
+
         text = sys.stdin.read(MAX_INPUT) if stdin is None else stdin
         payload = json.loads(text) if text.strip() else {}
-        payload = payload if isinstance(payload, dict) else {}
-        payload = _common(payload)
+        payload = common_payload(payload if isinstance(payload, dict) else {})
         cwd = Path(str(payload.get("cwd") or ".")).resolve()
         if event == "session-start":
             _session_start(payload, cwd, agent)
-        elif event == "prompt":
-            _after_compaction(payload, cwd, agent)
-        elif event == "file":
-            pass  # memories whose evidence cites the file: not wired yet
         elif event == "compact":
             _compact(payload, cwd)
         elif event == "stop":
@@ -70,7 +83,7 @@ def run_hook(event: str, stdin: str | None = None, agent: str = "claude") -> int
     return 0
 
 
-def _common(payload: dict[str, Any]) -> dict[str, Any]:
+def common_payload(payload: dict[str, Any]) -> dict[str, Any]:
     """Cursor's names for the working directory and the session, as Claude Code and Codex name them."""
     roots = payload.get("workspace_roots")
     if not payload.get("cwd") and isinstance(roots, list) and roots and isinstance(roots[0], str):
@@ -80,112 +93,207 @@ def _common(payload: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
-HOOK_EVENT_NAMES = {"session-start": "SessionStart", "prompt": "UserPromptSubmit", "file": "PreToolUse"}
+def context_output(agent: str, text: str) -> str:
+    """The session-start context ``text`` in the answer ``agent`` reads from that hook."""
+    import json
 
-
-def context_output(agent: str, event: str, text: str) -> str:
-    """``text`` as context in the answer ``agent`` reads from the hook for ``event``."""
     if agent == "cursor":
         return json.dumps({"additional_context": text}) + "\n"
-    if agent == "claude" and event in ("session-start", "prompt"):
-        return text  # stdout on exit 0 is added to the context
-    return json.dumps({"hookSpecificOutput": {"hookEventName": HOOK_EVENT_NAMES[event],
-                                              "additionalContext": text}}) + "\n"
+    if agent == "claude":
+        return text  # a SessionStart hook's stdout on exit 0 is added to the context
+    return json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": text}}) + "\n"
 
 
-def _note_path(cwd: Path, session: Any) -> Path | None:
-    top = gitops.toplevel(cwd)
-    if top is None or not session:
+def session_context(ws: Any) -> str:
+    """The session-start context as the agent reads it: ``memstore context`` rendered as text."""
+    from ..verbs.guide import context
+    from .output import visible
+    from .render import context as render_context
+
+    return visible(render_context(context(ws)))
+
+
+class _Overrun(Exception):
+    pass
+
+
+def _budget() -> float:
+    try:
+        value = float(os.environ.get("MEMSTORE_HOOK_BUDGET") or BUDGET_SECONDS)
+    except ValueError:
+        return BUDGET_SECONDS
+    return value if value > 0 else BUDGET_SECONDS
+
+
+def _log(line: str) -> None:
+    """One line in the runtime dir's hooks.log: a recall hook says nothing to the agent, even
+    when it fails, but a person looking for why it was silent finds it here."""
+    import time
+
+    from . import wire
+
+    try:
+        folder = wire.runtime_dir()
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        wire.check_runtime_dir(folder)  # never a line in a directory another user holds or can read
+        fd = os.open(os.path.join(folder, LOG_NAME), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
+            f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {line}\n")
+    except (OSError, wire.Unavailable, wire.Untrusted):
+        pass
+
+
+def _recall(event: str, stdin: str | None, agent: str) -> int:
+    """``prompt`` / ``file``: the memories to inject, through the daemon when one runs, else
+    in-process under the time budget; any failure or overrun injects nothing and exits 0."""
+    import time
+
+    from .wire import loads
+
+    budget = _budget()
+    try:
+        text = sys.stdin.read(MAX_INPUT) if stdin is None else stdin
+        payload = loads(text) if text.strip() else {}  # the C scanner alone: json.decoder imports re
+        if not isinstance(payload, dict):
+            return 0
+        payload = common_payload(payload)
+        out = _through_daemon(event, payload, agent, budget)
+        if out is None:
+            out = _in_process(event, payload, agent, time.monotonic() + budget)
+        if out:
+            sys.stdout.write(out)
+            sys.stdout.flush()
+    except _Overrun:
+        _log(f"{agent} {event}: over the {budget:g} s budget; nothing injected")
+    except Exception as exc:  # the hooks' one error boundary: fail open, silently
+        _log(f"{agent} {event}: skipped: {type(exc).__name__}: {exc}")
+    return 0
+
+
+def _through_daemon(event: str, payload: dict[str, Any], agent: str, budget: float) -> str | None:
+    """The hook's stdout from a running daemon, or None when none answers (run in-process)."""
+    from . import wire
+
+    if wire.disabled():
         return None
-    base = gitops.git_dir(top) / "memstore" / "sessions"
-    # The session id comes from the agent: hashed, it can only ever name a file in this folder.
-    return base / (hashlib.sha256(str(session).encode("utf-8")).hexdigest()[:32] + ".json")
+    cwd = payload.get("cwd")
+    message: dict[str, object] = {
+        "verb": "recall", "version": wire.code_version(),
+        "cwd": cwd if isinstance(cwd, str) and cwd else os.getcwd(), "store": None, "env": wire.forwarded_env(),
+        "args": {"event": event, "payload": payload, "agent": agent},
+    }
+    try:
+        answer = wire.exchange(message, timeout=budget)
+    except TimeoutError as exc:
+        raise _Overrun() from exc
+    except (wire.Unavailable, wire.Untrusted, OSError, ValueError):
+        return None
+    if answer.get("restart") or "answer" not in answer:
+        return None
+    body = answer["answer"]
+    if not isinstance(body, dict) or answer.get("exit_code"):
+        err = body.get("error") if isinstance(body, dict) else None
+        raise RuntimeError(f"daemon: {err}")
+    return str(body.get("stdout") or "")
+
+
+def _in_process(event: str, payload: dict[str, Any], agent: str, deadline: float) -> str:
+    """The answer computed here, interrupted at ``deadline``; starts a daemon for the next call."""
+    import signal
+    import threading
+    import time
+    from pathlib import Path
+
+    from ..store.workspace import open_workspace
+    from ..verbs.recall import hook
+    from . import client
+
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise _Overrun()
+    timed = threading.current_thread() is threading.main_thread()
+
+    def expire(signum: int, frame: Any) -> None:
+        raise _Overrun()
+
+    old = signal.signal(signal.SIGALRM, expire) if timed else None
+    if timed:
+        signal.setitimer(signal.ITIMER_REAL, left)
+    try:
+        ws = open_workspace(cwd=Path(str(payload.get("cwd") or ".")).resolve())
+        if client.autostarts(ws.config):
+            client.autostart(ws.config)
+        return str(hook(ws, event, payload, agent, context_text=session_context)["stdout"])
+    finally:
+        if timed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
 
 
 def _fingerprint(cwd: Path) -> str:
     """HEAD and the work tree's changes, outside .memory/ (reads and episodes write there)."""
+    import hashlib
+
+    from .. import gitops
+
     top = gitops.toplevel(cwd) or cwd
     head = gitops.head_sha(top) or ""
     status = gitops.run(["status", "--porcelain=v1", "-z", "--", ".", ":(exclude).memory"], top, check=False).stdout
     return hashlib.sha256(f"{head}\0{status}".encode()).hexdigest()
 
 
-def _load(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _save(path: Path, note: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, json.dumps(note) + "\n")
-
-
-def _prune(folder: Path) -> None:
-    cutoff = time.time() - KEEP_SECONDS
-    for old in folder.glob("*.json"):
-        try:
-            if old.stat().st_mtime < cutoff:
-                old.unlink()
-        except OSError:
-            pass
-
-
-def _context_text(cwd: Path) -> str:
-    from ..store.workspace import open_workspace
-    from ..verbs.guide import context
-    from .output import visible
-    from .render import context as render_context
-
-    return visible(render_context(context(open_workspace(cwd=cwd))))
-
-
 def _session_start(payload: dict[str, Any], cwd: Path, agent: str) -> None:
-    note_path = _note_path(cwd, payload.get("session_id"))
-    note = _load(note_path) if note_path is not None else None
-    if note_path is not None:
+    from ..verbs.recall import load_note, note_path, prune_notes, save_note
+
+    path = note_path(cwd, payload.get("session_id"))
+    note = load_note(path) if path is not None else None
+    if path is not None:
         if note is None:  # after a compaction the session goes on: keep its note
-            _save(note_path, {"start": _fingerprint(cwd), "asked": False})
-            _prune(note_path.parent)
+            save_note(path, {"start": _fingerprint(cwd), "asked": False})
+            prune_notes(path.parent)
         elif note.get("compacted"):
-            _save(note_path, {**note, "compacted": False})  # this start carries the context again
-    sys.stdout.write(context_output(agent, "session-start", _context_text(cwd)))
+            save_note(path, {**note, "compacted": False})  # this start carries the context again
+    from ..store.workspace import open_workspace
+    from . import client
+
+    ws = open_workspace(cwd=cwd)
+    sys.stdout.write(context_output(agent, session_context(ws)))
+    if client.autostarts(ws.config):  # warm for the prompt and file hooks that follow
+        client.autostart(ws.config)
 
 
 def _compact(payload: dict[str, Any], cwd: Path) -> None:
-    """Before a compaction: the next prompt of this session carries the session-start context again."""
-    note_path = _note_path(cwd, payload.get("session_id"))
-    if note_path is None:
-        return
-    note = _load(note_path) or {"start": _fingerprint(cwd), "asked": False}
-    _save(note_path, {**note, "compacted": True})
+    """Before a compaction: the next prompt of this session carries the session-start context again
+    (verbs.recall.hook), as a SessionStart hook's output after a compaction is not added."""
+    from ..verbs.recall import load_note, note_path, save_note
 
-
-def _after_compaction(payload: dict[str, Any], cwd: Path, agent: str) -> None:
-    note_path = _note_path(cwd, payload.get("session_id"))
-    note = _load(note_path) if note_path is not None else None
-    if note_path is None or note is None or not note.get("compacted"):
+    path = note_path(cwd, payload.get("session_id"))
+    if path is None:
         return
-    _save(note_path, {**note, "compacted": False})
-    sys.stdout.write(context_output(agent, "prompt", _context_text(cwd)))
+    note = load_note(path) or {"start": _fingerprint(cwd), "asked": False}
+    save_note(path, {**note, "compacted": True})
 
 
 def _stop(payload: dict[str, Any], cwd: Path, agent: str) -> None:
     if payload.get("stop_hook_active"):
         return  # this turn answers our own request: never ask twice in a row
-    note_path = _note_path(cwd, payload.get("session_id"))
-    if note_path is None:
+    from ..verbs.recall import load_note, note_path, save_note
+
+    path = note_path(cwd, payload.get("session_id"))
+    if path is None:
         return
-    note = _load(note_path)
+    note = load_note(path)
     now = _fingerprint(cwd)
-    if note is None:  # a session that began before the integration: start counting from here
-        _save(note_path, {"start": now, "asked": False})
+    if note is None or "start" not in note:
+        # A session that began before the integration (or whose note only the recall hooks
+        # wrote so far): start counting from here.
+        save_note(path, {**(note or {}), "start": now, "asked": False})
         return
     if note.get("asked") or note.get("start") == now:
         return
-    _save(note_path, {**note, "asked": True})
+    save_note(path, {**note, "asked": True})
+    import json
+
     reason = reflect_request(sys.executable)
     answer = {"followup_message": reason} if agent == "cursor" else {"decision": "block", "reason": reason}
     sys.stdout.write(json.dumps(answer) + "\n")

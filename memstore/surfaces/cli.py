@@ -213,7 +213,7 @@ def _run(args: list[str], shown: dict[str, bool]) -> int:
     if a.cmd == "integrate" and a.hook:  # the agents' entry point: fails open, exit 0
         from .agenthooks import run_hook as run_agent_hook
 
-        return run_agent_hook(a.hook, agent=a.agent)
+        return run_agent_hook(a.hook, agent=a.agent if a.agent in ("claude", "codex", "cursor") else "claude")
     try:
         answer, render = _dispatch(a)
     finally:

@@ -32,7 +32,7 @@ __all__ = ["CONNECT_TIMEOUT", "READ_TIMEOUT", "WRITE_TIMEOUT", "code_version", "
 SOCKET_NAME = wire.SOCKET_NAME
 LOCK_NAME = "daemon.lock"
 LOG_NAME = "daemon.log"
-FORWARDED_VERBS = ("read", "write", "update", "show", "list", "context")
+FORWARDED_VERBS = ("read", "write", "update", "show", "list", "context", "recall")
 DaemonUnavailable = wire.Unavailable
 _recv_line = wire.recv_line
 

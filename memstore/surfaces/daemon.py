@@ -369,6 +369,17 @@ class Daemon:
                     return context(ws, task=args.get("task"), limit=args.get("limit"), episode=episode), 0
                 finally:
                     self._embed_after_reply(entry)
+            if verb == "recall":  # an agent hook's per-prompt or per-file injection (agenthooks)
+                from ..verbs.recall import hook
+                from .agenthooks import session_context
+
+                ws.embed_wait = 0.0 if entry.embedding else entry.read_wait
+                try:
+                    payload = args.get("payload")
+                    return hook(ws, str(args.get("event")), payload if isinstance(payload, dict) else {},
+                                str(args.get("agent") or "claude"), context_text=session_context), 0
+                finally:
+                    self._embed_after_reply(entry)
             if verb == "show":
                 return api.show(ws, args.get("id")), 0
             if verb == "list":

@@ -79,12 +79,14 @@ def main() -> int:
     argv = sys.argv[1:]
     if len(argv) == 4 and argv[0] == "integrate" and argv[2] == "--hook":
         # An agent hook (every prompt, every file the agent reads): no parser to build for it.
-        from ..store.kinds import AGENT_HOOK_EVENTS, AGENTS
+        from .agenthooks import AGENTS, EVENTS, RECALL_EVENTS, run_hook
 
-        if argv[1] in AGENTS and argv[3] in AGENT_HOOK_EVENTS:
-            from .agenthooks import run_hook
-
-            return run_hook(argv[3], agent=argv[1])
+        if argv[1] in AGENTS and argv[3] in EVENTS:
+            code = run_hook(argv[3], agent=argv[1])
+            if argv[3] in RECALL_EVENTS:  # the agent waits on these each prompt and tool call
+                sys.stdout.flush()
+                os._exit(code)
+            return code
     stdin = None
     raw: bytes | None = None
     if verb_of(argv) in REMOTE_VERBS and "-" in argv and sys.stdin is not None:

@@ -78,18 +78,26 @@ def diff(answer: dict[str, Any]) -> str:
 
 # -- the agent loop -------------------------------------------------------------------------------
 def context(answer: dict[str, Any]) -> str:
+    """The session start's text: every memory in full (each line quoted, as the hooks quote
+    memory text), then the index of what did not fit, to fetch with ``memstore show``."""
     out = [answer["guidance"], f"write mode: {answer['write_mode']}"
            + (f"; episode {answer['episode']}" if answer.get("episode") else "; no episode open")]
-    for title, key in (("Preferences", "preferences"), ("Current facts (by utility)", "facts"),
-                       ("Recent changes", "recent_changes"), ("Relevant to " + repr(answer.get("query") or ""),
-                                                              "relevant")):
+    for title, key in (("Relevant to " + repr(answer.get("query") or ""), "relevant"), ("Preferences", "preferences"),
+                       ("Current facts", "facts"), ("Failed tactics (watch-outs)", "failed_tactics"),
+                       ("Open problems", "open_problems"), ("Recent changes", "recent_changes")):
         items = answer.get(key) or []
         if not items:
             continue
         out.append(f"\n{title}:")
         for m in items:
             stale = "  (stale: verify)" if m.get("stale") else ""
-            out.append(f"  {m['kind']:<13} {m['id'][:10]}  {_short100(m['text'])}{stale}")
+            out.append(f"  [{m['kind']} {m['id']}]{stale}")
+            out.extend("  | " + line for line in str(m["text"]).splitlines() or [""])
+    if answer.get("index"):
+        out.append("\nAlso known (not shown in full; `memstore show <id>`):")
+        out.extend(f"  {e['kind']:<13} {e['id']}  {e['first_line']}" for e in answer["index"])
+    if answer.get("not_listed"):
+        out.append(f"  ... and {answer['not_listed']} more (`memstore list`)")
     if answer.get("note"):
         out.append(f"\n{answer['note']}")
     return "\n".join(out) + "\n"
