@@ -19,7 +19,7 @@ from typing import Any
 from .. import gitops
 from ..errors import Conflict, DiskFull, GitError, InvalidFile, NoStore
 from . import ids, kinds
-from .config import Config
+from .config import MAX_FIELD_CHARS, MAX_LIST_ITEMS, Config
 from .files import (
     MAX_FILE_BYTES,
     atomic_write,
@@ -47,10 +47,6 @@ git:
   stage: true             # git-add new memory/event files (repo store)
   commit: false           # also commit each write (the global store always commits)
 """
-# Per-field caps on what a store file may hand to the indexes (a hand-written or hostile file
-# skips the write path's gates); generous beside what `write` accepts.
-MAX_FIELD_CHARS = 16_000
-MAX_LIST_ITEMS = 200
 # An episode line longer than this is skipped unread: evidence refs need only the seq numbers.
 MAX_EPISODE_LINE = 1 << 20
 
