@@ -69,7 +69,8 @@ def build(folder: Path, schema: Any, docs: list[Doc], writer_args: dict[str, Any
     t0 = time.perf_counter()
     writer = ix.writer(**writer_args)
     for mid, kind, tags, text in docs:
-        writer.add_document(id=mid, kind=kind, tags=",".join(tags), text=text, code=text)
+        doc = {"id": mid, "kind": kind, "tags": ",".join(tags), "text": text, "code": text}
+        writer.add_document(**{name: value for name, value in doc.items() if name in schema})
     writer.commit()
     return time.perf_counter() - t0
 
