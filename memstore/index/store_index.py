@@ -274,6 +274,21 @@ class StoreIndex:
             self._sync(kw, {})
             self._changed_on_disk()
 
+    def _keyword_to_disk(self) -> None:
+        """A keyword index held in memory (the device was full) goes back to disk once there is
+        room: tried when a long-lived process saves (the daemon, idle), not on every read."""
+        assert self.keyword is not None
+        with self._lock():
+            self.keyword.reset()
+            if self.keyword.in_memory:
+                return  # still no room
+            pending = self.pending
+            self.state.kw_manifest = {}
+            kw, _ = self._plan(None)
+            self._sync(kw, {})
+            self.pending = pending
+            self._dirty = True
+
     def _changed_on_disk(self) -> None:
         """This process changed the files (the caller holds the index lock): a new generation,
         saved now or, with ``defer_saves``, at the next flush."""
@@ -465,6 +480,8 @@ class StoreIndex:
             return None
         if self._kw_build is not None and (self._kw_build.done.is_set() or not self._kw_build.started):
             self.refresh(walk=False, budget=0.0)  # start a planned build; swap a finished one in
+        if self.keyword is not None and self.keyword.in_memory and self._kw_build is None:
+            self._keyword_to_disk()
         if not self._dirty:
             if self._disk_intact():
                 return None
@@ -833,6 +850,8 @@ class _KeywordBuild:
         t0 = time.monotonic()
         try:
             index = KeywordIndex(self.folder, params, fresh=True)
+            if index.in_memory:  # no room for its files: nothing to swap in
+                raise DiskFull("no space left on the device for the keyword index")
             try:
                 index.apply(((mid, kind, tags, text) for mid, _key, kind, tags, text in docs), [])
             finally:
