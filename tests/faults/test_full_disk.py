@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -109,3 +111,48 @@ def test_a_full_disk_fails_each_write_as_disk_full_leaving_nothing_and_reads_ans
         rc, got, err = run_cli([*FACT, "The staging deploy is skipped on public holidays."], cwd=repo, env=env)
         assert rc == 0 and got["ok"], (got, err)
         assert set(acked) <= {m["id"] for m in run_cli(["list", "--all"], cwd=repo, env=env)[1]["memories"]}
+
+
+def test_the_daemon_answers_while_the_disk_is_full_and_saves_its_index_once_there_is_room(tmp_path: Path) -> None:
+    """A long-lived daemon holds the keyword index in memory while the device is full, and puts
+    it back on disk when it saves with room again (idle): no restart, no reindex."""
+    from daemonworld import Env
+
+    with _small_disk(tmp_path) as mnt:
+        life = Env(mnt / "d")
+        proc = None
+        try:
+            with life.environ():
+                repo = life.make_repo("repo")
+            git(repo, "add", "-A")
+            git(repo, "commit", "-q", "-m", "memory layout")
+            proc = life.start("--idle", "600")
+            rc, got, err = life.cli(*FACT, "The staging deploy runs at noon on weekdays.", cwd=repo)
+            assert rc == 0 and got["ok"], (got, err)
+            rc, got, err = life.cli("read", "when does the staging deploy run", cwd=repo)
+            assert rc == 0 and got["results"], (got, err)
+            rc, got, err = life.cli(*FACT, "The cache warms in nine minutes after a deploy.", cwd=repo)
+            assert rc == 0 and got["ok"], (got, err)
+            keyword = repo / ".memory" / ".index" / "keyword"
+            filler = mnt / "filler"
+            # The device fills, and the keyword index is lost meanwhile (deleted, as any damage):
+            # the daemon has no room to build it again.
+            _fill(filler, 0)
+            shutil.rmtree(keyword)
+            _fill(filler, 0)
+            rc, got, err = life.cli("read", "how long does the cache take to warm", cwd=repo)
+            assert rc == 0 and got["ok"], (got, err)
+            assert any("cache warms" in r["text"] for r in got["results"]), got
+            assert not list(keyword.glob("*.toc"))
+            filler.unlink()
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not list(keyword.glob("*.toc")):  # the daemon saves when idle
+                time.sleep(1)
+            assert list(keyword.glob("*.toc")), life.log()
+            rc, got, err = life.cli("read", "how long does the cache take to warm", cwd=repo)
+            assert rc == 0 and not any("no space left" in w for w in got.get("warnings", [])), got
+            assert any("cache warms" in r["text"] for r in got["results"]), got
+        finally:
+            life.cleanup()
+            if proc is not None:
+                proc.wait(timeout=30)
