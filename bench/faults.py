@@ -1,5 +1,6 @@
 """Faults memstore must survive, measured: crashes, concurrent writers, damaged projections,
-broken files, branches, a full disk. Prints one table (and, last, one JSON line).
+broken files, branches, a full disk, a killed index build. Prints one table (and, last, one
+JSON line).
 
 Run (from the repo root, venv active; root is needed for the tmpfs of the full-disk scenario,
 without it a file size limit stands in for the full device):
@@ -7,6 +8,7 @@ without it a file size limit stands in for the full device):
     python bench/faults.py                                   # the issue's counts: 50 trials, 8 x 200 writes
     python bench/faults.py --trials 5 --writers 4 --writes 20
     python bench/faults.py --only damage,yaml
+    python bench/faults.py --only full_disk,killed_build --trials 11 --build-trials 30
 
 Everything is real: `python -m memstore` subprocesses, a real `memstore serve`, real git, real
 `kill -9`, a real tmpfs. Each scenario works in its own git repo under a temporary directory
@@ -17,7 +19,10 @@ fresh process); lost (acknowledged but not on disk: must be 0); failed reads (a 
 not answer ok); reads until healed (after damage to `.index/`: reads until the answer equals
 the one before, worst trial; 1 = the first read after the damage already answers as before).
 Every scenario also runs `memstore check`: a store it does not find clean is counted in
-"corrupt stores" (must be 0). Writes carry `allow_duplicate` so that, without the daemon, a
+"corrupt stores" (must be 0); so is, for the full disk, a refused write that left a file or an
+unstaged change behind, and for the killed build, a read after the kill that answered otherwise
+than a fresh rebuild (a read that waited past `--read-bound` is a failed read: a wedge).
+Writes carry `allow_duplicate` so that, without the daemon, a
 write does not load the embedding model: this measures durability, not the duplicate gate.
 """
 
@@ -430,7 +435,25 @@ def _no_room() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
 
 
+GAPS_KIB = (0, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)  # room left before a write: none, the file only, enough
+
+
+def _fill(filler: Path, leave_kib: int) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        filler.unlink()
+    # The file's close raises ENOSPC too (its buffer flushes): both inside the suppress.
+    with contextlib.suppress(OSError), open(filler, "wb") as fh:
+        while True:
+            fh.write(b"\0" * 4096)
+    if leave_kib:
+        os.truncate(filler, max(0, filler.stat().st_size - leave_kib * 1024))
+
+
 def full_disk(world: World, args: argparse.Namespace) -> Row:
+    """Each trial fills the device but for a few KiB (none, room for the memory file but not
+    for git's object and index, room for all), then writes through the CLI, then reads and
+    shows while the device is still full: a write is acknowledged or refused as disk_full with
+    nothing left behind (no file, nothing unstaged); reads answer."""
     with small_disk(world.base) as mnt:
         row = Row("full disk (2 MB tmpfs)" if mnt else "full disk (RLIMIT_FSIZE=0: no tmpfs here)",
                   trials=args.trials)
@@ -438,13 +461,12 @@ def full_disk(world: World, args: argparse.Namespace) -> Row:
         rng = random.Random(7)
         acked: set[str] = set()
         clear = 0
+        unclear: list[str] = []
+        reads = 0
         for trial in range(args.trials):
             filler = (mnt or world.base) / "filler"
             if mnt is not None:
-                # The file's close raises ENOSPC too (its buffer flushes): both inside the suppress.
-                with contextlib.suppress(OSError), open(filler, "wb") as fh:
-                    while True:
-                        fh.write(b"\0" * 65536)
+                _fill(filler, GAPS_KIB[trial % len(GAPS_KIB)])
             before = {p for p in (repo / ".memory").rglob("*") if ".index" not in p.parts}
             proc = subprocess.run([sys.executable, "-m", "memstore", *write_args(sentence(rng, trial))], cwd=repo,
                                   env=world.env(False), capture_output=True, text=True, check=False,
@@ -457,10 +479,25 @@ def full_disk(world: World, args: argparse.Namespace) -> Row:
                     acked.add(got["id"])
                 elif got.get("error", {}).get("code") == "disk_full":
                     clear += 1
+                else:
+                    unclear.append(str(got.get("error", {}).get("code")))
             after = {p for p in (repo / ".memory").rglob("*") if ".index" not in p.parts}
             if after - before and not ok:  # a refused write must leave nothing behind
                 row.corrupt += 1
                 row.notes.append(f"half-written: {sorted(map(str, after - before))[:3]}")
+            status = world.git(repo, "--no-optional-locks", "status", "--porcelain", "--untracked-files=all",
+                               "--", ".memory", check=False).stdout
+            loose = [line for line in status.splitlines() if not line.startswith("A  ")]
+            if loose:
+                row.corrupt += 1
+                row.notes.append(f"not staged: {loose[:3]}")
+            if mnt is not None:  # reads while the device is full
+                _fill(filler, 0)
+                reads += 1
+                rc, out = world.cli("read", "which setting is the deploy runner", "--no-global", cwd=repo)
+                if rc != 0 or not out.get("ok"):
+                    row.failed_reads += 1
+                    row.notes.append(f"read while full: {json.dumps(out)[:200]}")
             with contextlib.suppress(FileNotFoundError):
                 filler.unlink()
             # Room again: the same store takes a write.
@@ -468,12 +505,95 @@ def full_disk(world: World, args: argparse.Namespace) -> Row:
             if mid:
                 acked.add(mid)
         row.acknowledged = len(acked)
-        row.notes.append(f"a clear disk_full error {clear} of {args.trials} times")
+        refused = clear + len(unclear)
+        row.notes.append(f"{refused} refused writes, {clear} of them a clear disk_full error"
+                         + (f" (others: {', '.join(sorted(set(unclear)))})" if unclear else ""))
+        if reads:
+            row.notes.append(f"{reads - row.failed_reads} of {reads} reads answered while the device was full")
         audit(world, repo, acked, row)
         return row
 
 
-SCENARIOS = ("writers", "kill_writer", "kill_daemon", "damage", "yaml", "branches", "full_disk")
+# -- a killed keyword index build -------------------------------------------------------------------
+def _fill_store(repo: Path, n: int) -> None:
+    """``n`` short memories written as files (no CLI: this is the build's setup, not a write)."""
+    from memstore.store import ids
+    from memstore.store.config import Config
+    from memstore.store.disk import Store
+    from memstore.store.model import Memory
+
+    rng = random.Random(9)
+    config = Config().with_overrides({"git": {"stage": False, "commit": False}})
+    store = Store(root=repo / ".memory", scope="repo", config=config, worktree=None)
+    for i in range(n):
+        store.create_memory(Memory(id=ids.new_id(), kind="fact", text=sentence(rng, i), scope="repo",
+                                   created="2026-03-01T10:00:00Z", author="bench", evidence=["user:bench"]))
+
+
+def _lock_holders(lock: Path) -> list[int]:
+    """Processes holding ``lock`` open (Linux /proc): what a wedged build leaves behind."""
+    holders = []
+    with contextlib.suppress(OSError):
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            with contextlib.suppress(OSError):
+                if any(os.readlink(f"/proc/{pid}/fd/{fd}") == str(lock) for fd in os.listdir(f"/proc/{pid}/fd")):
+                    holders.append(int(pid))
+    return holders
+
+
+def killed_build(world: World, args: argparse.Namespace) -> Row:
+    """``kill -9`` of ``memstore reindex --full`` at a random moment, then a read in a fresh
+    process: it must answer within ``--read-bound`` seconds (a build's helpers left holding the
+    index lock once made every later read wait for ever) and equal a fresh rebuild's answer."""
+    n = args.build_memories
+    row = Row(f"kill -9 of reindex --full ({n} memories)", trials=args.build_trials)
+    repo = world.repo("killbuild")
+    _fill_store(repo, n)
+    world.git(repo, "add", "-A")
+    world.git(repo, "commit", "-q", "-m", "memories")
+    query = ["read", "which setting is the deploy runner", "--no-global"]
+    world.cli("reindex", "--full", cwd=repo, timeout=1800)  # the embedding cache then holds every vector
+    t0 = time.monotonic()
+    world.cli("reindex", "--full", cwd=repo, timeout=1800)
+    build_s = time.monotonic() - t0
+    rc, fresh = world.cli(*query, cwd=repo)
+    want = [(r["id"], r["score"]) for r in fresh.get("results", [])]
+    lock = repo / ".memory" / ".index" / "index.lock"
+    rng = random.Random(13)
+    wedged = differ = 0
+    worst = 0.0
+    for _ in range(args.build_trials):
+        proc = subprocess.Popen([sys.executable, "-m", "memstore", "reindex", "--full"], cwd=repo,
+                                env=world.env(False), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.3, build_s))
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        t0 = time.monotonic()
+        try:
+            rc, out = world.cli(*query, cwd=repo, timeout=args.read_bound)
+        except subprocess.TimeoutExpired:
+            wedged += 1
+            row.failed_reads += 1
+            for pid in _lock_holders(lock):  # the killed build's orphans, so the next trial can run
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            continue
+        worst = max(worst, time.monotonic() - t0)
+        if rc != 0 or not out.get("ok"):
+            row.failed_reads += 1
+        elif [(r["id"], r["score"]) for r in out["results"]] != want:
+            differ += 1
+            row.corrupt += 1
+    row.notes.append(f"a full build takes {build_s:.1f} s; kills at 0.3 s..that")
+    row.notes.append(f"{wedged} of {args.build_trials} reads after a kill waited past {args.read_bound:.0f} s "
+                     f"(wedged); {differ} answered otherwise than a fresh rebuild; slowest answer {worst:.1f} s")
+    audit(world, repo, set(), row)
+    return row
+
+
+SCENARIOS = ("writers", "kill_writer", "kill_daemon", "damage", "yaml", "branches", "full_disk", "killed_build")
 
 
 def main() -> int:
@@ -483,6 +603,10 @@ def main() -> int:
     ap.add_argument("--writes", type=int, default=200)
     ap.add_argument("--kill-window", type=float, default=3.0, help="a writer is killed after 0.05..this many s")
     ap.add_argument("--max-reads", type=int, default=5, help="reads tried after a damage before giving up")
+    ap.add_argument("--build-memories", type=int, default=2500,
+                    help="the killed build's store (over 2,000: the bulk writer)")
+    ap.add_argument("--build-trials", type=int, default=30, help="kills of reindex --full")
+    ap.add_argument("--read-bound", type=float, default=120.0, help="seconds a read after a killed build may take")
     ap.add_argument("--only", default=",".join(SCENARIOS), help="comma-separated: " + ",".join(SCENARIOS))
     args = ap.parse_args()
     only = set(args.only.split(","))
@@ -505,6 +629,8 @@ def main() -> int:
                 rows += [branches(world, args, "merged"), branches(world, args, "rebased")]
             if "full_disk" in only:
                 rows.append(full_disk(world, args))
+            if "killed_build" in only:
+                rows.append(killed_build(world, args))
         finally:
             world.close()
     print("| scenario | trials | acknowledged writes | memories on disk after | lost | failed reads "

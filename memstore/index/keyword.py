@@ -1,4 +1,4 @@
-"""The keyword projection (lane B): a Whoosh BM25F index over text, code, tags and kind.
+"""The keyword projection (lane B): a Whoosh BM25F index over text, code and tags.
 
 Catches exact identifiers, error strings and file names that embeddings blur. Identifiers are
 indexed twice: whole and by pieces in ``code`` (``resp.raise_for_status``, ``raise_for_status``)
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 if TYPE_CHECKING:
     import numpy as np
 
+from ..errors import DiskFull
 from ..store.files import disk_full
 from .safepickle import harden
 from .terms import (
@@ -34,7 +35,9 @@ from .terms import (
     keyword_weighting,
 )
 
-SCHEMA_VERSION = "5"  # 4: the code field and the identifier-splitting text analyser; 5: analysers in index.terms
+# 4: the code field and the identifier-splitting text analyser; 5: analysers in index.terms;
+# 6: no positions in ``text`` and no ``kind`` (nothing read them), one writer process
+SCHEMA_VERSION = "6"
 
 
 class BM25Params(Protocol):
@@ -108,13 +111,16 @@ def _healing(method: Callable[..., _T]) -> Callable[..., _T]:
 
 
 def _schema() -> Any:
+    """What a read uses and no more: each term's documents and frequencies, the field lengths
+    and the stored ``id`` (``ArrayScorer``). The term positions of ``text`` (for phrase
+    queries, which no read makes) and a stored ``kind`` (never read) took 23% of its bytes:
+    9.07 MB against 7.01 MB at 10k memories (bench/index_size.py)."""
     from whoosh.fields import ID, KEYWORD, TEXT, Schema
 
     return Schema(
         id=ID(stored=True, unique=True),
-        kind=ID(stored=True),
         tags=KEYWORD(lowercase=True, commas=True, scorable=True),
-        text=TEXT(analyzer=keyword_analyzer()),
+        text=TEXT(analyzer=keyword_analyzer(), phrase=False),
         code=TEXT(analyzer=code_analyzer(), phrase=False),
     )
 
@@ -165,6 +171,8 @@ class KeywordIndex:
         # files (name -> [size, mtime_ns]). None: no such generation is trusted.
         self.vouch: Callable[[dict[str, list[int]]], bool] | None = None
         self._healing = False
+        # Held in memory only (``to_memory``): the device had no room for the files.
+        self.in_memory = False
         self._print: dict[str, tuple[int, int, int]] = {}
         self._print_gen = -1
         self._searcher: Any = None
@@ -190,10 +198,29 @@ class KeywordIndex:
             if folder.is_symlink():  # never follow a link out of the store (memstore.store.files.real_dir)
                 folder.unlink()
             shutil.rmtree(folder, ignore_errors=True)
-            folder.mkdir(parents=True, exist_ok=True)
-            self.ix = index.create_in(str(folder), _schema())
-            marker.write_text(SCHEMA_VERSION)
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                self.ix = index.create_in(str(folder), _schema())
+                marker.write_text(SCHEMA_VERSION)
+            except OSError as exc:
+                if not isinstance(exc, DiskFull) and disk_full(exc, "the keyword index") is None:
+                    raise
+                shutil.rmtree(folder, ignore_errors=True)
+                self.to_memory()
+                return
+        self.in_memory = False
         self.created = fresh
+        self._take_print()
+
+    def to_memory(self) -> None:
+        """Hold an empty index in memory from now on (the owner refills it): the device has no
+        room for its files. Reads go on answering; nothing of it is saved."""
+        from whoosh.filedb.filestore import RamStorage
+
+        self.close()
+        self.ix = RamStorage().create_index(_schema())
+        self.in_memory = True
+        self.created = True
         self._take_print()
 
     def reset(self) -> None:
@@ -206,7 +233,7 @@ class KeywordIndex:
     def _take_print(self) -> None:
         """Note the files as they are now: Whoosh never changes a file once written, so a later
         difference in size, mtime or inode is damage, not another writer's commit."""
-        self._print = folder_files(self.folder)
+        self._print = {} if self.in_memory else folder_files(self.folder)
         try:
             self._print_gen = self.ix.latest_generation()
         except Exception:
@@ -216,6 +243,8 @@ class KeywordIndex:
         """Whether the files were deleted, truncated or rewritten behind this index's back (a few
         stats). Checked before a read: Whoosh maps the files into memory, where a truncated file
         kills the process (SIGBUS) and a garbled one answers garbage without an error."""
+        if self.in_memory:
+            return False
         if not self.folder.is_dir():
             return True
         missing = False
@@ -288,11 +317,16 @@ class KeywordIndex:
                         fromindex=self.ix)
 
     @_healing
-    def apply(self, upserts: Iterable[tuple[str, str, list[str], str]], removes: Iterable[str], *,
-              fork: bool = True) -> None:
+    def apply(self, upserts: Iterable[tuple[str, str, list[str], str]], removes: Iterable[str]) -> None:
         """Add or replace (id, kind, tags, text) documents and delete ids, in one commit.
-        ``fork=False``: never Whoosh's multi-process writer (a thread beside others must not
-        fork: a child can inherit a lock another thread held, and wait on it for ever)."""
+
+        Always in this process. Whoosh's multi-process writer forks helpers that inherit the
+        store's index lock (an flock belongs to the open file, which a fork shares) and wait on
+        a queue only their parent feeds: a parent killed mid-build (kill -9, the OOM killer)
+        left them under PID 1 holding the lock, and every later read, reindex and daemon
+        waited for ever. They bought little: 10k memories in 17 s against 19 s for one process
+        on two cores (bench/index_size.py), and one process is what the daemon's background
+        build always used (a thread beside others must not fork either)."""
         from whoosh.writing import AsyncWriter
 
         upserts = list(upserts)
@@ -309,17 +343,12 @@ class KeywordIndex:
         else:
             reader = self.searcher.reader()
             present = {mid for mid, *_ in upserts if ("id", mid) in reader}
-        if not big:
-            writer = AsyncWriter(self.ix)
-        elif fork:
-            writer = self.ix.writer(procs=2, multisegment=True, limitmb=128)
-        else:
-            writer = self.ix.writer(limitmb=128)
+        writer = self.ix.writer(limitmb=128) if big else AsyncWriter(self.ix)
         try:
             for mid in removes:
                 writer.delete_by_term("id", mid)
-            for mid, kind, tags, text in upserts:
-                doc = {"id": mid, "kind": kind, "tags": ",".join(tags), "text": text, "code": text}
+            for mid, _kind, tags, text in upserts:
+                doc = {"id": mid, "tags": ",".join(tags), "text": text, "code": text}
                 if mid in present:
                     writer.update_document(**doc)
                 else:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import DiskFull
 from ..store.catalog import Catalog
 from ..store.files import atomic_write, content_hash, file_lock, private_dir
 from ..store.model import Memory
@@ -273,13 +274,38 @@ class StoreIndex:
             self._sync(kw, {})
             self._changed_on_disk()
 
+    def _keyword_to_disk(self) -> None:
+        """A keyword index held in memory (the device was full) goes back to disk once there is
+        room: tried when a long-lived process saves (the daemon, idle), not on every read."""
+        assert self.keyword is not None
+        with self._lock():
+            self.keyword.reset()
+            if self.keyword.in_memory:
+                return  # still no room
+            pending = self.pending
+            self.state.kw_manifest = {}
+            kw, _ = self._plan(None)
+            self._sync(kw, {})
+            self.pending = pending
+            self._dirty = True
+
     def _changed_on_disk(self) -> None:
         """This process changed the files (the caller holds the index lock): a new generation,
         saved now or, with ``defer_saves``, at the next flush."""
         self.state.generation = max(self.state.generation, self._disk_gen() or 0) + 1
         self._dirty = True
         if not self.defer_saves:
-            self._save()
+            try:
+                self._save()
+            except DiskFull as exc:
+                self._no_room(exc)
+
+    def _no_room(self, exc: DiskFull) -> None:
+        """The device is full: the projections stay in this process's memory, unsaved (the
+        answer says so); the files are the truth, so a later process only catches up."""
+        self._dirty = True
+        self._note("no space left on the device: the index is held in memory and not saved "
+                   f"({exc.message}); free some space")
 
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
@@ -454,6 +480,8 @@ class StoreIndex:
             return None  # a store deleted under a long-lived process is not brought back by its index
         if self._kw_build is not None and (self._kw_build.done.is_set() or not self._kw_build.started):
             self.refresh(walk=False, budget=0.0)  # start a planned build; swap a finished one in
+        if self.keyword is not None and self.keyword.in_memory and self._kw_build is None:
+            self._keyword_to_disk()
         if not self._dirty:
             if self._disk_intact():
                 return None
@@ -471,6 +499,10 @@ class StoreIndex:
                 lock.__exit__(None, None, None)
                 return None
             write = self._save_later()
+        except DiskFull as exc:
+            lock.__exit__(None, None, None)
+            self._no_room(exc)
+            return None
         except BaseException:
             lock.__exit__(None, None, None)
             raise
@@ -478,6 +510,8 @@ class StoreIndex:
         def finish() -> None:
             try:
                 write()
+            except DiskFull as exc:
+                self._no_room(exc)
             finally:
                 lock.__exit__(None, None, None)
 
@@ -523,10 +557,21 @@ class StoreIndex:
         changed = False
         if kw and not self._keyword_later(kw):
             upsert = [m for m, key in kw.items() if key is not None]
-            self.keyword.apply(
-                ((m, mems[m].kind, mems[m].tags, mems[m].text) for m in upsert),
-                [m for m, key in kw.items() if key is None],
-            )
+            try:
+                self.keyword.apply(
+                    ((m, mems[m].kind, mems[m].tags, mems[m].text) for m in upsert),
+                    [m for m, key in kw.items() if key is None],
+                )
+            except DiskFull as exc:
+                if self.keyword.in_memory:
+                    raise
+                # No room for a new segment: the whole index again, in memory.
+                self._no_room(exc)
+                self.keyword.to_memory()
+                self.state.kw_manifest = {}
+                kw = self._plan(None)[0]
+                self.keyword.apply(((m, mems[m].kind, mems[m].tags, mems[m].text)
+                                    for m, key in kw.items() if key is not None), [])
             _patch(self.state.kw_manifest, kw)
             self.scan = None  # the index holds the catalog again
             changed = True
@@ -729,7 +774,10 @@ class StoreIndex:
         saved_at = time.monotonic()
 
         def save() -> None:
-            cache.put_many([keys[i] for i in unsaved], out[unsaved])
+            try:
+                cache.put_many([keys[i] for i in unsaved], out[unsaved])
+            except DiskFull as exc:
+                self._no_room(exc)  # the vectors are in ``out``: only the next process embeds again
             for i in unsaved:
                 self._ready.pop(keys[i], None)
 
@@ -802,10 +850,10 @@ class _KeywordBuild:
         t0 = time.monotonic()
         try:
             index = KeywordIndex(self.folder, params, fresh=True)
+            if index.in_memory:  # no room for its files: nothing to swap in
+                raise DiskFull("no space left on the device for the keyword index")
             try:
-                # One writer in this thread: forking Whoosh's writer processes from a daemon
-                # whose other threads hold locks left children waiting on them for ever.
-                index.apply(((mid, kind, tags, text) for mid, _key, kind, tags, text in docs), [], fork=False)
+                index.apply(((mid, kind, tags, text) for mid, _key, kind, tags, text in docs), [])
             finally:
                 index.close()
         except BaseException as exc:  # reported by the swap; reads keep the scan lane until then

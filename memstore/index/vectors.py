@@ -8,7 +8,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from ..store.files import atomic_file
+from ..store.files import atomic_file, full_device
 from .terms import top_k
 
 NORM_TOLERANCE = 1e-3
@@ -107,7 +107,13 @@ class VectorIndex:
     # -- persistence ---------------------------------------------------------------------------
     def save(self, path: Path) -> None:
         with atomic_file(path) as tmp:
-            faiss.write_index(self.index, str(tmp))
+            try:
+                faiss.write_index(self.index, str(tmp))
+            except RuntimeError as exc:  # faiss reports a failed write as a C++ exception: its text says why
+                full = full_device(str(exc), path.name)
+                if full is not None:
+                    raise full from exc
+                raise
 
     @classmethod
     def load(cls, path: Path, dim: int, ids_by_label: dict[int, str]) -> VectorIndex:

@@ -19,7 +19,7 @@ def find_duplicates(ws: Workspace, mem: Memory) -> list[dict[str, Any]]:
     """Same-kind memories within the configured cosine of ``mem``'s text; an exact copy has
     cosine 1.0. Without an embedder, same-kind memories with the same normalised text."""
     scopes = ["global"] if mem.scope == "global" else ws.scopes()
-    threshold = float(ws.config.get("duplicates", "threshold", 0.95))
+    threshold = float(ws.config.number("duplicates", "threshold"))
     try:
         from ..index.embedder import EmbedderUnavailable
         from .retrieve import semantic_duplicates

@@ -622,7 +622,7 @@ def semantic_duplicates(ws: Workspace, mem: Memory, scopes: list[str], threshold
     p = params_from_config(ws.config)
     out: list[dict[str, Any]] = []
     qvec = embed_for_store(ws, mem.scope, mem.text, p)  # EmbedderUnavailable: the caller falls back
-    k = int(ws.config.get("duplicates", "candidates", 5))
+    k = int(ws.config.number("duplicates", "candidates"))
     for scope in scopes:
         try:
             si = store_index(ws, scope, p)

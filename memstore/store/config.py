@@ -34,9 +34,35 @@ WRITE_MODES = ("review", "autonomous")
 
 Problem = tuple[str, str]  # (severity: "error" | "warning", message)
 
-# A store's config.yaml comes with every clone: it may lower the caps on what memstore parses
-# but never lift them past these ceilings.
-CAP_CEILINGS: dict[str, int] = {"max_file_bytes": 1024 * 1024, "max_files": 1_000_000, "max_listed_invalid": 10_000}
+# The parser's fixed caps (store/disk): what one store file may hand to the indexes, whatever
+# the settings say (a hand-written or hostile file skips the write path's gates).
+MAX_FIELD_CHARS = 16_000
+MAX_LIST_ITEMS = 200
+
+# Every number a setting may hold: (floor, ceiling), both allowed. One table for the config
+# loader (a value outside is dropped and named, its default applying), the environment (a
+# value outside is ``bad_config``), ``check`` (which names it before it is committed) and the
+# code that reads the value. A ceiling is what the parser serves: a write the parser would
+# refuse to read back is never acknowledged (text past MAX_FIELD_CHARS was written, then never
+# served, and refused by the next commit's check). A store's config.yaml comes with every
+# clone: it may lower the caps on what memstore parses but never lift them past these.
+LIMITS: dict[tuple[str, str], tuple[int | float, int | float]] = {
+    ("limits", "max_text_chars"): (1, MAX_FIELD_CHARS),
+    ("limits", "max_rationale_chars"): (0, MAX_FIELD_CHARS),
+    ("limits", "max_evidence"): (1, MAX_LIST_ITEMS),  # every memory needs one
+    ("limits", "max_file_bytes"): (4096, 1024 * 1024),
+    ("limits", "max_files"): (1, 1_000_000),
+    ("limits", "max_listed_invalid"): (0, 10_000),
+    # A row of an episode is read back only under 1 MiB (store/disk.MAX_EPISODE_LINE); JSON may
+    # spell a character in up to 6.
+    ("episodes", "max_event_chars"): (100, 100_000),
+    ("daemon", "idle_seconds"): (1, 7 * 24 * 3600),
+    ("daemon", "evict_seconds"): (1, 7 * 24 * 3600),
+    ("daemon", "read_wait_seconds"): (0, 60),
+    # Cosine similarity at which a write is refused as a duplicate: 0 would refuse every write.
+    ("duplicates", "threshold"): (0.5, 1.0),
+    ("duplicates", "candidates"): (1, 100),
+}
 
 # env var -> (section, key, type); only the settings people plausibly flip per shell
 ENV_KEYS: dict[str, tuple[str | None, str, type]] = {
@@ -112,28 +138,43 @@ class Config:
     def write_mode(self) -> str:
         return str(self.data.get("write_mode", "review"))
 
+    def number(self, section: str, key: str) -> Any:
+        """A numeric setting, within its ``LIMITS``; anything else (a Config built by hand, a
+        value a loader let through) counts as the default."""
+        default = DEFAULTS[section][key]
+        value = self.get(section, key, default)
+        if not _same_type(value, default) or limit_error(section, key, value) is not None:
+            return default
+        return type(default)(value)
+
     @property
     def max_text_chars(self) -> int:
-        return int(self.get("limits", "max_text_chars", 4000))
+        return int(self.number("limits", "max_text_chars"))
 
     @property
     def read_wait(self) -> float:
-        """``daemon.read_wait_seconds``: a number of seconds, 0 or more; anything else (a repo's
-        config comes with every clone) counts as the default."""
-        value = self.get("daemon", "read_wait_seconds", 1.0)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-            return float(DEFAULTS["daemon"]["read_wait_seconds"])
-        return max(0.0, float(value))
+        """``daemon.read_wait_seconds``."""
+        return float(self.number("daemon", "read_wait_seconds"))
 
-    def cap(self, key: str, default: int) -> int:
-        """A ``limits`` cap on untrusted input: a positive int, never above its ceiling."""
-        value = self.get("limits", key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            value = default
-        return min(value, CAP_CEILINGS.get(key, value))
+    def cap(self, key: str, default: int | None = None) -> int:
+        """A ``limits`` cap on untrusted input, within its floor and ceiling."""
+        return int(self.number("limits", key))
 
     def with_overrides(self, over: Mapping[str, Any]) -> Config:
         return Config(_merge(self.data, over), self.problems)
+
+
+def limit_error(section: str, key: str, value: Any) -> str | None:
+    """Why ``value`` is out of the setting's range (``LIMITS``), or None: it is in range."""
+    bounds = LIMITS.get((section, key))
+    if bounds is None or isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    floor, ceiling = bounds
+    if value < floor:
+        return f"{section}.{key}: {value!r} is below its floor of {floor}"
+    if value > ceiling:
+        return f"{section}.{key}: {value!r} is above its ceiling of {ceiling}"
+    return None
 
 
 def env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
@@ -146,6 +187,10 @@ def env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
             value: Any = _as_bool(raw) if kind is bool else kind(raw)
         except ValueError as exc:
             raise ConfigError(f"{name}={raw!r} is not a valid {kind.__name__}") from exc
+        why = limit_error(section or "", key, value)
+        if why is not None:
+            floor, ceiling = LIMITS[section or "", key]
+            raise ConfigError(f"{name}={raw!r}: {why}", hint=f"set a value from {floor} to {ceiling}, or unset it")
         if section is None:
             over[key] = value
         else:
@@ -176,6 +221,9 @@ def drop_bad_values(data: dict[str, Any], where: str) -> list[Problem]:
                         if isinstance(want, int) else "a number")
                 problems.append(("error", f"{where}: {section}.{key}: expected {kind}, not {shown_value(value[key])}; "
                                           f"the default {want!r} applies"))
+                del value[key]
+            elif key in value and (why := limit_error(section, key, value[key])) is not None:
+                problems.append(("error", f"{where}: {why}; the default {want!r} applies"))
                 del value[key]
     return problems
 

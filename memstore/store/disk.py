@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import gitops
-from ..errors import Conflict, InvalidFile, NoStore
+from ..errors import Conflict, DiskFull, GitError, InvalidFile, NoStore
 from . import ids, kinds
-from .config import Config
+from .config import MAX_FIELD_CHARS, MAX_LIST_ITEMS, Config
 from .files import (
     MAX_FILE_BYTES,
     atomic_write,
@@ -47,10 +47,6 @@ git:
   stage: true             # git-add new memory/event files (repo store)
   commit: false           # also commit each write (the global store always commits)
 """
-# Per-field caps on what a store file may hand to the indexes (a hand-written or hostile file
-# skips the write path's gates); generous beside what `write` accepts.
-MAX_FIELD_CHARS = 16_000
-MAX_LIST_ITEMS = 200
 # An episode line longer than this is skipped unread: evidence refs need only the seq numbers.
 MAX_EPISODE_LINE = 1 << 20
 
@@ -486,14 +482,14 @@ class Store:
         path = self._writable(self.memory_path(mem))
         atomic_write(path, self.render_memory(mem), exclusive=True)
         mem.path = self.relpath(path)
-        self._record_in_git([path], f"memstore: add {mem.kind} {mem.id[:10]}")
+        self._record_or_undo([path], f"memstore: add {mem.kind} {mem.id[:10]}")
         return path
 
     def create_event(self, ev: Event) -> Path:
         path = self._writable(self.root / "events" / f"{ev.id}.yaml")
         atomic_write(path, self.render_event(ev), exclusive=True)
         ev.path = self.relpath(path)
-        self._record_in_git([path], f"memstore: {ev.type} {(ev.memory or ev.new_fact or ev.id)[:10]}")
+        self._record_or_undo([path], f"memstore: {ev.type} {(ev.memory or ev.new_fact or ev.id)[:10]}")
         return path
 
     # -- episodes (write side): header on create, one appended line per event ----------------
@@ -553,6 +549,26 @@ class Store:
             if pending:
                 self._record_in_git(pending, message)
 
+    def _record_or_undo(self, paths: list[Path], message: str) -> None:
+        """Record new files in git, or leave no trace of them: a write whose staging failed is
+        not acknowledged, so a file left behind would be served by every read and written again
+        by the agent's retry (a duplicate), and a half-staged one would reach the next commit."""
+        try:
+            self._record_in_git(paths, message)
+        except BaseException as exc:
+            for path in paths:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            if self.worktree is not None and self._pending is None:
+                # Staged before the commit failed (autonomous mode): out of git's index again.
+                # Removing a path needs no new object, so this fits where the add did not.
+                gitops.run(["rm", "--cached", "-q", "--ignore-unmatch", "--", *map(str, paths)], self.worktree,
+                           check=False)
+            full = git_disk_full(exc, self.worktree)
+            if full is not None:
+                raise full from exc
+            raise
+
     def _record_in_git(self, paths: list[Path], message: str) -> None:
         if self._pending is not None:
             self._pending.extend(paths)
@@ -566,3 +582,26 @@ class Store:
             gitops.commit(paths, message, self.worktree)
         elif self.config.get("git", "stage", True):
             gitops.stage(paths, self.worktree)
+
+
+# What git says when the device (or the user's quota) is full: its own words for ENOSPC, and
+# the C library's, which it quotes.
+_GIT_FULL = ("no space left", "out of diskspace", "disk quota exceeded", "file too large")
+_ROOM = 1024 * 1024  # a device with less free than this counts as full when git fails on it
+
+
+def git_disk_full(exc: BaseException, worktree: Path | None) -> DiskFull | None:
+    """A failed git call that failed for want of room: the ``disk_full`` error that says so,
+    not ``git`` (the user's to fix by freeing space, and safe to retry then); None otherwise."""
+    if not isinstance(exc, GitError):
+        return None
+    said = exc.message.lower()
+    full = any(words in said for words in _GIT_FULL)
+    if not full and worktree is not None:
+        with contextlib.suppress(OSError, GitError):
+            st = os.statvfs(gitops.git_dir(worktree))
+            full = st.f_bavail * st.f_frsize < _ROOM
+    if not full:
+        return None
+    return DiskFull(f"no space left on the device for git to record the write ({exc.message}); it was not written",
+                    hint="free some space and run the command again")

@@ -31,7 +31,6 @@ from .workspace import Workspace
 
 CURRENT_FILE = "current_episode"
 GIT_DAY_FILE = "git_episode"
-DEFAULT_MAX_CHARS = 8000
 # An open current episode logged to within this long belongs to an agent at work: a second
 # `episode start` does not take it over. Older, it is taken to be abandoned (an agent that
 # stopped without `episode end`), and the new one replaces it as before.
@@ -49,7 +48,7 @@ def _local_only(ws: Workspace) -> bool:
 
 
 def _max_chars(ws: Workspace) -> int:
-    return int(ws.config.get("episodes", "max_event_chars", DEFAULT_MAX_CHARS))
+    return int(ws.config.number("episodes", "max_event_chars"))
 
 
 def current_id(store: Store) -> str | None:

@@ -299,6 +299,15 @@ def disk_full(exc: BaseException, what: str) -> DiskFull | None:
     return None
 
 
+def full_device(said: str, what: str) -> DiskFull | None:
+    """``disk_full`` for a failure known only by its text (a C++ library's, a tool's): the
+    C library's words for a full device or quota in it."""
+    if any(os.strerror(code).lower() in said.lower() for code in _FULL):
+        return DiskFull(f"no space left on the device for {what}; it was not written",
+                        hint="free some space and run the command again")
+    return None
+
+
 @contextlib.contextmanager
 def file_lock(path: Path, shared: bool = False) -> Iterator[None]:
     """An advisory flock, released when the process dies, so a crash never leaves it held."""

@@ -101,7 +101,7 @@ def check_write_semantics(memory: dict[str, Any], config: Config) -> list[Eviden
     links = memory.get("links") or {}
     check_text(memory["text"], config, "memory.text")
     rationale = memory.get("rationale") or ""
-    cap = int(config.get("limits", "max_rationale_chars", 2000))
+    cap = int(config.number("limits", "max_rationale_chars"))
     if len(rationale) > cap:
         raise SemanticError(f"rationale is {len(rationale)} characters; the cap is {cap}", field="memory.rationale",
                             code="too_large")
@@ -110,7 +110,7 @@ def check_write_semantics(memory: dict[str, Any], config: Config) -> list[Eviden
         raise SemanticError("every new memory needs at least one evidence ref (e.g. event:<episode>:<seq>, "
                             "file:path, commit:sha, user:\"quote\")", field="memory.evidence_refs",
                             code="missing_evidence")
-    max_ev = int(config.get("limits", "max_evidence", 50))
+    max_ev = int(config.number("limits", "max_evidence"))
     if len(refs) > max_ev:
         raise SemanticError(f"{len(refs)} evidence refs; at most {max_ev}", field="memory.evidence_refs",
                             code="too_large")
