@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import gitops
 from ..errors import InvalidRequest, NotFound
-from ..store.files import atomic_write
+from ..store.files import given_text, read_given
 from ..store.graph import Graph
 from ..store.model import Memory
 from ..store.trust import CONTENT_TRUST
@@ -160,14 +160,21 @@ def section(text: str) -> str:
     return f"{BEGIN}\n{text.rstrip()}\n{END}\n"
 
 
-def install_guide(ws: Workspace, file: str | None = None, cwd: Path | None = None) -> dict[str, Any]:
-    """Add or refresh the marked section in AGENTS.md (or CLAUDE.md); the rest of the file is kept."""
+def install_guide(ws: Workspace, file: str | None = None, cwd: Path | None = None, *,
+                  outside_repo: bool = False) -> dict[str, Any]:
+    """Add or refresh the marked section in AGENTS.md (or CLAUDE.md); the rest of the file is kept.
+    ``file`` is relative to the repository's root and must lie inside it (``outside_repo``: or
+    anywhere else), never in ``.git/`` or a store (``snapshot.output_path``); a link such as
+    CLAUDE.md -> AGENTS.md is written through to its target, which the same rule holds."""
+    from .snapshot import output_path, write_output
+
     base = (cwd or Path.cwd()).resolve()
     root = gitops.toplevel(base) or base
-    path = Path(file or "AGENTS.md")
-    path = path if path.is_absolute() else root / path
+    given = file or "AGENTS.md"
+    path = output_path(ws, given, flag="--file", base=root, outside_repo=outside_repo)
     new_section = section(guide_text(ws.config.write_mode))
-    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    old = given_text(read_given(path, max_bytes=GUIDE_FILE_MAX_BYTES, what="--file"), f"--file {given}") \
+        if path.exists() else ""
     span = marked_section(old, str(path), "fix them by hand")
     if span is not None:
         tail = old[span[1]:].lstrip("\n")
@@ -176,8 +183,12 @@ def install_guide(ws: Workspace, file: str | None = None, cwd: Path | None = Non
         new = (old.rstrip("\n") + "\n\n" if old.strip() else "") + new_section
     state = "unchanged" if new == old else ("updated" if span else ("created" if not old else "added"))
     if new != old:
-        atomic_write(path, new)
+        write_output(path, new, given, "--file")
     return {"ok": True, "path": str(path), "state": state, "write_mode": ws.config.write_mode}
+
+
+# An agent instructions file is a page or two; one past this is not the file the flag meant.
+GUIDE_FILE_MAX_BYTES = 4 * 1024 * 1024
 
 
 # -- context -----------------------------------------------------------------------------------------
