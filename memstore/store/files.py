@@ -176,18 +176,22 @@ _PSEUDO_ROOTS = ("/proc", "/sys", "/dev")
 
 def read_given(path: Path, *, max_bytes: int, what: str, truncate: bool = False) -> bytes:
     """The bytes of a file the user named (``what``: how the error names it, e.g. ``--json
-    FILE``). Unlike a store file a symlink is followed (the user chose the path), but only a
-    regular file outside /proc, /sys and /dev is read, opened without blocking (a FIFO would
-    wait for a writer forever), and at most ``max_bytes`` of it: /dev/zero, a FIFO or a 100 MB
-    file is a typed ``bad_input`` / ``too_large``, never a hang or a MemoryError. ``truncate``:
-    the first ``max_bytes`` of a longer file instead of ``too_large`` (a log keeps what fits)."""
+    FILE``). Only a regular file outside /proc, /sys and /dev is read, never through a symlink
+    (what it reads may end up in a memory or an episode, which git carries: a link planted in a
+    clone could point at ~/.ssh), opened without blocking (a FIFO would wait for a writer
+    forever), and at most ``max_bytes`` of it: /dev/zero, a FIFO, a link or a 100 MB file is a
+    typed ``bad_input`` / ``too_large``, never a hang or a MemoryError. ``truncate``: the first
+    ``max_bytes`` of a longer file instead of ``too_large`` (a log keeps what fits)."""
+    real = os.path.realpath(path)
+    if any(real == root or real.startswith(root + "/") for root in _PSEUDO_ROOTS):
+        raise InvalidRequest(f"{what}: {path} is a system pseudo-file ({real}); memstore reads only regular "
+                             "files", code="bad_input")
     try:
-        real = os.path.realpath(path)
-        if real == "/" or any(real == root or real.startswith(root + "/") for root in _PSEUDO_ROOTS):
-            raise InvalidRequest(f"{what}: {path} is a system pseudo-file ({real}); memstore reads only regular "
-                                 "files", code="bad_input")
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
+        if os.path.islink(path):
+            raise InvalidRequest(f"{what}: {path} is a symbolic link (to {real}); memstore reads no link a "
+                                 "person names: give the file itself", code="bad_input") from None
         raise InvalidRequest(f"{what}: cannot read {path}: {exc.strerror}", code="bad_input") from None
     try:
         st = os.fstat(fd)

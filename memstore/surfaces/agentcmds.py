@@ -121,6 +121,23 @@ def _content(a: argparse.Namespace) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+def _check_python(python: str) -> None:
+    """``hooks install --python``: the interpreter every commit will run. A control character, or
+    a path that exists but is no executable file (/dev/zero, a folder), is refused now rather
+    than blocking each commit; a path that does not exist here is taken as meant (a container's)."""
+    import os
+
+    from ..store.files import bad_char
+
+    found = bad_char({"--python": python})
+    if found is not None:
+        raise InvalidRequest(found[1], field="python", code="bad_chars")
+    path = Path(python).expanduser()
+    if os.path.lexists(path) and not (path.is_file() and os.access(path, os.X_OK)):
+        raise InvalidRequest(f"--python {python}: not an executable file; nothing was installed", field="python",
+                             code="usage", hint="give the path of a python that has memstore installed")
+
+
 def dispatch(a: argparse.Namespace, ws: Any, author: str | None, episode: str | None) -> tuple[dict[str, Any], Any]:
     """``author``: MEMSTORE_AUTHOR; ``episode``: MEMSTORE_EPISODE (read once, at the CLI's edge)."""
     if a.cmd == "episode":
@@ -139,6 +156,8 @@ def dispatch(a: argparse.Namespace, ws: Any, author: str | None, episode: str | 
         from ..git import hooks
 
         if a.hooks_cmd == "install":
+            if a.python is not None:
+                _check_python(a.python)
             return hooks.install(python=a.python, hooks_path_ok=a.hooks_path_ok or a.force), render.hooks
         if a.hooks_cmd == "uninstall":
             return hooks.uninstall(), render.hooks

@@ -204,6 +204,9 @@ def markdown_files(path: Path) -> list[Path]:
     """The notes to import: ``path`` itself, or the Markdown files under the folder ``path``.
     Inside a folder (a clone's, maybe) no symlink is followed, to a file or a folder: a link to
     ~/.ssh/config or /dev/zero is not a note of that folder's."""
+    if path.is_symlink():
+        raise InvalidRequest(f"cannot read {path}: it is a symbolic link; memstore reads no link a person names, "
+                             "give the file or folder itself", code="bad_input", field="file")
     if path.is_file() or not path.is_dir():
         if not path.exists() and not path.is_symlink():
             raise InvalidRequest(f"cannot read {path}: no such file or folder", code="bad_input", field="file")
