@@ -155,3 +155,38 @@ def test_a_repo_owned_by_another_user_is_named_with_the_fix_never_read_as_no_rep
     git(repo, "config", "--global", "--add", "safe.directory", str(repo))
     code, ans, _ = cli("read", "global store answers", "--json-out", cwd=repo)
     assert code == 0 and [r["id"] for r in ans["results"]] == [wrote["id"]], ans
+
+
+def test_the_daemon_refuses_control_characters_and_unbounded_files_and_keeps_answering(tmp_path: Path) -> None:
+    """Through a real daemon: a query with a control character (argv and the wire's own read
+    request) is ``bad_chars``; ``--json`` naming /dev/zero or a FIFO (read in the daemon, from the
+    client's folder) and stdin from /dev/zero are refused at once, and the daemon answers the
+    next read as before."""
+    from daemonworld import Env, _seed
+
+    life = Env(tmp_path / "daemon")
+    proc = None
+    try:
+        with life.environ():
+            repo = life.make_repo("repo")
+            _seed(life, repo, "delta")
+        proc = life.start("--idle", "600")
+        os.mkfifo(repo.parent / "fifo")
+        served = life.status()["requests"]
+        for argv in (["read", "where is \x1b[2J the config"], ["read", "start \x01 here"],
+                     ["read", "--json", "/dev/zero"], ["read", "--json", "../fifo"]):
+            code, err, stderr = life.cli(*argv, "--json-out", cwd=repo)
+            assert code == 2 and err["error"]["code"] in ("bad_chars", "bad_input"), (argv, err, stderr)
+        with open("/dev/zero", "rb") as zero:
+            piped = subprocess.run([sys.executable, "-m", "memstore", "read", "--json", "-"], cwd=repo, stdin=zero,
+                                   env=life.env(), capture_output=True, check=False, timeout=120)
+        assert piped.returncode == 2 and json.loads(piped.stdout)["error"]["code"] == "too_large", piped.stderr
+        wired = life.forward("read", repo, request={"op": "read", "query": "sqlite \x00 migration"})
+        assert wired["answer"]["error"]["code"] == "bad_chars", wired
+        assert life.status()["requests"] >= served + 5  # the daemon answered them, not the CLI in-process
+        code, ans, _ = life.cli("read", "sqlite migration fails", "--json-out", cwd=repo)
+        assert code == 0 and ans["results"], ans
+    finally:
+        life.cleanup()
+        if proc is not None:
+            proc.wait(timeout=30)
