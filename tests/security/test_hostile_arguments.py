@@ -257,3 +257,22 @@ def test_control_characters_and_hostile_words_get_a_typed_error_and_write_nothin
     _typed_refusal(proc, code, ok_allowed=code is None)
     assert world.state() == before
     assert not Path("/tmp/pwned").exists()
+
+
+def test_hooks_install_never_waits_on_a_fifo_where_a_hook_belongs(tmp_path: Path) -> None:
+    """A FIFO (or a link) where a hook belongs is not memstore's hook: it is kept as ``.legacy``
+    untouched, not opened for a blocking read that would hang ``hooks install`` and ``integrate``."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    hooks_dir = repo / ".git" / "hooks"
+    os.mkfifo(hooks_dir / "post-merge")
+    target = tmp_path / "target"
+    target.write_text("keep\n")
+    (hooks_dir / "pre-commit").symlink_to(target)
+    proc = subprocess.run([sys.executable, "-m", "memstore", "hooks", "install", "--json-out"], cwd=repo,
+                          capture_output=True, check=False, timeout=60, stdin=subprocess.DEVNULL)
+    answer = json.loads(proc.stdout)
+    assert proc.returncode == 0 and answer["ok"], (answer, proc.stderr)
+    assert (hooks_dir / "post-merge.legacy").is_fifo() and (hooks_dir / "pre-commit.legacy").is_symlink()
+    assert target.read_text() == "keep\n"
