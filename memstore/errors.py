@@ -109,6 +109,14 @@ class NoStore(StoreError):
     exit_code = 3
 
 
+class UnsafeRepo(StoreError):
+    """git refuses the repository as owned by another user ("dubious ownership"): memstore will
+    neither read its store nor write anywhere in its place until the user trusts it, as git asks."""
+
+    code = "unsafe_repo"
+    exit_code = 2
+
+
 class GitError(MemstoreError):
     code = "git"
     exit_code = 1

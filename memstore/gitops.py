@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import functools
 import os
+import re
+import shlex
 import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import GitError
+from .errors import GitError, UnsafeRepo
 
 _LOCK_RETRIES = 20
 
@@ -54,8 +56,27 @@ def toplevel(path: Path) -> Path | None:
         probe = probe.parent
     proc = run(["rev-parse", "--show-toplevel"], probe, check=False)
     if proc.returncode != 0:
+        refuse_unsafe(proc.stderr, probe)
         return None
     return Path(proc.stdout.strip())
+
+
+_UNSAFE = re.compile(r"dubious ownership in repository at '(?P<at>[^']*)'|unsafe repository \('(?P<old>[^']*)'")
+
+
+def refuse_unsafe(stderr: str, probe: Path) -> None:
+    """Raise UnsafeRepo when git's ``stderr`` says it refuses the repository at ``probe`` as
+    owned by another user (``safe.directory``). Treated as no repository, such a checkout would
+    answer reads from the global store alone and send writes there: git says so, and so do we."""
+    m = _UNSAFE.search(stderr)
+    if m is None:
+        return
+    repo = m.group("at") or m.group("old") or str(probe)
+    raise UnsafeRepo(
+        f"git refuses the repository at {repo}: it is owned by another user (git's \"dubious ownership\"), so "
+        "memstore neither reads its .memory/ nor writes in its place",
+        hint=f"if you trust it: git config --global --add safe.directory {shlex.quote(repo)}",
+        details={"repo": repo})
 
 
 def user_name(cwd: Path) -> str | None:

@@ -12,7 +12,7 @@ from typing import Any
 from .. import gitops
 from ..errors import InvalidFile, NoStore, NotFound
 from ..store.disk import INDEX_DIRNAME, LOCAL_DIRNAME, Store
-from ..store.files import dump_markdown, parse_markdown
+from ..store.files import bad_char, dump_markdown, parse_markdown
 from ..store.graph import Graph, archived_ids, build_graph
 from ..store.model import KIND_DIRS, Event, Memory, parse_evidence, utc_now
 from ..store.relations import open_disputes
@@ -139,6 +139,9 @@ def _check_memory(ws: Workspace, store: Store, mem: Memory, known: dict[str, Mem
         report.add("error", shown, "schema", "confidence must be in [0, 1]")
     if len(mem.text) > ws.config.max_text_chars:
         report.add("error", shown, "too_large", f"text is over {ws.config.max_text_chars} characters")
+    _bad_chars(shown, {"text": mem.text, "rationale": mem.rationale, "author": mem.author,
+                       **{f"evidence[{i}]": r for i, r in enumerate(mem.evidence)},
+                       **{f"tags[{i}]": t for i, t in enumerate(mem.tags)}, "file name": mem.path}, report)
     for finding in find_secrets("\n".join([mem.text, mem.rationale, mem.author, *mem.evidence, *mem.tags])):
         report.add("error", shown, "secret", f"looks like a secret ({finding.kind}: {finding.excerpt})")
         break
@@ -164,6 +167,14 @@ def _check_memory(ws: Workspace, store: Store, mem: Memory, known: dict[str, Mem
             continue  # checked above as links.related
         _check_relation(shown, mem.scope, mem.id, kind, target, known, archived, report, "links.relations")
     _check_evidence(ws, store, shown, mem.evidence, known, report)
+
+
+def _bad_chars(shown: str, values: dict[str, str], report: Report) -> None:
+    """A control character a write would refuse (``bad_chars``) is refused in a hand-written file too."""
+    found = bad_char(values)
+    if found is not None:
+        report.add("error", shown, "bad_chars", f"{found[1]}; remove it (terminal escapes, NULs and the like do "
+                   "not belong in a memory)")
 
 
 def _check_relation(shown: str, scope: str, source: str, kind: str, target: str, known: dict[str, Memory],
@@ -242,6 +253,8 @@ def _check_event(ws: Workspace, store: Store, ev: Event, known: dict[str, Memory
     else:
         wanted += [("old_fact", ev.old_fact, ("fact",)), ("change", ev.change, ("change",)),
                    ("new_fact", ev.new_fact, ("fact",))]
+    _bad_chars(shown, {"rationale": ev.rationale, "author": ev.author,
+                       **{f"evidence[{i}]": r for i, r in enumerate(ev.evidence)}, "file name": ev.path}, report)
     if ev.type != "utility_vote" and not ev.evidence:
         report.add("error", shown, "missing_evidence", f"a {ev.type} event needs evidence")
     for key, target, kinds in wanted:

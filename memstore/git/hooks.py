@@ -42,11 +42,20 @@ def render(name: str, python: str | None) -> str:
 
 
 def is_ours(path: Path) -> bool:
+    """Whether ``path`` is a hook memstore wrote: a regular file carrying the marker (a FIFO left
+    where a hook belongs is opened without blocking and is not ours, never waited on)."""
     try:
-        with path.open(encoding="utf-8", errors="replace") as fh:
-            head = fh.read(4096)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        head = os.read(fd, 4096).decode("utf-8", errors="replace")
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
     return MARKER in head
 
 

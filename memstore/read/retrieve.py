@@ -27,7 +27,7 @@ from ..store.files import file_lock
 from ..store.graph import Graph, archived_ids
 from ..store.model import ATTACHING, KINDS, Memory
 from ..store.trust import CONTENT_TRUST, UNTRUSTED_RULE
-from ..store.validate import check_decodable, check_schema
+from ..store.validate import check_chars, check_schema
 from ..store.workspace import Workspace
 from . import ranking
 from .answers import ReadAnswer, ReadResult
@@ -486,7 +486,7 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     episode while one is open; ``log_episode=False`` opts out (benchmarks, internal reads)."""
     t0 = time.perf_counter()
     check_schema("read", request)
-    check_decodable("query", request["query"])
+    check_chars({"query": request["query"]})  # an ESC or NUL in a query is a mistake or an attack
     p, unusable = (params, []) if params is not None else read_settings(ws.config)
     mode = request.get("mode", "targeted")
     query, condensed = condense(request["query"])

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import gitops
-from ..errors import InvalidRequest, NotFound
+from ..errors import InvalidRequest, NotFound, SemanticError
 from . import ids
 from .disk import Store, episode_rows, episode_tail
-from .files import atomic_write
+from .files import atomic_write, bad_char
 from .kinds import EPISODE_SOURCES
 from .model import utc_now
 from .secrets import Finding, redact
@@ -35,6 +35,22 @@ GIT_DAY_FILE = "git_episode"
 # `episode start` does not take it over. Older, it is taken to be abandoned (an agent that
 # stopped without `episode end`), and the new one replaces it as before.
 ACTIVE_SECONDS = 2 * 3600
+# The longest agent name an episode header may carry: every write of the episode takes it as
+# its ``author`` (``agent_of``), so it must be one a write accepts.
+MAX_AGENT_CHARS = 200
+
+
+def _check_header(agent: str | None, task: str | None) -> None:
+    """Refuse at ``start`` what would break the episode later: a control character in the agent
+    (every write would then fail on an ``author`` the agent never set) or the task (a query
+    ``context`` reads), an agent name no write accepts. Nothing is written before this."""
+    found = bad_char({"agent": agent or "", "task": task or ""})
+    if found is not None:
+        raise SemanticError(found[1], field=found[0], code="bad_chars",
+                            hint="terminal colour codes, NULs and the like do not belong in an episode header")
+    if agent is not None and len(agent) > MAX_AGENT_CHARS:
+        raise SemanticError(f"agent is {len(agent)} characters; at most {MAX_AGENT_CHARS}", field="agent",
+                            code="too_large")
 
 
 # -- where episodes live ------------------------------------------------------------------------
@@ -165,6 +181,7 @@ def start(ws: Workspace, *, agent: str | None = None, task: str | None = None, l
     """Open a new episode. It becomes the checkout's current episode unless another agent's
     episode is current, open and active (then ``current`` is false and ``warning`` says how to
     name this one); ``replace`` makes it current anyway. An episode replaced stays open."""
+    _check_header(agent, task)
     store = episode_store(ws)
     if not store.exists():
         store.init()
@@ -305,7 +322,8 @@ def agent_of(ws: Workspace, episode_id: str | None = None) -> str | None:
         agent = header.get("agent")
         # A header is a line of a file (an episode may arrive through git): only a plausible
         # name is taken, as long as a write's own `author` may be.
-        if isinstance(agent, str) and 0 < len(agent.strip()) <= 200 and agent not in ("unknown", "git"):
+        if (isinstance(agent, str) and 0 < len(agent.strip()) <= MAX_AGENT_CHARS and agent not in ("unknown", "git")
+                and bad_char({"agent": agent}) is None):
             return agent.strip()
     return None
 

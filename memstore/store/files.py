@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from ..errors import DiskFull, InvalidFile
+from ..errors import DiskFull, InvalidFile, InvalidRequest
 from . import plainyaml
 
 try:  # libyaml ships in pyyaml's wheels; the pure-Python loader is 5x slower
@@ -164,6 +164,105 @@ def read_untrusted(path: Path, max_bytes: int = MAX_FILE_BYTES) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidFile(f"is not UTF-8 text ({exc.reason} at byte {exc.start})", code="unreadable") from None
+
+
+# The cap on a file a person names for ``import`` (a few MB per 10,000 memories); a request
+# file's cap is the wire's (``surfaces.wire.MAX_REQUEST_BYTES``).
+MAX_IMPORT_BYTES = 64 * 1024 * 1024
+# Pseudo-filesystems whose "regular" files are not data: /proc/self/mem fails on read,
+# /proc/kcore claims terabytes, /sys files change on every read.
+_PSEUDO_ROOTS = ("/proc", "/sys", "/dev")
+
+
+def read_given(path: Path, *, max_bytes: int, what: str, truncate: bool = False) -> bytes:
+    """The bytes of a file the user named (``what``: how the error names it, e.g. ``--json
+    FILE``). Only a regular file outside /proc, /sys and /dev is read, never through a symlink
+    (what it reads may end up in a memory or an episode, which git carries: a link planted in a
+    clone could point at ~/.ssh), opened without blocking (a FIFO would wait for a writer
+    forever), and at most ``max_bytes`` of it: /dev/zero, a FIFO, a link or a 100 MB file is a
+    typed ``bad_input`` / ``too_large``, never a hang or a MemoryError. ``truncate``: the first
+    ``max_bytes`` of a longer file instead of ``too_large`` (a log keeps what fits)."""
+    real = os.path.realpath(path)
+    if any(real == root or real.startswith(root + "/") for root in _PSEUDO_ROOTS):
+        raise InvalidRequest(f"{what}: {path} is a system pseudo-file ({real}); memstore reads only regular "
+                             "files", code="bad_input")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise InvalidRequest(f"{what}: {path} is a symbolic link (to {real}); memstore reads no link a "
+                                 "person names: give the file itself", code="bad_input") from None
+        raise InvalidRequest(f"{what}: cannot read {path}: {exc.strerror}", code="bad_input") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else \
+                "a device or socket"
+            raise InvalidRequest(f"{what}: {path} is {kind}, not a regular file; memstore reads only regular files",
+                                 code="bad_input")
+        if st.st_size > max_bytes and not truncate:
+            raise InvalidRequest(f"{what}: {path} is {st.st_size} bytes, over the {max_bytes}-byte cap; not read",
+                                 code="too_large")
+        data = _read_capped(fd, max_bytes)
+        if truncate:
+            return data[:max_bytes]
+    except OSError as exc:
+        raise InvalidRequest(f"{what}: cannot read {path}: {exc.strerror}", code="bad_input") from None
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise InvalidRequest(f"{what}: {path} is over the {max_bytes}-byte cap; not read", code="too_large")
+    return data
+
+
+def read_stream(fd: int, *, max_bytes: int, what: str) -> bytes:
+    """At most ``max_bytes`` from an open descriptor (stdin): more is ``too_large``, so
+    ``< /dev/zero`` ends at the cap instead of in a MemoryError."""
+    try:
+        data = _read_capped(fd, max_bytes)
+    except OSError as exc:
+        raise InvalidRequest(f"{what}: cannot read: {exc.strerror}", code="bad_input") from None
+    if len(data) > max_bytes:
+        raise InvalidRequest(f"{what} is over the {max_bytes}-byte cap; not read", code="too_large")
+    return data
+
+
+def _read_capped(fd: int, max_bytes: int) -> bytes:
+    chunks: list[bytes] = []
+    left = max_bytes + 1  # one byte past the cap tells "exactly the cap" from "more"
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def given_text(data: bytes, what: str, *, bom: bool = False) -> str:
+    """``data`` as UTF-8 text, or ``bad_input`` naming the first byte that is not."""
+    try:
+        return data.decode("utf-8-sig" if bom else "utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest(f"{what} is not UTF-8 text ({exc.reason} at byte {exc.start})",
+                             code="bad_input") from None
+
+
+# C0 controls but tab, newline and carriage return; DEL; C1 controls; lone surrogates. What a
+# write refuses (``bad_chars``) and ``check`` reports in a file written by hand.
+BAD_CHARS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def bad_char(values: dict[str, str]) -> tuple[str, str] | None:
+    """(field, what is wrong) for the first field holding a control character, or None."""
+    for field_name, text in values.items():
+        m = BAD_CHARS.search(text or "")
+        if m:
+            char = m.group(0)
+            what = "an undecodable byte (not UTF-8)" if "\ud800" <= char <= "\udfff" else \
+                f"control character U+{ord(char):04X}"
+            return field_name, f"{field_name} holds {what} at position {m.start()}"
+    return None
 
 
 def _where(exc: yaml.YAMLError, first_line: int) -> str:

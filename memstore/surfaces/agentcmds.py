@@ -71,7 +71,10 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
 
     s = sub.add_parser("guide", help="print the agent instructions (--install: into AGENTS.md / CLAUDE.md)")
     s.add_argument("--install", action="store_true", help="add or refresh the marked memstore section in a file")
-    s.add_argument("--file", metavar="FILE", help="with --install: the file (default AGENTS.md at the repo root)")
+    s.add_argument("--file", metavar="FILE", help="with --install: the file (default AGENTS.md at the repo root; "
+                   "inside the repo, never in .git/ or .memory/)")
+    s.add_argument("--outside-repo", action="store_true", help="with --install --file: allow a file outside the "
+                   "repository (still never in .git/ or a store)")
 
     s = sub.add_parser("context", help="the ambient read for a session start (preferences, facts, relevant)")
     s.add_argument("--task", help="what the session is about; the query (default: the task of $MEMSTORE_EPISODE, "
@@ -84,7 +87,10 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
 
     s = sub.add_parser("snapshot", help="derived view: current facts, preferences, best solutions, open problems")
     s.add_argument("--markdown", action="store_true", help="print Markdown instead of JSON")
-    s.add_argument("--out", metavar="FILE", help="write to FILE (outside the stores) instead of printing")
+    s.add_argument("--out", metavar="FILE", help="write to FILE instead of printing (inside the repo, never in "
+                   ".git/ or a store)")
+    s.add_argument("--outside-repo", action="store_true", help="with --out: allow a file outside the repository "
+                   "(still never in .git/ or a store)")
 
 
 def _with_common(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -97,16 +103,39 @@ def _with_common(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _content(a: argparse.Namespace) -> str:
+    from ..store.files import read_given
+    from .wire import MAX_REQUEST_BYTES
+
     if a.content is not None:
         return str(a.content)
-    try:
-        # A log keeps what it can: bytes that are not UTF-8 (tool output) become U+FFFD, as from a file.
-        if a.content_file == "-":
-            buffer = getattr(sys.stdin, "buffer", None)
-            return buffer.read().decode("utf-8", errors="replace") if buffer is not None else sys.stdin.read()
-        return Path(a.content_file).read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise InvalidRequest(f"cannot read {a.content_file}: {exc.strerror}", code="bad_input") from exc
+    # A log keeps what it can: bytes that are not UTF-8 (tool output) become U+FFFD, and a long
+    # output its first MAX_REQUEST_BYTES (the log caps an event far below that anyway). Only a
+    # regular file is read: a FIFO or /dev/zero is refused, never waited on or read forever.
+    if a.content_file == "-":
+        buffer = getattr(sys.stdin, "buffer", None)
+        if buffer is None:
+            return sys.stdin.read(MAX_REQUEST_BYTES)
+        data = buffer.read(MAX_REQUEST_BYTES)
+    else:
+        data = read_given(Path(a.content_file), max_bytes=MAX_REQUEST_BYTES, what="--content-file", truncate=True)
+    return data.decode("utf-8", errors="replace")
+
+
+def _check_python(python: str) -> None:
+    """``hooks install --python``: the interpreter every commit will run. A control character, or
+    a path that exists but is no executable file (/dev/zero, a folder), is refused now rather
+    than blocking each commit; a path that does not exist here is taken as meant (a container's)."""
+    import os
+
+    from ..store.files import bad_char
+
+    found = bad_char({"--python": python})
+    if found is not None:
+        raise InvalidRequest(found[1], field="python", code="bad_chars")
+    path = Path(python).expanduser()
+    if os.path.lexists(path) and not (path.is_file() and os.access(path, os.X_OK)):
+        raise InvalidRequest(f"--python {python}: not an executable file; nothing was installed", field="python",
+                             code="usage", hint="give the path of a python that has memstore installed")
 
 
 def dispatch(a: argparse.Namespace, ws: Any, author: str | None, episode: str | None) -> tuple[dict[str, Any], Any]:
@@ -127,6 +156,8 @@ def dispatch(a: argparse.Namespace, ws: Any, author: str | None, episode: str | 
         from ..git import hooks
 
         if a.hooks_cmd == "install":
+            if a.python is not None:
+                _check_python(a.python)
             return hooks.install(python=a.python, hooks_path_ok=a.hooks_path_ok or a.force), render.hooks
         if a.hooks_cmd == "uninstall":
             return hooks.uninstall(), render.hooks
@@ -139,7 +170,7 @@ def dispatch(a: argparse.Namespace, ws: Any, author: str | None, episode: str | 
         from ..verbs.guide import guide, install_guide
 
         if a.install:
-            return install_guide(ws, a.file), None
+            return install_guide(ws, a.file, outside_repo=a.outside_repo), None
         answer = guide(ws)
         if a.json_out:
             return answer, None
@@ -160,7 +191,7 @@ def dispatch(a: argparse.Namespace, ws: Any, author: str | None, episode: str | 
             import json
 
             text = to_markdown(snap) if a.markdown else json.dumps(snap, indent=2, ensure_ascii=False) + "\n"
-            return write_out(ws, Path(a.out), text), None
+            return write_out(ws, Path(a.out), text, outside_repo=a.outside_repo), None
         if a.markdown:
             return {**snap, "markdown": to_markdown(snap)}, "markdown"
         return snap, None

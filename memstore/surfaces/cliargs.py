@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 from .. import __version__
 from ..errors import InvalidRequest, UsageError
 from ..store.kinds import AGENT_HOOK_EVENTS, AGENTS, EVENT_TYPES, KINDS, SCOPES
-from .wire import verb_of
+from .wire import MAX_REQUEST_BYTES, verb_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,26 +28,42 @@ class Inputs:
     cwd: Path | None = None
     stdin: str | None = None
 
-    def read_stdin(self) -> str:
-        if self.stdin is not None:
-            return self.stdin
-        try:
-            return sys.stdin.read()
-        except UnicodeDecodeError as exc:
-            raise InvalidRequest(f"stdin is not UTF-8 text ({exc.reason} at byte {exc.start})",
-                                 code="bad_input") from exc
+    def read_stdin(self, max_bytes: int | None = None) -> str:
+        from ..store.files import given_text
 
-    def read_file(self, arg: str) -> str:
+        cap = max_bytes or MAX_REQUEST_BYTES
+        if self.stdin is not None:
+            if len(self.stdin) > cap:  # characters: at least as many bytes
+                raise InvalidRequest(f"stdin is over the {cap}-byte cap; not read", code="too_large")
+            return self.stdin
+        return given_text(stdin_bytes(cap), "stdin")
+
+    def read_file(self, arg: str, what: str = "FILE", max_bytes: int | None = None) -> str:
+        """The text of ``arg`` (``-``: stdin), read with a cap and only from a regular file."""
+        from ..store.files import given_text, read_given
+
         if arg == "-":
-            return self.read_stdin()
+            return self.read_stdin(max_bytes)
         path = Path(arg).expanduser()
         if self.cwd is not None and not path.is_absolute():
             path = self.cwd / path
+        return given_text(read_given(path, max_bytes=max_bytes or MAX_REQUEST_BYTES, what=what), f"{what} {arg}")
+
+
+def stdin_bytes(max_bytes: int) -> bytes:
+    """At most ``max_bytes`` of this process's stdin (one more is ``too_large``): ``< /dev/zero``
+    stops at the cap instead of filling memory."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # a text stream put in place of stdin (tests, an embedding program)
+        data = sys.stdin.read(max_bytes + 1).encode("utf-8", "surrogateescape")
+    else:
         try:
-            return path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as exc:
-            raise InvalidRequest(f"{arg} is not UTF-8 text ({exc.reason} at byte {exc.start})",
-                                 code="bad_input") from exc
+            data = buffer.read(max_bytes + 1)
+        except OSError as exc:
+            raise InvalidRequest(f"stdin: cannot read: {exc.strerror}", code="bad_input") from None
+    if len(data) > max_bytes:
+        raise InvalidRequest(f"stdin is over the {max_bytes}-byte cap; not read", code="too_large")
+    return data
 
 
 LOCAL = Inputs()
@@ -91,10 +107,7 @@ def _no_constant(name: str) -> Any:
 
 
 def _read_json(arg: str, src: Inputs) -> dict[str, Any]:
-    try:
-        raw = src.read_file(arg)
-    except OSError as exc:
-        raise InvalidRequest(f"cannot read {arg}: {exc.strerror}", code="bad_input") from exc
+    raw = src.read_file(arg, "--json")
     try:
         data = json.loads(raw, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:

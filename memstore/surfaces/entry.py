@@ -18,6 +18,7 @@ import os
 import sys
 
 from .wire import (
+    MAX_REQUEST_BYTES,
     READ_TIMEOUT,
     WRITE_TIMEOUT,
     Unavailable,
@@ -92,10 +93,11 @@ def main() -> int:
     if verb_of(argv) in REMOTE_VERBS and "-" in argv and sys.stdin is not None:
         # A request on stdin (`--json -`, `--text -`) is read once, here: the daemon gets its
         # text, and an in-process fallback reads it again from the same buffer. Bytes that are
-        # not UTF-8 stay here: the in-process CLI refuses them with its typed error.
-        raw = sys.stdin.buffer.read()
+        # not UTF-8 stay here: the in-process CLI refuses them with its typed error, and so is
+        # a stdin past the cap (one byte more than it is read, so `< /dev/zero` ends there).
+        raw = sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
         try:
-            stdin = raw.decode("utf-8")
+            stdin = raw.decode("utf-8") if len(raw) <= MAX_REQUEST_BYTES else None
         except UnicodeDecodeError:
             stdin = None
     code = remote(argv, stdin) if raw is None or stdin is not None else None

@@ -41,6 +41,9 @@ READ_TIMEOUT = 30.0
 WRITE_TIMEOUT = 120.0
 CONNECT_TIMEOUT = 1.0
 MAX_LINE = 64 * 1024 * 1024
+# The most a request file or stdin may hold (``--json FILE``, ``--text -``): a memory's text is
+# capped at 16,000 characters, so a real request is a few KB. Past it: ``too_large``.
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
 # Environment the daemon needs to resolve stores and config exactly like this process would.
 ENV_NAMES = ("HOME", "XDG_CONFIG_HOME")
 

@@ -9,25 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidRequest, MemstoreError
+from ..errors import MemstoreError
 from ..store.workspace import Workspace
 from . import api
 
 
 def _read_lines(file: str) -> list[str]:
-    try:
-        if file == "-":
-            return sys.stdin.read().splitlines()
-        return Path(file).read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise InvalidRequest(f"cannot read {file}: no such file", code="bad_input", field="file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidRequest(f"cannot read {file}: {exc}", code="bad_input", field="file") from exc
+    from .importers import read_import
+
+    return read_import(file, "import").splitlines()
 
 
 def _refusal(line: int, code: str, message: str, field: str | None = None) -> dict[str, Any]:

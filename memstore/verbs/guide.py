@@ -15,10 +15,11 @@ from typing import Any
 
 from .. import gitops
 from ..errors import InvalidRequest, NotFound
-from ..store.files import atomic_write
+from ..store.files import BAD_CHARS, given_text, read_given
 from ..store.graph import Graph
 from ..store.model import Memory
 from ..store.trust import CONTENT_TRUST
+from ..store.validate import check_chars
 from ..store.workspace import Workspace
 
 DEFAULT_BUDGET = 6000  # context.budget_chars (store/config.DEFAULTS holds the same number)
@@ -183,14 +184,21 @@ def section(text: str) -> str:
     return f"{BEGIN}\n{text.rstrip()}\n{END}\n"
 
 
-def install_guide(ws: Workspace, file: str | None = None, cwd: Path | None = None) -> dict[str, Any]:
-    """Add or refresh the marked section in AGENTS.md (or CLAUDE.md); the rest of the file is kept."""
+def install_guide(ws: Workspace, file: str | None = None, cwd: Path | None = None, *,
+                  outside_repo: bool = False) -> dict[str, Any]:
+    """Add or refresh the marked section in AGENTS.md (or CLAUDE.md); the rest of the file is kept.
+    ``file`` is relative to the repository's root and must lie inside it (``outside_repo``: or
+    anywhere else), never in ``.git/`` or a store (``snapshot.output_path``); a link such as
+    CLAUDE.md -> AGENTS.md is written through to its target, which the same rule holds."""
+    from .snapshot import output_path, write_output
+
     base = (cwd or Path.cwd()).resolve()
     root = gitops.toplevel(base) or base
-    path = Path(file or "AGENTS.md")
-    path = path if path.is_absolute() else root / path
+    given = file or "AGENTS.md"
+    path = output_path(ws, given, flag="--file", base=root, outside_repo=outside_repo)
     new_section = section(guide_text(ws.config.write_mode))
-    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    old = given_text(read_given(path, max_bytes=GUIDE_FILE_MAX_BYTES, what="--file"), f"--file {given}") \
+        if path.exists() else ""
     span = marked_section(old, str(path), "fix them by hand")
     if span is not None:
         tail = old[span[1]:].lstrip("\n")
@@ -199,8 +207,12 @@ def install_guide(ws: Workspace, file: str | None = None, cwd: Path | None = Non
         new = (old.rstrip("\n") + "\n\n" if old.strip() else "") + new_section
     state = "unchanged" if new == old else ("updated" if span else ("created" if not old else "added"))
     if new != old:
-        atomic_write(path, new)
+        write_output(path, new, given, "--file")
     return {"ok": True, "path": str(path), "state": state, "write_mode": ws.config.write_mode}
+
+
+# An agent instructions file is a page or two; one past this is not the file the flag meant.
+GUIDE_FILE_MAX_BYTES = 4 * 1024 * 1024
 
 
 # -- context -----------------------------------------------------------------------------------------
@@ -268,6 +280,8 @@ def context(ws: Workspace, *, task: str | None = None, limit: int | None = None,
     from ..store.episodes import find_episode, read_rows, session_id
     from .api import combined_graph
 
+    if task:  # the caller's words: refused like a query's, even when no read follows
+        check_chars({"task": task})
     memories, graph = combined_graph(ws)
     # One pass sorts the kinds shown into buckets; only the buckets are sorted (a sort of every
     # memory was most of this call's time in the daemon at 10k).
@@ -281,6 +295,9 @@ def context(ws: Workspace, *, task: str | None = None, limit: int | None = None,
     episode = find_episode(ws, episode)[1].stem if episode else session_id(ws)
     if not task and episode:
         task = read_rows(find_episode(ws, episode)[1])[0].get("task") or None
+        # A header (a file, maybe from a clone), a branch name and commit subjects are not the
+        # caller's words: a control character in them is dropped, not refused as in --task.
+        task = BAD_CHARS.sub(" ", task) if isinstance(task, str) else None
     branch, subjects = _branch_info(ws, subjects_too=not task)
     # The task alone drives the query: branch names and commit subjects are about other work
     # as often as not, and mixed in they drown the task's words (a read with the task finds
@@ -289,7 +306,7 @@ def context(ws: Workspace, *, task: str | None = None, limit: int | None = None,
         parts, source = [task], "task"
     else:
         parts = [re.sub(r"[-_/]+", " ", branch)] if branch and branch not in ("main", "master", "HEAD") else []
-        parts += subjects
+        parts = [BAD_CHARS.sub(" ", part) for part in [*parts, *subjects]]
         source = "branch" if parts else None
     query = " ".join(p for p in parts if p).strip()[:2000]
     relevant: list[dict[str, Any]] = []

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidRequest, MemstoreError
+from ..store.files import MAX_IMPORT_BYTES, given_text, read_given
 from ..store.model import EVIDENCE_KINDS, SCOPES, parse_evidence
 from ..store.workspace import Workspace
 from . import api
@@ -178,19 +180,48 @@ def parse_markdown(text: str) -> list[Block]:
     return blocks
 
 
+def read_import(file: str | Path, what: str, *, bom: bool = False) -> str:
+    """The text of a file to import (``-``: stdin), capped at MAX_IMPORT_BYTES and read only from
+    a regular file: /dev/zero, a FIFO or a /proc file is refused (``bad_input``), a larger file
+    is ``too_large``; every error names ``field`` file."""
+    try:
+        if file == "-":
+            buffer = getattr(sys.stdin, "buffer", None)
+            data = buffer.read(MAX_IMPORT_BYTES + 1) if buffer is not None else \
+                sys.stdin.read(MAX_IMPORT_BYTES + 1).encode("utf-8", "surrogateescape")
+            if len(data) > MAX_IMPORT_BYTES:
+                raise InvalidRequest(f"stdin is over the {MAX_IMPORT_BYTES}-byte cap on an import; not read",
+                                     code="too_large")
+            return given_text(data, "stdin", bom=bom)
+        path = Path(file).expanduser()
+        return given_text(read_given(path, max_bytes=MAX_IMPORT_BYTES, what=what), f"{what} {file}", bom=bom)
+    except InvalidRequest as exc:
+        exc.field = "file"
+        raise
+
+
 def markdown_files(path: Path) -> list[Path]:
-    if path.is_file():
-        return [path]
-    if not path.is_dir():
-        raise InvalidRequest(f"cannot read {path}: no such file or folder", code="bad_input", field="file")
+    """The notes to import: ``path`` itself, or the Markdown files under the folder ``path``.
+    Inside a folder (a clone's, maybe) no symlink is followed, to a file or a folder: a link to
+    ~/.ssh/config or /dev/zero is not a note of that folder's."""
+    if path.is_symlink():
+        raise InvalidRequest(f"cannot read {path}: it is a symbolic link; memstore reads no link a person names, "
+                             "give the file or folder itself", code="bad_input", field="file")
+    if path.is_file() or not path.is_dir():
+        if not path.exists() and not path.is_symlink():
+            raise InvalidRequest(f"cannot read {path}: no such file or folder", code="bad_input", field="file")
+        return [path]  # read_import refuses what is not a regular file
     out = []
-    for found in sorted(path.rglob("*")):
-        rel = found.relative_to(path).parts
-        if any(part in SKIP_DIRS or part.startswith(".") for part in rel[:-1]):
+    for folder, dirs, files in os.walk(path):  # os.walk does not descend into linked folders
+        rel = Path(folder).relative_to(path).parts
+        if any(part in SKIP_DIRS or part.startswith(".") for part in rel):
+            dirs[:] = []
             continue
-        if found.is_file() and found.suffix.lower() in MARKDOWN_SUFFIXES:
-            out.append(found)
-    return out
+        for name in files:
+            found = Path(folder) / name
+            if found.suffix.lower() in MARKDOWN_SUFFIXES and not found.is_symlink() and found.is_file():
+                out.append(found)
+    return sorted(out)
 
 
 def _shown_path(file: Path, worktree: Path | None) -> tuple[str, bool]:
@@ -208,10 +239,7 @@ def markdown_requests(ws: Workspace, root: str, *, scope: str) -> tuple[list[dic
     files = markdown_files(Path(root).expanduser())
     items: list[dict[str, Any]] = []
     for file in files:
-        try:
-            text = file.read_text(encoding="utf-8-sig")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InvalidRequest(f"cannot read {file}: {exc}", code="bad_input", field="file") from exc
+        text = read_import(file, "import --from markdown", bom=True)
         shown, in_repo = _shown_path(file, worktree)
         for block in parse_markdown(text):
             body = block.text
@@ -257,19 +285,8 @@ def _evidence(source: Any, file_label: str) -> str:
 
 def jsonl_requests(file: str, *, scope: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(one item per memory line, lines refused before any write: not JSON, no text)."""
-    if file == "-":
-        try:
-            lines, label = sys.stdin.read().splitlines(), "stdin"
-        except UnicodeDecodeError as exc:
-            raise InvalidRequest(f"cannot read stdin: {exc}", code="bad_input", field="file") from exc
-    else:
-        try:
-            lines = Path(file).expanduser().read_text(encoding="utf-8-sig").splitlines()
-        except FileNotFoundError:
-            raise InvalidRequest(f"cannot read {file}: no such file", code="bad_input", field="file") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InvalidRequest(f"cannot read {file}: {exc}", code="bad_input", field="file") from exc
-        label = Path(file).name
+    lines = read_import(file, "import --from jsonl", bom=True).splitlines()
+    label = "stdin" if file == "-" else Path(file).name
     items: list[dict[str, Any]] = []
     refused: list[dict[str, Any]] = []
     for n, line in enumerate(lines, start=1):

@@ -2,16 +2,21 @@
 
 Current facts (supersession heads, not archived), preferences, the best solution per problem
 by utility, and open problems (no solution yet). Printed as JSON or Markdown, or written with
-``--out`` to a file outside the stores' canonical folders: it is a projection, and the files
-it is derived from stay the only truth.
+``--out`` to a file in the repository (never in a store or in ``.git/``): it is a projection,
+and the files it is derived from stay the only truth. ``output_path`` is the rule for every
+file memstore writes where a flag says (``snapshot --out``, ``guide --install --file``).
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidRequest
+from .. import gitops
+from ..errors import DiskFull, GitError, InvalidRequest
+from ..store.disk import STORE_DIRNAME
 from ..store.files import atomic_write
 from ..store.graph import Graph
 from ..store.model import Memory
@@ -82,13 +87,72 @@ def to_markdown(snap: dict[str, Any]) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-def write_out(ws: Workspace, path: Path, text: str) -> dict[str, Any]:
-    """Write a snapshot file, refusing the stores themselves (the canonical files live there)."""
-    target = path.expanduser().resolve()
+OUTSIDE_FLAG = "--outside-repo"
+_PSEUDO_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
+
+
+def _bad_path(given: Path | str, flag: str, why: str, hint: str | None = None) -> InvalidRequest:
+    return InvalidRequest(f"{flag} {given}: {why}; nothing was written", field=flag.lstrip("-").split()[-1],
+                          code="bad_path", hint=hint)
+
+
+def output_path(ws: Workspace, given: Path | str, *, flag: str, base: Path, outside_repo: bool = False) -> Path:
+    """Where a flag asks memstore to write ``given`` (relative to ``base``), once it is safe:
+    inside the repository's work tree (outside a repository: inside ``base``) unless
+    ``outside_repo`` (the ``--outside-repo`` flag) says otherwise; never in ``.git/`` (a hook
+    there runs code), never in a store (``.memory/``, the global store: only memories live
+    there), never in /proc, /sys or /dev, and only over a regular file. Symlinks are resolved
+    first, so a link cannot lead the write out of bounds. ``bad_path`` otherwise."""
+    path = Path(given).expanduser()
+    target = (path if path.is_absolute() else base / path).resolve()
+    if any(target == root or root in target.parents for root in _PSEUDO_ROOTS):
+        raise _bad_path(given, flag, f"{target} is a system pseudo-file, not a file to write")
     for store in (ws.repo, ws.global_):
-        if store is not None and target.is_relative_to(store.root):
-            raise InvalidRequest(f"{path} is inside the {store.scope} store ({store.root}); a snapshot is a "
-                                 "derived view and is never written among the canonical files",
-                                 field="out", code="bad_path", hint="write it elsewhere, e.g. docs/MEMORY.md")
-    atomic_write(target, text)
+        if store is not None and (target == store.root or target.is_relative_to(store.root)):
+            raise _bad_path(given, flag, f"{target} is inside the {store.scope} store ({store.root}), where only "
+                            "memory files live", hint="write it elsewhere, e.g. docs/MEMORY.md")
+    parts = target.parts
+    if ".git" in parts or STORE_DIRNAME in parts:
+        name = ".git" if ".git" in parts else STORE_DIRNAME
+        raise _bad_path(given, flag, f"{target} is inside a {name}/ folder, which memstore never writes into "
+                        "from a flag")
+    top = ws.repo.worktree if ws.repo is not None and ws.repo.worktree is not None else gitops.toplevel(base)
+    if top is not None:
+        try:
+            gitdirs = {gitops.git_dir(top).resolve(), gitops.git_dir(top, common=True).resolve()}
+        except GitError:
+            gitdirs = set()
+        if any(target == d or target.is_relative_to(d) for d in gitdirs):
+            raise _bad_path(given, flag, f"{target} is inside the repository's git directory")
+    root = (top or base).resolve()
+    if not outside_repo and not target.is_relative_to(root):
+        where = "repository" if top is not None else "current folder"
+        raise _bad_path(given, flag, f"{target} is outside the {where} ({root})",
+                        hint=f"write inside it, or pass {OUTSIDE_FLAG} to write there on purpose")
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        return target
+    except OSError as exc:
+        raise _bad_path(given, flag, f"cannot use {target}: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise _bad_path(given, flag, f"{target} exists and is not a regular file (a folder, FIFO or device)")
+    return target
+
+
+def write_output(target: Path, text: str, given: Path | str, flag: str) -> None:
+    """``text`` into ``target`` (an ``output_path``): an OS refusal is ``bad_path``, not a crash."""
+    try:
+        atomic_write(target, text)
+    except OSError as exc:
+        if isinstance(exc, DiskFull):
+            raise
+        raise _bad_path(given, flag, f"cannot write {target}: {exc.strerror or exc}") from None
+
+
+def write_out(ws: Workspace, path: Path, text: str, *, cwd: Path | None = None,
+              outside_repo: bool = False) -> dict[str, Any]:
+    """Write a snapshot file where ``output_path`` allows (never among the canonical files)."""
+    target = output_path(ws, path, flag="--out", base=(cwd or Path.cwd()).resolve(), outside_repo=outside_repo)
+    write_output(target, text, path, "--out")
     return {"ok": True, "path": str(target), "bytes": len(text.encode("utf-8"))}
