@@ -89,6 +89,9 @@ def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None) 
     links = resolve_write_links(ws, mem_req)
     evidence = check_evidence_exists(ws, refs, mem_req["scope"], "memory.evidence_refs")
     store = _target_store(ws, mem_req["scope"], commit=commit)
+    # A global memory reaches every repo of this user: in review mode it waits, proposed, until
+    # the user approves it (`memstore approve`); a repo memory is approved in its pull request.
+    proposed = mem_req["scope"] == "global" and ws.config.write_mode == "review"
 
     def gated() -> WriteAnswer:
         mem = Memory(
@@ -104,22 +107,49 @@ def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None) 
             evidence=evidence,
             tags=list(dict.fromkeys(mem_req.get("tags") or [])),
         )
-        if not req.get("allow_duplicate"):
-            from ..read.dedupe import check_duplicates
-
-            check_duplicates(ws, mem)
         answer: WriteAnswer = {"ok": True, "id": mem.id, "kind": mem.kind, "scope": mem.scope}
-        if commit:
+        if not req.get("allow_duplicate"):
+            # Redundancy and contradiction are the agent's call: it is shown what is close
+            # (a near-exact repeat alone is refused) and reinforces, supersedes or links.
+            from ..read.dedupe import judge
+
+            answer["similar"] = judge(ws, mem, allow_duplicate=False)
+        if needs_review(ws, mem):
+            answer["review"] = True
+        if commit and proposed:
+            from .pending import propose
+
+            answer["path"] = propose(store, mem)
+            answer["pending"] = True
+        elif commit:
             path = store.create_memory(mem)
             ws.wrote(store, path)
             answer["path"] = store.display_path(store.relpath(path))
         else:
             answer["path"] = store.display_path(store.relpath(store.memory_path(mem)))
             answer["content"] = store.render_memory(mem)
+            if proposed:
+                answer["pending"] = True
         answer["mode"] = mode
         return answer
 
     return _locked(store, commit, gated)
+
+
+REVIEW_BELOW = 0.5  # config review.confidence_below: a memory written less sure than this is flagged
+
+
+def review_bar(ws: Workspace) -> float:
+    value = ws.config.get("review", "confidence_below", REVIEW_BELOW)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else REVIEW_BELOW
+
+
+def needs_review(ws: Workspace, mem: Memory, graph: Graph | None = None) -> bool:
+    """Written with a confidence below the bar, and not since reinforced by a positive vote:
+    stored, but `check` and `diff` list it for a person to confirm (vote +1) or archive."""
+    if mem.confidence is None or mem.confidence >= review_bar(ws):
+        return False
+    return graph is None or not any(v.value > 0 for v in graph.votes.get(mem.id, []))
 
 
 # -- update -----------------------------------------------------------------------------------

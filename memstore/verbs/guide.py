@@ -334,9 +334,11 @@ def reflect(ws: Workspace, episode_id: str | None = None) -> dict[str, Any]:
     memories, graph = combined_graph(ws)
     written = _written_in(memories, shown["header"], shown["ended"], ep)
     read_info: dict[str, dict[str, Any]] = {}
+    served: dict[str, str] = {}  # memory -> the problem the latest read that returned it served
     for e in events:
         if e.get("op") != "read":
             continue
+        problem_of_read = e.get("problem_id")
         for mid in e.get("results") or []:
             if mid in written:  # an agent's vote on its own memory says nothing new
                 continue
@@ -344,13 +346,22 @@ def reflect(ws: Workspace, episode_id: str | None = None) -> dict[str, Any]:
             info["read_at"].append(f"event:{ep}:{e['seq']}")
             if e.get("query") not in info["queries"]:
                 info["queries"].append(e.get("query"))
+            if isinstance(problem_of_read, str) and problem_of_read in memories:
+                served[mid] = problem_of_read
+    # A read without a problem_id served the session's problem when it wrote exactly one.
+    session_problems = [m.id for m in written.values() if m.kind == "problem"]
+    fallback = session_problems[0] if len(session_problems) == 1 else None
     reads = []
     for mid, info in read_info.items():
         mem = memories.get(mid)
         if mem is not None:
             info.update(kind=mem.kind, scope=mem.scope, text=mem.text,
                         utility=round(graph.utility_global(mid), 4))
-        info["vote"] = {"op": "update", "type": "utility_vote", "memory_id": mid, "problem_id": None,
+        problem_id = served.get(mid, fallback)
+        if problem_id is not None and mem is not None and mem.scope == "global" \
+                and memories[problem_id].scope == "repo":
+            problem_id = None  # a vote on a global memory cannot name a repo problem
+        info["vote"] = {"op": "update", "type": "utility_vote", "memory_id": mid, "problem_id": problem_id,
                         "vote": None, "rationale": "", "evidence_refs": info["read_at"][-1:]}
         reads.append(info)
 
@@ -377,7 +388,9 @@ def reflect(ws: Workspace, episode_id: str | None = None) -> dict[str, Any]:
          "Use scope global if it holds beyond this repo.", "template": _write_template("preference", prefs)},
         {"item": "votes", "ask": "For each memory read during the session (those it wrote are left out, under "
          "`written`): did it help (+1), mislead (-1) or not matter (skip)? Fill `vote` in the requests under "
-         "`reads`.", "template": None},
+         "`reads`. A vote counts for the problem it names (`problem_id`, filled from the read when it named one, "
+         "else from the one problem this session wrote): name the problem the memory was read for, writing "
+         "it first if it is new; a vote without one only nudges the memory's global prior.", "template": None},
     ]
     return {
         "ok": True, "content_trust": CONTENT_TRUST, "episode": ep, "header": shown["header"], "ended": shown["ended"],
