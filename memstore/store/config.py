@@ -111,6 +111,14 @@ class Config:
         return str(self.data.get("write_mode", "review"))
 
     @property
+    def review_bar(self) -> float:
+        """``review.confidence_below``: a memory written less sure than this is flagged for review."""
+        value = self.get("review", "confidence_below", DEFAULTS["review"]["confidence_below"])
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            return float(DEFAULTS["review"]["confidence_below"])
+        return float(value)
+
+    @property
     def max_text_chars(self) -> int:
         return int(self.get("limits", "max_text_chars", 4000))
 

@@ -12,7 +12,7 @@ from ..errors import InvalidRequest, NoStore, SemanticError
 from ..read.scopeview import ScopeView, scope_view
 from ..store import ids
 from ..store.disk import Store
-from ..store.graph import Graph, LinkIndex, build_graph
+from ..store.graph import Graph, LinkIndex, build_graph, needs_review
 from ..store.model import Event, Memory, utc_now
 from ..store.relations import relation_lists
 from ..store.trust import CONTENT_TRUST
@@ -114,7 +114,7 @@ def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None) 
             from ..read.dedupe import judge
 
             answer["similar"] = judge(ws, mem, allow_duplicate=False)
-        if needs_review(ws, mem):
+        if needs_review(mem, ws.config):
             answer["review"] = True
         if commit and proposed:
             from .pending import propose
@@ -134,22 +134,6 @@ def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None) 
         return answer
 
     return _locked(store, commit, gated)
-
-
-REVIEW_BELOW = 0.5  # config review.confidence_below: a memory written less sure than this is flagged
-
-
-def review_bar(ws: Workspace) -> float:
-    value = ws.config.get("review", "confidence_below", REVIEW_BELOW)
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else REVIEW_BELOW
-
-
-def needs_review(ws: Workspace, mem: Memory, graph: Graph | None = None) -> bool:
-    """Written with a confidence below the bar, and not since reinforced by a positive vote:
-    stored, but `check` and `diff` list it for a person to confirm (vote +1) or archive."""
-    if mem.confidence is None or mem.confidence >= review_bar(ws):
-        return False
-    return graph is None or not any(v.value > 0 for v in graph.votes.get(mem.id, []))
 
 
 # -- update -----------------------------------------------------------------------------------

@@ -123,7 +123,14 @@ Vote on memories you used (+1 helped, -1 misled), archive wrong ones, link repla
 echo '{{"op": "update", "type": "utility_vote", "memory_id": "01jd8x4k2m", "vote": 1,
   "evidence_refs": ["event:01jd8w3q5r:6"]}}' | memstore update --json -
 ```
-A near-duplicate write is refused with the existing memory's id: vote for it instead.
+Judge each memory against what is stored before writing it: send it first with `"mode": "dry_run"`
+(nothing is written). The answer's `similar` lists the closest memories (id, kind, similarity,
+text); `may_contradict` marks stored facts and preferences on the same subject. If one already
+says it, vote +1 for it instead of writing; if yours replaces an outdated fact, write it with
+`links.supersedes` and a `change` (or a `fact_update_link` update); if they disagree and the code
+does not settle it, write yours with a `contradicts` link; else write it. A near-copy is refused
+with the existing memory's id. Give your `confidence`: below 0.5 the memory is stored but flagged
+for review (`"review": true`; `memstore check` and `diff` list it).
 Link what you write to what it builds on: `"links": {{"relations": [{{"type": "elaborates_on", "id": "..."}}]}}`
 (`depends_on` for a preference or fact that holds only while another does; `contradicts` when it
 disagrees with a memory you read). A read shows contradicting memories as a `disputes` entry:
