@@ -337,6 +337,7 @@ def reflect(ws: Workspace, episode_id: str | None = None) -> dict[str, Any]:
     events = shown["events"]
 
     from .api import combined_graph
+    from .pending import list_pending
 
     memories, graph = combined_graph(ws)
     written = _written_in(memories, shown["header"], shown["ended"], ep)
@@ -407,9 +408,13 @@ def reflect(ws: Workspace, episode_id: str | None = None) -> dict[str, Any]:
                     "content": e.get("content")} for e in events],
         "reads": reads, "checklist": checklist,
         "written": [{"id": m.id, "kind": m.kind, "text": m.text} for m in written.values()],
+        # global memories proposed in review mode: the user approves (`memstore approve ID`) or drops them
+        "pending": list_pending(ws)["pending"],
         "next": "fill the templates (text, links, confidence), drop what does not apply, then pipe each "
                 "request to `memstore write --json -` / `memstore update --json -`"
-                + ("; in review mode propose them to the user first" if mode == "review" else ""),
+                + ("; in review mode propose them to the user first, and ask them to approve or drop the "
+                   "global memories under `pending` (`memstore approve ID` / `memstore drop ID`)"
+                   if mode == "review" else ""),
     }
 
 
