@@ -31,6 +31,23 @@ from eval_gitbugs import load
 
 GRID = [round(x, 2) for x in np.arange(0.40, 0.96, 0.01)]
 
+# Facts that contradict each other (same subject, different claim), and facts on neighbouring
+# subjects that do not, written for this check: the first must clear the bar, the second not.
+CONTRADICTING = [
+    ("CI runs pytest serially", "CI uses pytest-xdist"),
+    ("CI runs the test suite with pytest serially, one test at a time.",
+     "CI runs the test suite with pytest-xdist (pytest -n auto), in parallel across workers."),
+    ("The database driver is asyncpg; connection URLs use postgresql+asyncpg://.",
+     "The database driver is psycopg 3; connection URLs use postgresql+psycopg://."),
+    ("The API is deployed to AWS Lambda behind API Gateway.", "The API runs as a container on ECS Fargate."),
+    ("Python 3.10 is the oldest version the package supports.", "The package supports Python 3.8 and newer."),
+]
+UNRELATED = [
+    ("CI uses pytest-xdist", "Tests live under tests/ and use pytest fixtures from conftest.py"),
+    ("The database driver is psycopg 3.", "Migrations are written with alembic and live in migrations/."),
+    ("The API runs as a container on ECS Fargate.", "The frontend is built with Vite and deployed to a CDN."),
+]
+
 
 def rates(best_dup: np.ndarray, best_other: np.ndarray, bar: float) -> tuple[float, float]:
     return float(np.mean(best_dup >= bar)), float(np.mean(best_other >= bar))
@@ -76,6 +93,11 @@ def main(argv: list[str] | None = None) -> dict:
     for fixed in (0.6, 0.65, 0.7, 0.75, 0.8, 0.95):
         s, f = rates(bd, bo, fixed)
         out[f"at_{fixed}"] = {"shown": round(s, 3), "false_alarm": round(f, 3)}
+    pairs = [a for pair in CONTRADICTING + UNRELATED for a in pair]
+    pv = EmbeddingCache(a.cache_dir).embed(pairs)
+    cos = [round(float(pv[i] @ pv[i + 1]), 3) for i in range(0, len(pairs), 2)]
+    out["contradicting_pairs_cosine"] = cos[:len(CONTRADICTING)]
+    out["neighbouring_subject_pairs_cosine"] = cos[len(CONTRADICTING):]
     log(json.dumps(out))
     print(json.dumps(out, indent=1))
     return out

@@ -67,10 +67,11 @@ def test_write_modes(repo: Path, mode: str, committed: bool) -> None:
     in_head = ans["path"] in git(repo, "ls-tree", "-r", "--name-only", "HEAD")
     is_staged = ans["path"] in git(repo, "diff", "--cached", "--name-only")
     assert (in_head, is_staged) == (committed, not committed)
-    # the global store always commits, whatever the mode
+    # a global write is committed in autonomous mode, and waits for approval in review mode
     glob = api.write(reopen(repo), write_req("preference", "Prefer small PRs.", scope="global"))
     home = Path(reopen(repo).global_.root)
-    assert Path(glob["path"]).name in git(home, "ls-tree", "-r", "--name-only", "HEAD")
+    assert (Path(glob["path"]).name in git(home, "ls-tree", "-r", "--name-only", "HEAD")) == committed
+    assert glob.get("pending", False) is not committed
 
 
 # -- snapshot --------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ kind, the same subject by similarity, but not a copy), so the agent can reinforc
 utility vote), supersede it (a new fact and a ``fact_update_link``) or link ``contradicts``. Only
 a near-exact repeat of the same kind is refused outright, with the id it repeats.
 
-The bars (config ``duplicates``): ``threshold`` 0.95 for a repeat, ``similar`` 0.65 for what is
+The bars (config ``duplicates``): ``threshold`` 0.95 for a repeat, ``similar`` 0.6 for what is
 shown, chosen by bench/research_writebar.py (docs/writing.md has the figures).
 """
 
@@ -38,7 +38,7 @@ def neighbours(ws: Workspace, mem: Memory) -> list[dict[str, Any]]:
     repo memory, global alone for a global one). Without an embedder: those with the same
     normalised text, at similarity 1.0."""
     scopes = ["global"] if mem.scope == "global" else ws.scopes()
-    bar = min(_setting(ws, "similar", 0.65), _setting(ws, "threshold", 0.95))
+    bar = min(_setting(ws, "similar", 0.6), _setting(ws, "threshold", 0.95))
     try:
         from ..index.embedder import EmbedderUnavailable
         from .retrieve import semantic_neighbours

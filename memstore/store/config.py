@@ -24,7 +24,7 @@ DEFAULTS: dict[str, Any] = {
     "limits": {"max_text_chars": 4000, "max_rationale_chars": 2000, "max_evidence": 50,
                "max_file_bytes": 256 * 1024, "max_files": 200_000, "max_listed_invalid": 50},
     "daemon": {"autostart": True, "idle_seconds": 1800, "evict_seconds": 600, "read_wait_seconds": 1.0},
-    "duplicates": {"threshold": 0.95, "candidates": 5, "similar": 0.65},
+    "duplicates": {"threshold": 0.95, "candidates": 5, "similar": 0.6},
     "review": {"confidence_below": 0.5},  # a write less sure than this is stored flagged for review
     "read": {},  # retrieval tuning; empty means the tuned defaults in ranking.RankingParams
 }
