@@ -56,16 +56,15 @@ def neighbours(ws: Workspace, mem: Memory) -> list[dict[str, Any]]:
     return found
 
 
-def judge(ws: Workspace, mem: Memory, *, allow_duplicate: bool) -> list[dict[str, Any]]:
+def judge(ws: Workspace, mem: Memory) -> list[dict[str, Any]]:
     """The ``similar`` entries a write answers with (at most ``duplicates.candidates``). A
-    same-kind memory at or above ``duplicates.threshold`` refuses the write (DuplicateError)
-    unless ``allow_duplicate``; below it, a fact or preference of the same kind is marked
-    ``may_contradict``."""
+    same-kind memory at or above ``duplicates.threshold`` refuses the write (DuplicateError);
+    below it, a fact or preference of the same kind is marked ``may_contradict``."""
     threshold = _setting(ws, "threshold", 0.95)
     k = max(1, int(_setting(ws, "candidates", 5)))
     near = neighbours(ws, mem)
     dups = [d for d in near if d["kind"] == mem.kind and d["similarity"] >= threshold]
-    if dups and not allow_duplicate:
+    if dups:
         best = dups[0]
         raise DuplicateError(
             f"a {mem.kind} like this already exists ({best['id']}, similarity {best['similarity']:.2f})",

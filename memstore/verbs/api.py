@@ -113,7 +113,7 @@ def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None) 
             # (a near-exact repeat alone is refused) and reinforces, supersedes or links.
             from ..read.dedupe import judge
 
-            answer["similar"] = judge(ws, mem, allow_duplicate=False)
+            answer["similar"] = judge(ws, mem)
         if needs_review(mem, ws.config):
             answer["review"] = True
         if commit and proposed:
