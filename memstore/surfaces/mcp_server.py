@@ -320,16 +320,10 @@ TOOLS: tuple[Tool, ...] = (
          "memory_reflect). Same request as `memstore read --json -`.",
          _schema("read"), _read, verb=True),
     Tool("memory_write", "Store a memory",
-         "Store one new memory (problem, solution, failed_tactic, fact, preference or change) with at least "
-         "one evidence ref (event:<episode>:<seq> from episode_log, file:path, commit:sha, user:\"quote\"). "
-         "Draft it with mode 'dry_run' first (checks everything, writes nothing): the answer's `similar` lists "
-         "the closest existing memories (id, kind, similarity, text), `may_contradict` marking facts and "
-         "preferences on the same subject. Judge them: if one already says it, reinforce it (memory_update "
-         "utility_vote +1) instead of writing; if yours replaces an outdated fact, supersede it (links.supersedes "
-         "+ a change, or fact_update_link); if they disagree and the code does not settle it, link "
-         "`contradicts`; else write. A near-copy is refused with code 'duplicate'. Confidence under 0.5 is "
-         "stored flagged `review: true`; in review mode a global memory waits, `pending`, for the user's "
-         "`memstore approve`. Same request as `memstore write --json -`.",
+         "Store one new memory citing evidence "
+         "(event:<episode>:<seq>, file:path, commit:sha, user:\"quote\"). Try mode 'dry_run' first and act on "
+         "`similar` (vote for a copy; supersede or link `contradicts` a `may_contradict`). Same request as "
+         "`memstore write --json -`.",
          _schema("write"), lambda b, a: b.verb("write", a), verb=True),
     Tool("memory_update", "Vote, archive or link memories",
          "Append an update event: utility_vote (+1 helped .. -1 misled) on a memory you used, archive a "
