@@ -91,6 +91,8 @@ def test_the_review_bar_is_configurable(repo: Path, cli: Callable[..., CliResult
     config.write_text(config.read_text() + "review:\n  confidence_below: 0.1\n")
     out = _write(cli, repo, "--kind", "fact", "--text", XDIST, "--confidence", "0.2")
     assert "review" not in out
+    out = _write(cli, repo, "--kind", "fact", "--text", "Deploys go out on Fridays, maybe.", "--confidence", "0.05")
+    assert out["review"] is True
 
 
 def test_the_guide_and_mcp_tell_agents_to_judge_what_is_similar(repo: Path, cli: Callable[..., CliResult]) -> None:
