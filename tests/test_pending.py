@@ -91,6 +91,17 @@ def test_autonomous_mode_commits_a_global_write_at_once(repo: Path, cli: Callabl
     assert any(out["id"][:10] in c for c in _commits())
 
 
+def test_a_repos_config_cannot_waive_the_approval_the_users_own_can(repo: Path,
+                                                                    cli: Callable[..., CliResult]) -> None:
+    config = repo / ".memory" / "config.yaml"
+    config.write_text(config.read_text().replace("write_mode: review", "write_mode: autonomous"))
+    out = _propose(cli, repo)  # a cloned repo says autonomous: the global memory still waits
+    assert out["pending"] is True and not any(out["id"][:10] in c for c in _commits())
+    (_home() / "config.yaml").write_text("write_mode: autonomous\n")  # the user's own setting
+    out = _propose(cli, repo, "The user wants type hints on every public function.")
+    assert "pending" not in out and any(out["id"][:10] in c for c in _commits())
+
+
 def test_a_repo_write_in_review_mode_is_staged_as_before(repo: Path, cli: Callable[..., CliResult]) -> None:
     rc, out, err = cli("write", "--kind", "fact", "--text", "Scripts live in tools/.", "--evidence", "user:x",
                        "--allow-duplicate", cwd=repo)

@@ -89,9 +89,10 @@ def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None) 
     links = resolve_write_links(ws, mem_req)
     evidence = check_evidence_exists(ws, refs, mem_req["scope"], "memory.evidence_refs")
     store = _target_store(ws, mem_req["scope"], commit=commit)
-    # A global memory reaches every repo of this user: in review mode it waits, proposed, until
-    # the user approves it (`memstore approve`); a repo memory is approved in its pull request.
-    proposed = mem_req["scope"] == "global" and ws.config.write_mode == "review"
+    # A global memory reaches every repo of this user: in review mode (the user's own setting,
+    # never a cloned repo's) it waits, proposed, until the user approves it (`memstore
+    # approve`); a repo memory is approved in its pull request.
+    proposed = mem_req["scope"] == "global" and ws.global_write_mode == "review"
 
     def gated() -> WriteAnswer:
         mem = Memory(

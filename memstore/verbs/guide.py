@@ -45,12 +45,14 @@ MODE_TEXT = {
     "review": (
         "This store is in **review** mode: memories you write are staged, not committed, and a person "
         "approves them in the pull request. Before writing, **propose** the memories to the user (kind, "
-        "text, evidence) and write the ones they accept; votes on memories you used need no approval."
+        "text, evidence) and write the ones they accept; votes on memories you used need no approval. "
+        "A global memory waits, `pending`, until the user runs `memstore approve ID`."
     ),
     "autonomous": (
         "This store is in **autonomous** mode: write memories and votes directly when the session gives "
         "you something worth keeping; they are staged (or committed, with `git.commit: true`) without "
-        "asking. Global memories are always committed to `~/.memory`."
+        "asking. A global memory is committed to `~/.memory`, or waits for `memstore approve ID` when the "
+        "user's own settings (the global config.yaml) are in review mode."
     ),
 }
 
