@@ -67,10 +67,12 @@ def test_write_modes(repo: Path, mode: str, committed: bool) -> None:
     in_head = ans["path"] in git(repo, "ls-tree", "-r", "--name-only", "HEAD")
     is_staged = ans["path"] in git(repo, "diff", "--cached", "--name-only")
     assert (in_head, is_staged) == (committed, not committed)
-    # the global store always commits, whatever the mode
+    # a global write waits for the user's approval whatever the repo's mode: a repo's config
+    # comes with a clone and cannot waive it (the user's own settings can: tests/test_pending.py)
     glob = api.write(reopen(repo), write_req("preference", "Prefer small PRs.", scope="global"))
     home = Path(reopen(repo).global_.root)
-    assert Path(glob["path"]).name in git(home, "ls-tree", "-r", "--name-only", "HEAD")
+    assert Path(glob["path"]).name not in git(home, "ls-tree", "-r", "--name-only", "HEAD")
+    assert glob["pending"] is True
 
 
 # -- snapshot --------------------------------------------------------------------------------------------
@@ -112,6 +114,43 @@ def test_snapshot_is_the_derived_top_of_block(repo: Path, cli: Callable[..., Cli
     code, err, _ = cli("snapshot", "--out", ".memory/facts/snapshot.md", cwd=repo)
     assert code == 2 and err["error"]["code"] == "bad_path"
     assert {p for p in (repo / ".memory").rglob("*") if ".index" not in p.parts} == before  # never written there
+
+
+def test_snapshot_shows_a_changed_solution_as_no_longer_applying(repo: Path, cli: Callable[..., CliResult]) -> None:
+    def write(*args: str, env: dict[str, str] | None = None) -> str:
+        code, out, err = cli("write", *args, "--evidence", "user:seen", "--allow-duplicate", cwd=repo, env=env)
+        assert code == 0, err
+        return out["id"]
+
+    problem = write("--kind", "problem", "--text", "Deploys fail: the CDN returns 403 for new assets.")
+    old = write("--kind", "solution", "--problem", problem, "--text", "Purge the CDN cache with cdnctl purge --all.")
+    kept = write("--kind", "solution", "--problem", problem, "--text", "Version asset names so no purge is needed.")
+    change = write("--kind", "change", "--change-target", old,
+                   "--text", "cdnctl was replaced by the provider's API; purge --all no longer exists.")
+    lone = write("--kind", "problem", "--text", "Image thumbnails are served stale after upload.")
+    gone = write("--kind", "solution", "--problem", lone, "--text", "Run cdnctl purge on the thumbnail path.")
+    write("--kind", "change", "--change-target", gone, "--text", "cdnctl is gone: thumbnails need the provider API.")
+    pref = write("--kind", "preference", "--scope", "global", "--text", "Prefer small focused commits.",
+                 env={"MEMSTORE_WRITE_MODE": "autonomous"})
+
+    code, snap, err = cli("snapshot", cwd=repo)
+    assert code == 0, err
+    (entry,) = [e for e in snap["solutions"] if e["problem"]["id"] == problem]
+    assert entry["best_solution"]["id"] == kept and entry["other_solutions"] == []
+    (outdated,) = entry["no_longer_applies"]
+    assert outdated["id"] == old and [c["id"] for c in outdated["changed_by"]] == [change]
+    # a problem whose only fix was overtaken by a change is open again, with the reason
+    (reopened,) = [e for e in snap["open_problems"] if e["problem"]["id"] == lone]
+    assert [s["id"] for s in reopened["no_longer_applies"]] == [gone]
+    # the global store is covered too
+    assert [p["id"] for p in snap["preferences"]] == [pref] and snap["counts"]["global"] == 1
+
+    code, md, err = cli("snapshot", "--markdown", cwd=repo)
+    assert code == 0, err
+    assert "Also worked: Purge" not in md
+    assert "No longer applies (a change targets it): Purge the CDN cache" in md
+    assert "changed since: cdnctl was replaced" in md
+    assert f"Prefer small focused commits. (`{pref[:10]}`, global)" in md
 
 
 # -- reads: context, reflect, staleness in answers (real model) ------------------------------------------------

@@ -157,7 +157,9 @@ def test_global_write_outside_a_repo_works(tmp_path: Path, cli: Callable[..., Cl
     plain.mkdir()
     rc, out, _ = cli("write", "--kind", "preference", "--scope", "global", "--text", "Answer tersely",
                      "--evidence", "user:be brief", "--allow-duplicate", cwd=plain)
-    assert rc == 0 and out["scope"] == "global"
+    assert rc == 0 and out["scope"] == "global" and out["pending"] is True  # review mode: proposed
+    rc, out, _ = cli("approve", out["id"], cwd=plain)
+    assert rc == 0 and out["approved"] is True
     rc, out, _ = cli("list", cwd=plain)
     assert rc == 0 and [m["text"] for m in out["memories"]] == ["Answer tersely"]
 

@@ -4,6 +4,7 @@ equal the same views rebuilt from scratch."""
 from __future__ import annotations
 
 import copy
+import os
 import random
 import threading
 import time
@@ -23,7 +24,7 @@ from memstore.store.catalog import Catalog
 from memstore.store.graph import Graph, LinkIndex
 from memstore.store.model import RELATION_TYPES, Event, Memory
 from memstore.store.watch import Watcher, _Handler
-from memstore.store.workspace import Workspace
+from memstore.store.workspace import Workspace, open_workspace
 from memstore.verbs import api
 
 KIND_DIRS = {"problem": "problems", "solution": "solutions", "failed_tactic": "failed_tactics",
@@ -398,8 +399,9 @@ def _check(live: Workspace, repo: Path, rebuilt: list[str]) -> None:
     assert graph_data(view.graph) == graph_data(fresh_view.graph)
     assert view.memories == fresh_view.memories
     cache: retrieve.RowCache = live.read_cache["rows"]
-    kinds, since, tags, _ = cache.filters
-    assert cache.ok == {m for m, mem in view.memories.items() if retrieve.allowed(mem, view.graph, kinds, since, tags)}
+    kinds, since, tags, _, who = cache.filters
+    assert cache.ok == {m for m, mem in view.memories.items()
+                        if retrieve.allowed(mem, view.graph, kinds, since, tags, who)}
     fresh_rows = rowspace.build_rows(cache.vectors, cache.ok, view.memories, cache.rows.matrix.shape[1])
     assert _rows_data(cache.rows) == _rows_data(fresh_rows)
     for si in live.indexes.values():
@@ -410,6 +412,9 @@ def _check(live: Workspace, repo: Path, rebuilt: list[str]) -> None:
 @pytest.mark.model
 def test_long_lived_workspace_follows_every_kind_of_change(ws: Workspace, repo: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # autonomous: a global write is committed at once (review mode proposes it: test_pending.py)
+    ws = open_workspace(cwd=repo, env={**os.environ, "MEMSTORE_WRITE_MODE": "autonomous"})
+
     def w(kind: str, text: str, **kw: Any) -> str:
         return str(api.write(ws, write_req(kind, text, **kw))["id"])
 

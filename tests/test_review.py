@@ -75,7 +75,8 @@ def test_diff_renders_what_the_branch_adds(base: Path, cli: Callable[..., CliRes
     fact = api.write(reopen(base), write_req("fact", "Migrations live in app/db/migrations/versions."))
 
     ans = branch_diff(reopen(base))  # default base: main
-    assert ans["base"] == "main" and ans["summary"] == {"memories": 2, "events": 1, "episodes": 1, "problems": 0}
+    assert ans["base"] == "main" and ans["summary"] == {"memories": 2, "events": 1, "episodes": 1, "problems": 0,
+                                                    "to_review": 0}
     mems = {m["id"]: m for m in ans["memories"]}
     assert mems[sol["id"]]["committed"] and not mems[fact["id"]]["committed"]  # staged, not committed yet
     assert mems[sol["id"]]["links"]["problem"] == problem_id(base)

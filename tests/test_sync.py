@@ -31,7 +31,9 @@ class Home:
         self.home.mkdir()
         self.store = self.home / ".memory"
         self.cwd = base  # not inside any repository: only the global store is in play
-        self.vars = {"HOME": str(self.home), "MEMSTORE_HOME": str(self.store)}
+        # autonomous: each global write is committed at once (in review mode it would wait for
+        # `memstore approve`, tests/test_pending.py); sync moves what is committed
+        self.vars = {"HOME": str(self.home), "MEMSTORE_HOME": str(self.store), "MEMSTORE_WRITE_MODE": "autonomous"}
 
     def env(self) -> dict[str, str]:
         return {**os.environ, **self.vars}

@@ -4,6 +4,7 @@ refused with a typed error and nothing written."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 from conftest import CliResult, git, reopen, staged, store_files, write_req
 
 from memstore.store.files import parse_markdown
-from memstore.store.workspace import Workspace
+from memstore.store.workspace import Workspace, open_workspace
 from memstore.verbs import api
 
 AWS_KEY = "AKIA" + "Q3EGRAV7PLM2XT5B"  # assembled so secret scanners leave this file alone
@@ -91,8 +92,10 @@ def test_dry_run_returns_content_and_writes_nothing(ws: Workspace, repo: Path) -
     assert api.list_memories(reopen(repo))["count"] == 0
 
 
-def test_global_scope_writes_a_committed_global_store(ws: Workspace, repo: Path, tmp_path: Path) -> None:
+def test_global_scope_writes_a_committed_global_store(repo: Path, tmp_path: Path) -> None:
     home = tmp_path / "home" / ".memory"
+    # autonomous: committed at once (review mode proposes it first: tests/test_pending.py)
+    ws = open_workspace(cwd=repo, env={**os.environ, "MEMSTORE_WRITE_MODE": "autonomous"})
     ans = api.write(ws, write_req("preference", "Prefer small focused commits.", scope="global"))
     assert ans["scope"] == "global"
     assert (home / ".git").is_dir()

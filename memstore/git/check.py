@@ -13,7 +13,7 @@ from .. import gitops
 from ..errors import InvalidFile, NoStore, NotFound
 from ..store.disk import INDEX_DIRNAME, LOCAL_DIRNAME, Store
 from ..store.files import bad_char, dump_markdown, parse_markdown
-from ..store.graph import Graph, archived_ids, build_graph
+from ..store.graph import Graph, archived_ids, build_graph, needs_review
 from ..store.model import KIND_DIRS, Event, Memory, parse_evidence, utc_now
 from ..store.relations import open_disputes
 from ..store.secrets import find_secrets
@@ -407,6 +407,10 @@ def run_check(ws: Workspace, *, staged: bool = False, base: str | None = None, f
                     mem.id_derived = False
             _check_memory(ws, store, mem, known, report, strict_ids=staged or base is not None,
                           archived=graph.archived)
+            if needs_review(mem, ws.config, graph):
+                report.add("warning", store.display_path(mem.path), "low_confidence",
+                           f"written with confidence {mem.confidence:g}, below review.confidence_below "
+                           f"{ws.config.review_bar:g}: confirm it (a +1 vote) or archive it")
         for ev in sorted(records.events.values(), key=lambda e: e.path):
             if scope_to is not None and ev.path not in scope_to:
                 continue

@@ -13,6 +13,7 @@ from typing import Any
 from .. import gitops
 from ..errors import InvalidFile, NotFound, StoreError
 from ..store.disk import Store
+from ..store.graph import Graph, build_graph, needs_review
 from ..store.model import DIR_KINDS
 from ..store.workspace import Workspace
 from .check import _store_prefix
@@ -65,6 +66,14 @@ def branch_diff(ws: Workspace, rev: str | None = None) -> dict[str, Any]:
 
     cat = ws.catalog("repo")
     known = {**(ws.catalog("global").memories if "global" in ws.scopes() else {}), **cat.memories}
+    graph: list[Graph] = []
+
+    def votes() -> Graph:  # built once, and only when a low-confidence memory asks
+        if not graph:
+            events = [ev for scope in ws.scopes() for ev in ws.catalog(scope).events.values()]
+            graph.append(build_graph(known, events))
+        return graph[0]
+
     answer: dict[str, Any] = {"ok": True, "base": base, "merge_base": mb, "memories": [], "events": [],
                               "episodes": [], "problems": []}
     for path in sorted(changes):
@@ -93,7 +102,8 @@ def branch_diff(ws: Workspace, rev: str | None = None) -> dict[str, Any]:
                     mem = store.load_memory(rel)
                     answer["memories"].append({**entry, **mem.to_json(), "path": path,
                                                "id_is_provisional": mem.id_derived,
-                                               "relations": [_link(k, t, known) for k, t in mem.relations()]})
+                                               "relations": [_link(k, t, known) for k, t in mem.relations()],
+                                               "review": needs_review(mem, ws.config, votes())})
             except (InvalidFile, OSError) as exc:
                 answer["problems"].append({**entry, "message": f"invalid: {getattr(exc, 'message', exc)}"})
         elif top == "episodes" and rel.endswith(".jsonl"):
@@ -110,7 +120,8 @@ def branch_diff(ws: Workspace, rev: str | None = None) -> dict[str, Any]:
                                        "new_rows": _lines(full.read_bytes()) - before,
                                        "outcome": ended.get("outcome") if ended else None})
     answer["summary"] = {"memories": len(answer["memories"]), "events": len(answer["events"]),
-                         "episodes": len(answer["episodes"]), "problems": len(answer["problems"])}
+                         "episodes": len(answer["episodes"]), "problems": len(answer["problems"]),
+                         "to_review": sum(1 for m in answer["memories"] if m["review"])}
     return answer
 
 

@@ -96,11 +96,25 @@ def open_scope(ws: Workspace, include_global: bool, params: ReadParams) -> Scope
     return Scope(view.memories, view.graph, indexes, warnings, view)
 
 
-def allowed(mem: Memory, graph: Graph, kinds: set[str], since: str | None, tags: set[str]) -> bool:
-    """Step 1, scope: kinds filter, archived excluded, since/tags filters."""
+class Who(NamedTuple):
+    """The author / min_confidence filters (None: not asked)."""
+
+    author: str | None = None
+    min_confidence: float | None = None
+
+
+ANYONE = Who()
+
+
+def allowed(mem: Memory, graph: Graph, kinds: set[str], since: str | None, tags: set[str], who: Who = ANYONE) -> bool:
+    """Step 1, scope: kinds filter, archived excluded, since/tags/author/min_confidence filters."""
     if mem.kind not in kinds or mem.id in graph.archived:
         return False
     if since and (mem.created or "") < since:
+        return False
+    if who.author is not None and mem.author.strip().lower() != who.author:
+        return False
+    if who.min_confidence is not None and (mem.confidence is None or mem.confidence < who.min_confidence):
         return False
     return not tags or bool(tags & {t.lower() for t in mem.tags})
 
@@ -117,11 +131,11 @@ class RowCache(NamedTuple):
 
 
 def scoped_rows(ws: Workspace, sc: Scope, kinds: set[str], since: str | None, tags: set[str],
-                semantic: bool) -> tuple[set[str], Rows]:
+                semantic: bool, who: Who = ANYONE) -> tuple[set[str], Rows]:
     """The memories in scope and the row space the ranking sees, reused while nothing in scope
     changed and the filters are the same (the common case for an agent's reads), and brought
     up to date by the scope's delta when a few memories changed."""
-    filters = (frozenset(kinds), since, frozenset(tags), semantic)
+    filters = (frozenset(kinds), since, frozenset(tags), semantic, who)
     vectors = [si.vectors for si in sc.indexes if si.vectors is not None] if semantic else []
     state = (sc.view.generation, tuple(si.state.generation for si in sc.indexes))
     dim = get_embedder().dim
@@ -135,7 +149,7 @@ def scoped_rows(ws: Workspace, sc: Scope, kinds: set[str], since: str | None, ta
             ok = cached.ok
             for mid in changed:
                 mem = sc.memories.get(mid)
-                if mem is not None and allowed(mem, sc.graph, kinds, since, tags):
+                if mem is not None and allowed(mem, sc.graph, kinds, since, tags, who):
                     ok.add(mid)
                 else:
                     ok.discard(mid)
@@ -144,7 +158,7 @@ def scoped_rows(ws: Workspace, sc: Scope, kinds: set[str], since: str | None, ta
             if rows is not None:
                 ws.read_cache["rows"] = RowCache(filters, sc.view, vectors, state, ok, rows)
                 return ok, rows
-    ok = {m for m, mem in sc.memories.items() if allowed(mem, sc.graph, kinds, since, tags)}
+    ok = {m for m, mem in sc.memories.items() if allowed(mem, sc.graph, kinds, since, tags, who)}
     rows = build_rows(vectors, ok, sc.memories, dim) if semantic else keyword_rows(ok, sc.memories, dim)
     ws.read_cache["rows"] = RowCache(filters, sc.view, vectors, state, ok, rows)
     return ok, rows
@@ -529,7 +543,9 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     # While memories wait, the rows with a vector still come from the kept row space, brought up
     # to date by what each slice of embedding added (built afresh for every read they cost
     # ~0.5 s at 100k memories); the daemon embeds the rest between requests.
-    ok, rows = scoped_rows(ws, sc, kinds, filters.get("since"), tags, semantic)
+    who = Who(filters["author"].strip().lower() if "author" in filters else None,
+              float(filters["min_confidence"]) if "min_confidence" in filters else None)
+    ok, rows = scoped_rows(ws, sc, kinds, filters.get("since"), tags, semantic, who)
     if waiting:
         rows, unembedded = partial_rows(rows, waiting, ok, sc.memories, get_embedder().dim)
     limit = int(request.get("limit") or rp.for_mode(rp.limit, mode))
@@ -565,7 +581,10 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     for mid, hit in hits.items():
         u = utility(mid, sc, problem_id, psim, up)
         utils[mid] = u
-        if min(u[0] if u[2] else 0.0, u[1]) <= up.negative_cut and u[2]:
+        # Only context-weighted evidence hides a memory: votes cast for this problem or similar
+        # ones (U_local). Votes from unrelated problems make U_global, a prior that only nudges
+        # the score: a memory useless for one class of problems may be the answer to another.
+        if u[2] and u[0] <= up.negative_cut:
             continue  # firmly negative: it misled before in this context
         hit.score = hit.score * (1.0 + up.alpha * u[0] + up.beta * u[1])
         scored.append(hit)
@@ -603,7 +622,7 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     if log_episode:  # reads during an open episode are logged so `reflect` knows what to vote on
         from ..store.episodes import log_read
 
-        log_read(ws, request, answer, episode)
+        log_read(ws, {**request, "problem_id": problem_id}, answer, episode)  # the resolved full id
     return answer
 
 
@@ -617,12 +636,13 @@ def _attachment(mid: str, attached: Mapping[str, str], graph: Graph) -> dict[str
 
 
 # -- duplicates and reindex ---------------------------------------------------------------------------
-def semantic_duplicates(ws: Workspace, mem: Memory, scopes: list[str], threshold: float) -> list[dict[str, Any]]:
-    """Same-kind memories whose embedding is within ``threshold`` cosine of ``mem``'s text."""
+def semantic_neighbours(ws: Workspace, mem: Memory, scopes: list[str], bar: float) -> list[dict[str, Any]]:
+    """The memories of any kind (archived left out) among the 50 nearest in each store whose
+    embedding is within ``bar`` cosine of ``mem``'s text, closest first: what a write is judged
+    against."""
     p = params_from_config(ws.config)
     out: list[dict[str, Any]] = []
     qvec = embed_for_store(ws, mem.scope, mem.text, p)  # EmbedderUnavailable: the caller falls back
-    k = int(ws.config.number("duplicates", "candidates"))
     for scope in scopes:
         try:
             si = store_index(ws, scope, p)
@@ -637,13 +657,11 @@ def semantic_duplicates(ws: Workspace, mem: Memory, scopes: list[str], threshold
         archived = archived_ids(si.catalog.events.values())
         for mid, sim in si.vectors.search(qvec, 50):
             other = si.catalog.memories.get(mid)
-            if other is None or other.kind != mem.kind or mid in archived or sim < threshold:
+            if other is None or mid in archived or sim < bar:
                 continue
             out.append({"id": mid, "kind": other.kind, "scope": other.scope, "similarity": round(sim, 4),
                         "text": other.text})
-            if len(out) >= k:
-                break
-    return out
+    return sorted(out, key=lambda d: -d["similarity"])
 
 
 def embed_for_store(ws: Workspace, scope: str, text: str, p: ReadParams) -> np.ndarray:

@@ -33,7 +33,7 @@ class UtilityParams:
 
     alpha: float = 0.5
     beta: float = 0.2
-    negative_cut: float = -0.5  # drop memories whose utility is at or below this
+    negative_cut: float = -0.5  # drop memories whose U_local (this context's votes) is at or below this
     link_factor: float = 0.9  # a memory pulled in by an explicit link scores its parent × this
     local_prior: float = 1.0  # pseudo-weight shrinking U_local toward 0 when few votes apply
 

@@ -24,7 +24,8 @@ DEFAULTS: dict[str, Any] = {
     "limits": {"max_text_chars": 4000, "max_rationale_chars": 2000, "max_evidence": 50,
                "max_file_bytes": 256 * 1024, "max_files": 200_000, "max_listed_invalid": 50},
     "daemon": {"autostart": True, "idle_seconds": 1800, "evict_seconds": 600, "read_wait_seconds": 1.0},
-    "duplicates": {"threshold": 0.95, "candidates": 5},
+    "duplicates": {"threshold": 0.95, "candidates": 5, "similar": 0.6},
+    "review": {"confidence_below": 0.5},  # a write less sure than this is stored flagged for review
     # Characters of memory text `context` (the session start) shows in full; the rest is an
     # index of ids and first lines. Agents take a hook's output whole up to 10,000 characters.
     "context": {"budget_chars": 6000},
@@ -62,6 +63,9 @@ LIMITS: dict[tuple[str, str], tuple[int | float, int | float]] = {
     # Cosine similarity at which a write is refused as a duplicate: 0 would refuse every write.
     ("duplicates", "threshold"): (0.5, 1.0),
     ("duplicates", "candidates"): (1, 100),
+    ("duplicates", "similar"): (0.3, 1.0),  # what a write answers with as similar (under 0.3: noise)
+    ("review", "confidence_below"): (0.0, 1.0),
+    ("context", "budget_chars"): (1, 100_000),
 }
 
 # env var -> (section, key, type); only the settings people plausibly flip per shell
@@ -146,6 +150,11 @@ class Config:
         if not _same_type(value, default) or limit_error(section, key, value) is not None:
             return default
         return type(default)(value)
+
+    @property
+    def review_bar(self) -> float:
+        """``review.confidence_below``: a memory written less sure than this is flagged for review."""
+        return float(self.number("review", "confidence_below"))
 
     @property
     def max_text_chars(self) -> int:

@@ -303,6 +303,9 @@ def log_read(ws: Workspace, request: dict[str, Any], answer: dict[str, Any], epi
         log(ws, "memstore", content, episode_id=episode_id or None, extra={
             "op": "read", "query": request.get("query", ""), "mode": request.get("mode", "targeted"),
             "results": [r["id"] for r in results],
+            # the problem the read served: reflect's vote templates carry it, so votes land in
+            # that problem's context rather than the context-free pool
+            **({"problem_id": request["problem_id"]} if isinstance(request.get("problem_id"), str) else {}),
         })
 
 

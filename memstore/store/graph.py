@@ -12,6 +12,7 @@ from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .config import Config
 from .model import RELATION_TYPES, Event, Memory
 
 # Votes without evidence count half (SPEC §4): attribution without a pointer is weaker.
@@ -63,6 +64,17 @@ class Graph:
 
     def vote_count(self, memory_id: str) -> int:
         return len(self.votes.get(memory_id, []))
+
+
+def needs_review(mem: Memory, config: Config, graph: Graph | None = None) -> bool:
+    """Written with a confidence below ``review.confidence_below`` and not reinforced since by a
+    positive vote (nor archived): stored, but ``write`` says so and ``check`` and ``diff`` list it
+    for a person to confirm (a +1 vote) or archive."""
+    if mem.confidence is None or mem.confidence >= config.review_bar:
+        return False
+    if graph is None:
+        return True
+    return mem.id not in graph.archived and not any(v.value > 0 for v in graph.votes.get(mem.id, []))
 
 
 def archived_ids(events: Iterable[Event]) -> set[str]:

@@ -30,6 +30,10 @@ class Workspace:
     global_: Store
     config: Config
     _catalogs: dict[str, Catalog] = field(default_factory=dict)
+    # write_mode as the user's own settings say (the global config.yaml, MEMSTORE_WRITE_MODE):
+    # whether a global memory waits for approval. A repo's config comes with a clone and may
+    # not waive the approval of what reaches every other repo of this user.
+    global_write_mode: str = "review"
     # Index projections per store (memstore.read.retrieve owns them; kept here so a long-lived
     # process such as the daemon reuses them across calls).
     indexes: dict[str, Any] = field(default_factory=dict)
@@ -248,5 +252,6 @@ def open_workspace(
     repo = Store.at(repo_root, "repo", config, refuse_link=linked) if repo_root is not None else None
     if repo is not None and repo.root == global_root:
         repo = None  # --store pointing at the global store: treat it as the global store only
+    own = load_config(None, global_root, env).write_mode if repo is not None else config.write_mode
     return Workspace(repo=repo, global_=Store.at(global_root, "global", config), config=config,
-                     key=projection_key(env))
+                     key=projection_key(env), global_write_mode=own)

@@ -110,6 +110,12 @@ def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], Render]:
 
         report = check(ws, staged=a.staged, base=a.base, fix=a.fix, include_global=a.global_store)
         return report.to_json(), "check"
+    if a.cmd in ("pending", "approve", "drop"):
+        from ..verbs import pending
+
+        if a.cmd == "pending":
+            return pending.list_pending(ws), None
+        return (pending.approve if a.cmd == "approve" else pending.drop)(ws, a.id), None
     if a.cmd == "reindex":
         from ..read.retrieve import reindex
 

@@ -204,6 +204,10 @@ def _read_request(a: argparse.Namespace, src: Inputs) -> dict[str, Any]:
         filters["since"] = a.since
     if a.tag:
         filters["tags"] = a.tag
+    if a.author is not None:
+        filters["author"] = a.author
+    if a.min_confidence is not None:
+        filters["min_confidence"] = a.min_confidence
     if filters:
         req["filters"] = filters
     expand = {k: v for k, v in (("relation_hops", a.hops), ("semantic_hops", a.semantic_hops)) if v is not None}
@@ -307,6 +311,9 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
     s.add_argument("--problem", metavar="ID", help="the problem in hand (weights utility votes)")
     s.add_argument("--since", metavar="DATE")
     s.add_argument("--tag", action="append")
+    s.add_argument("--author", help="only memories by this author")
+    s.add_argument("--min-confidence", type=finite_float, metavar="X",
+                   help="only memories written with a confidence of at least X (0-1)")
     s.add_argument("--hops", type=int, help="steps along typed links from the best matches (default 2)")
     s.add_argument("--semantic-hops", type=int, help="hops of 'most similar other memory' (default 0: off)")
 
@@ -338,6 +345,12 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
     g.add_argument("--base", metavar="REV", help="check what this branch adds since REV (for CI / PR review)")
     s.add_argument("--fix", action="store_true", help="write missing id/created into hand-written files")
     s.add_argument("--global", dest="global_store", action="store_true", help="also check the global store")
+
+    sub.add_parser("pending", help="global memories proposed in review mode, waiting for approval")
+    s = sub.add_parser("approve", help="commit a pending global memory to the global store")
+    s.add_argument("id", help="a pending memory's id or unique prefix (>= 6 chars)")
+    s = sub.add_parser("drop", help="discard a pending global memory")
+    s.add_argument("id", help="a pending memory's id or unique prefix (>= 6 chars)")
 
     s = sub.add_parser("reindex", help="bring the indexes up to date (--full: rebuild from scratch)")
     s.add_argument("--full", action="store_true")

@@ -320,10 +320,10 @@ TOOLS: tuple[Tool, ...] = (
          "memory_reflect). Same request as `memstore read --json -`.",
          _schema("read"), _read, verb=True),
     Tool("memory_write", "Store a memory",
-         "Store one new memory (problem, solution, failed_tactic, fact, preference or change) with at least "
-         "one evidence ref (event:<episode>:<seq> from episode_log, file:path, commit:sha, user:\"quote\"). "
-         "A near-duplicate is refused with code 'duplicate' and the existing id: vote for it instead. "
-         "mode 'dry_run' checks everything and writes nothing. Same request as `memstore write --json -`.",
+         "Store one new memory citing evidence "
+         "(event:<episode>:<seq>, file:path, commit:sha, user:\"quote\"). Try mode 'dry_run' first and act on "
+         "`similar` (vote for a copy; supersede or link `contradicts` a `may_contradict`). Same request as "
+         "`memstore write --json -`.",
          _schema("write"), lambda b, a: b.verb("write", a), verb=True),
     Tool("memory_update", "Vote, archive or link memories",
          "Append an update event: utility_vote (+1 helped .. -1 misled) on a memory you used, archive a "

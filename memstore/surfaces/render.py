@@ -37,7 +37,8 @@ def diff(answer: dict[str, Any]) -> str:
     for m in answer["memories"]:
         provisional = " (id written by the pre-commit hook)" if m.get("id_is_provisional") else ""
         out.append(f"\n+ {m['kind']} {m['id']}{provisional}  [{m['scope']}, by {m.get('author') or '?'}, "
-                   f"confidence {m.get('confidence', '-')}]{_flag(m)}")
+                   f"confidence {m.get('confidence', '-')}]{_flag(m)}"
+                   + ("  LOW CONFIDENCE: confirm or archive" if m.get("review") else ""))
         out.append(f"  {m['path']}")
         out.append(_wrap96(m["text"]))
         plain = {k: v for k, v in (m.get("links") or {}).items() if k not in ("relations", "related")}

@@ -16,6 +16,9 @@ class WriteAnswer(TypedDict, total=False):
     path: str
     mode: str
     content: str
+    similar: list[dict[str, Any]]  # the closest existing memories; may_contradict on same-kind claims
+    review: bool  # confidence below review.confidence_below: stored, flagged for review
+    pending: bool  # a global memory in review mode: proposed, committed once approved
 
 
 class UpdateAnswer(TypedDict, total=False):

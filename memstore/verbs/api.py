@@ -12,7 +12,7 @@ from ..errors import InvalidRequest, NoStore, SemanticError
 from ..read.scopeview import ScopeView, scope_view
 from ..store import ids
 from ..store.disk import Store
-from ..store.graph import Graph, LinkIndex, build_graph
+from ..store.graph import Graph, LinkIndex, build_graph, needs_review
 from ..store.model import Event, Memory, utc_now
 from ..store.relations import relation_lists
 from ..store.trust import CONTENT_TRUST
@@ -89,6 +89,10 @@ def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None) 
     links = resolve_write_links(ws, mem_req)
     evidence = check_evidence_exists(ws, refs, mem_req["scope"], "memory.evidence_refs")
     store = _target_store(ws, mem_req["scope"], commit=commit)
+    # A global memory reaches every repo of this user: in review mode (the user's own setting,
+    # never a cloned repo's) it waits, proposed, until the user approves it (`memstore
+    # approve`); a repo memory is approved in its pull request.
+    proposed = mem_req["scope"] == "global" and ws.global_write_mode == "review"
 
     def gated() -> WriteAnswer:
         mem = Memory(
@@ -104,18 +108,29 @@ def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None) 
             evidence=evidence,
             tags=list(dict.fromkeys(mem_req.get("tags") or [])),
         )
-        if not req.get("allow_duplicate"):
-            from ..read.dedupe import check_duplicates
-
-            check_duplicates(ws, mem)
         answer: WriteAnswer = {"ok": True, "id": mem.id, "kind": mem.kind, "scope": mem.scope}
-        if commit:
+        if not req.get("allow_duplicate"):
+            # Redundancy and contradiction are the agent's call: it is shown what is close
+            # (a near-exact repeat alone is refused) and reinforces, supersedes or links.
+            from ..read.dedupe import judge
+
+            answer["similar"] = judge(ws, mem)
+        if needs_review(mem, ws.config):
+            answer["review"] = True
+        if commit and proposed:
+            from .pending import propose
+
+            answer["path"] = propose(store, mem)
+            answer["pending"] = True
+        elif commit:
             path = store.create_memory(mem)
             ws.wrote(store, path)
             answer["path"] = store.display_path(store.relpath(path))
         else:
             answer["path"] = store.display_path(store.relpath(store.memory_path(mem)))
             answer["content"] = store.render_memory(mem)
+            if proposed:
+                answer["pending"] = True
         answer["mode"] = mode
         return answer
 

@@ -254,7 +254,8 @@ def test_an_impostor_reusing_a_trusted_id_is_served_by_neither_side(
 def test_repo_events_never_touch_a_global_memory_and_global_events_no_repo_memory(
         hostile: Hostile, cli: Callable[..., CliResult], tmp_path: Path) -> None:
     rc, out, _ = cli("write", "--json", "-", cwd=hostile.clone, input=json.dumps(
-        write_req("preference", "The user wants answers in British English.", scope="global")))
+        write_req("preference", "The user wants answers in British English.", scope="global")),
+        env={"MEMSTORE_WRITE_MODE": "autonomous"})  # committed at once, not proposed
     assert rc == 0, out
     global_pref = out["id"]
     archive, vote = ids.new_id(), ids.new_id()

@@ -3,6 +3,7 @@ memory text: catalog, keyword index, vectors) is its owner's alone whatever the 
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -27,8 +28,10 @@ def _write_and_read(repo: Path, umask: int) -> None:
     _cli(["init"], repo, umask)
     _cli(["init", "--global"], repo, umask)
     _cli(["write", "--kind", "fact", "--text", TEXT, "--evidence", "user:x", "--allow-duplicate"], repo, umask)
-    _cli(["write", "--kind", "preference", "--scope", "global", "--text", GLOBAL_TEXT, "--evidence", "user:x",
-          "--allow-duplicate"], repo, umask)
+    proposed = json.loads(_cli(["write", "--kind", "preference", "--scope", "global", "--text", GLOBAL_TEXT,
+                                "--evidence", "user:x", "--allow-duplicate"], repo, umask))
+    assert proposed["pending"] is True  # review mode: the user approves a global memory
+    _cli(["approve", proposed["id"]], repo, umask)
     out = _cli(["read", "where is the release checklist and how should commits look"], repo, umask)
     assert "release" in out
 

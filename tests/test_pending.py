@@ -1,0 +1,109 @@
+"""A global memory written in review mode waits for the user's approval: proposed (on disk, never
+committed, never read), listed by `memstore pending` and `reflect`, committed by `memstore
+approve`, discarded by `memstore drop`. Autonomous mode commits at once. Through the CLI."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from conftest import CliResult, git
+
+PREF = "The user wants every shell script to start with set -euo pipefail."
+
+
+def _home() -> Path:
+    return Path(os.environ["MEMSTORE_HOME"])
+
+
+def _global_files() -> set[str]:
+    root = _home()
+    return {p.relative_to(root).as_posix() for p in root.rglob("*.md")
+            if p.is_file() and not {".index", ".git"} & set(p.relative_to(root).parts)}
+
+
+def _commits() -> list[str]:
+    return git(_home(), "log", "--format=%s").splitlines() if (_home() / ".git").exists() else []
+
+
+def _propose(cli: Callable[..., CliResult], repo: Path, text: str = PREF) -> dict:
+    rc, out, err = cli("write", "--kind", "preference", "--scope", "global", "--text", text,
+                       "--evidence", "user:always use strict mode", "--allow-duplicate", cwd=repo)
+    assert rc == 0, err
+    return out
+
+
+def test_a_global_write_in_review_mode_waits_for_approval(repo: Path, cli: Callable[..., CliResult]) -> None:
+    out = _propose(cli, repo)
+    assert out["pending"] is True and out["mode"] == "commit"
+    assert not [f for f in _global_files() if not f.startswith(".local/")]  # not in the store
+    assert not [c for c in _commits() if "preference" in c]  # not committed
+    assert Path(out["path"]).is_file()  # but kept on disk: nothing is lost
+    rc, found, err = cli("read", "shell script strict mode", cwd=repo)
+    assert rc == 0 and out["id"] not in [r["id"] for r in found["results"]], err or found
+
+    rc, listed, err = cli("pending", cwd=repo)
+    assert rc == 0, err
+    assert [(p["id"], p["text"]) for p in listed["pending"]] == [(out["id"], PREF)]
+    rc, _, err = cli("episode", "start", "--agent", "tester", "--task", "scripts", cwd=repo)
+    assert rc == 0, err
+    rc, refl, err = cli("reflect", cwd=repo)
+    assert rc == 0 and [p["id"] for p in refl["pending"]] == [out["id"]], err or refl
+
+    rc, approved, err = cli("approve", out["id"][:10], cwd=repo)
+    assert rc == 0 and approved["approved"] is True, err
+    assert any(out["id"][:10] in c for c in _commits())  # committed to the global store now
+    assert f"preferences/{Path(out['path']).name}" in _global_files()
+    assert not Path(out["path"]).exists()
+    rc, listed, _ = cli("pending", cwd=repo)
+    assert listed["pending"] == []
+    rc, found, err = cli("read", "shell script strict mode", cwd=repo)
+    assert rc == 0 and out["id"] in [r["id"] for r in found["results"]], err or found
+
+
+def test_a_dropped_proposal_never_reaches_the_global_store(repo: Path, cli: Callable[..., CliResult]) -> None:
+    out = _propose(cli, repo)
+    commits = _commits()
+    rc, dropped, err = cli("drop", out["id"], cwd=repo)
+    assert rc == 0 and dropped["dropped"] is True, err
+    assert _commits() == commits and not Path(out["path"]).exists()
+    assert not [f for f in _global_files() if f.endswith(".md") and not f.startswith(".local/")]
+    rc, err_out, _ = cli("approve", out["id"], cwd=repo)  # gone: nothing to approve
+    assert rc == 3 and err_out["error"]["code"] == "not_found"
+
+
+def test_bad_ids_are_refused_and_nothing_changes(repo: Path, cli: Callable[..., CliResult]) -> None:
+    out = _propose(cli, repo)
+    before, commits = _global_files(), _commits()
+    for args, code in ((("approve", "01zzzzzzzzzz"), 3), (("drop", "01zzzzzzzzzz"), 3), (("approve", "01"), 2)):
+        rc, err_out, _ = cli(*args, cwd=repo)
+        assert rc == code and err_out["ok"] is False and err_out["error"]["message"], (args, err_out)
+    assert _global_files() == before and _commits() == commits
+    assert Path(out["path"]).is_file()
+
+
+def test_autonomous_mode_commits_a_global_write_at_once(repo: Path, cli: Callable[..., CliResult]) -> None:
+    rc, out, err = cli("write", "--kind", "preference", "--scope", "global", "--text", PREF,
+                       "--evidence", "user:always", "--allow-duplicate", cwd=repo,
+                       env={"MEMSTORE_WRITE_MODE": "autonomous"})
+    assert rc == 0 and "pending" not in out, err
+    assert any(out["id"][:10] in c for c in _commits())
+
+
+def test_a_repos_config_cannot_waive_the_approval_the_users_own_can(repo: Path,
+                                                                    cli: Callable[..., CliResult]) -> None:
+    config = repo / ".memory" / "config.yaml"
+    config.write_text(config.read_text().replace("write_mode: review", "write_mode: autonomous"))
+    out = _propose(cli, repo)  # a cloned repo says autonomous: the global memory still waits
+    assert out["pending"] is True and not any(out["id"][:10] in c for c in _commits())
+    (_home() / "config.yaml").write_text("write_mode: autonomous\n")  # the user's own setting
+    out = _propose(cli, repo, "The user wants type hints on every public function.")
+    assert "pending" not in out and any(out["id"][:10] in c for c in _commits())
+
+
+def test_a_repo_write_in_review_mode_is_staged_as_before(repo: Path, cli: Callable[..., CliResult]) -> None:
+    rc, out, err = cli("write", "--kind", "fact", "--text", "Scripts live in tools/.", "--evidence", "user:x",
+                       "--allow-duplicate", cwd=repo)
+    assert rc == 0 and "pending" not in out, err
+    assert out["path"] in git(repo, "diff", "--cached", "--name-only")
