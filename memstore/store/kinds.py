@@ -22,4 +22,4 @@ RELATION_TYPES = ("relates_to", "elaborates_on", "depends_on", "contradicts")
 ATTACHING = ("elaborates_on", "depends_on")
 EPISODE_SOURCES = ("user", "assistant", "tool", "git", "memstore", "note")  # who produced an episode event
 HOOK_NAMES = ("pre-commit", "post-commit", "post-merge", "post-checkout")  # the git hooks memstore installs
-AGENTS = ("claude", "codex", "cursor", "generic")  # what `memstore integrate` wires memstore into
+AGENTS = ("claude", "codex", "cursor", "generic", "github")  # what `memstore integrate` wires memstore into
