@@ -179,9 +179,13 @@ jobs:
 
 
 def _version() -> str:
-    from .. import __version__
-
-    return __version__
+    """The release the workflow installs: this one (the package's own ``__version__``, read as
+    text: the package top is above this floor)."""
+    text = (Path(__file__).resolve().parents[1] / "__init__.py").read_text(encoding="utf-8")
+    m = re.search(r'^__version__ = "([^"]+)"', text, re.M)
+    if m is None:  # pragma: no cover - the package always carries one
+        raise RuntimeError("memstore/__init__.py has no __version__")
+    return m.group(1)
 
 
 def _add(render: Any, rel: str, old: str | None) -> str:
