@@ -43,13 +43,6 @@ class Hunk:
     new_start: int
     new_count: int
 
-    def touches(self, lo: int, hi: int) -> bool:
-        """Whether this hunk rewrites any of base lines ``lo..hi`` (an insertion counts when it
-        falls strictly inside the range: the cited block no longer reads as it did)."""
-        if self.old_count == 0:
-            return lo <= self.old_start < hi
-        return self.old_start <= hi and lo <= self.old_start + self.old_count - 1
-
 
 @dataclass
 class FileChange:
@@ -133,28 +126,24 @@ def change(store: Store, base: str, head: str | None = None) -> Change:
     return Change(b, h, mb, files)
 
 
-def map_range(hunks: list[Hunk], lo: int, hi: int) -> tuple[int, int, bool]:
-    """Lines ``lo..hi`` of the old side carried to the new side of ``hunks``; the flag says
-    whether a hunk rewrote any of them on the way (they then map onto what replaced them)."""
-    def carry(n: int, end: bool) -> tuple[int, bool]:
+def carry_lines(hunks: list[Hunk], lines: range) -> dict[int, int]:
+    """Old line -> new line for each of ``lines`` that ``hunks`` leave as they were; a line a
+    hunk rewrites or deletes has no entry (what the memory cited there is gone)."""
+    out: dict[int, int] = {}
+    for n in lines:
         shift = 0
         for hk in hunks:
             if hk.old_count == 0:
-                if hk.old_start < n or (hk.old_start == n and end):
-                    shift += hk.new_count
+                if hk.old_start < n:
+                    shift += hk.new_count  # inserted above n
                 continue
-            last = hk.old_start + hk.old_count - 1
-            if last < n:
+            if hk.old_start + hk.old_count - 1 < n:
                 shift += hk.new_count - hk.old_count
-            elif hk.old_start <= n:  # inside a rewritten block: its replacement
-                edge = hk.new_start + (max(hk.new_count, 1) - 1 if end else 0)
-                return max(edge, 1), True
-        return n + shift, False
-
-    a, moved_a = carry(lo, False)
-    b, moved_b = carry(hi, True)
-    hit = moved_a or moved_b or any(hk.touches(lo, hi) for hk in hunks)
-    return a, max(a, b), hit
+            elif hk.old_start <= n:
+                break  # rewritten
+        else:
+            out[n] = n + shift
+    return out
 
 
 @dataclass
@@ -212,22 +201,26 @@ def touched(ws: Workspace, ch: Change, *, exclude: set[str] | None = None) -> li
                     origin = revs[ref.rev]
                 origin = origin or added.get(mem.id)
                 lo, hi = ref.lines
+                standing = list(range(lo, hi + 1))
                 if origin and origin != ch.merge_base:
                     key = (origin, ref.path)
                     if key not in carried:
                         carried[key] = _diff(origin, ch.merge_base, wt, [ref.path])
                     between = carried[key].get(ref.path)
                     if between is not None:
-                        if between.status == "A":
-                            cite.moved_before = True  # the file did not exist then: its lines mean nothing now
-                        else:
-                            lo, hi, cite.moved_before = map_range(between.hunks, lo, hi)
+                        # the file was added since (its lines then were another file's) or
+                        # rewritten: only the cited lines still standing at the base count
+                        kept = {} if between.status == "A" else carry_lines(between.hunks, range(lo, hi + 1))
+                        standing = sorted(kept.values())
+                        cite.moved_before = len(standing) < hi - lo + 1
+                if not standing:
+                    continue  # every cited line was rewritten before this change: stale already, not by it
+                lo, hi = standing[0], standing[-1]
                 cite.lines = (lo, hi)
                 if fc.status == "D":
                     cite.overlaps = [(lo, hi)]
                 else:
-                    cite.overlaps = [(max(lo, hk.old_start), min(hi, hk.old_start + max(hk.old_count, 1) - 1))
-                                     for hk in fc.hunks if hk.touches(lo, hi)]
+                    cite.overlaps = _overlaps(fc.hunks, set(standing), lo, hi)
                 if not cite.overlaps:
                     continue
             cites.append(cite)
@@ -235,6 +228,21 @@ def touched(ws: Workspace, ch: Change, *, exclude: set[str] | None = None) -> li
             out.append(_touched_entry(store, mem, cites, ch))
     # line overlaps first (the sharpest claim), then file-level, then by id: a stable order
     out.sort(key=lambda e: (not any(c["lines"] for c in e["citations"]), e["id"]))
+    return out
+
+
+def _overlaps(hunks: list[Hunk], standing: set[int], lo: int, hi: int) -> list[tuple[int, int]]:
+    """The base lines of ``standing`` each hunk rewrites, as ranges (an insertion inside the
+    block counts as the line it follows)."""
+    out = []
+    for hk in hunks:
+        if hk.old_count == 0:
+            if lo <= hk.old_start < hi:
+                out.append((hk.old_start, hk.old_start))
+            continue
+        hit = [n for n in range(hk.old_start, hk.old_start + hk.old_count) if n in standing]
+        if hit:
+            out.append((hit[0], hit[-1]))
     return out
 
 
@@ -250,7 +258,7 @@ def _touched_entry(store: Store, mem: Memory, cites: list[Citation], ch: Change)
             n = len(fc.hunks)
             item["note"] = f"file-level citation: the file changed ({n} hunk{'' if n == 1 else 's'})"
         if c.moved_before:
-            item["note"] = "the cited lines had already changed before this change (mapped to what replaced them)"
+            item["note"] = "some cited lines had already changed before this change; the others are compared"
         citations.append(item)
     return {"id": mem.id, "kind": mem.kind, "text": mem.text, "author": mem.author, "created": mem.created,
             "path": store.display_path(mem.path) if mem.path else None, "citations": citations}
