@@ -45,28 +45,34 @@ LINES = 200
 def origin_with_code(n: int, files: int) -> Path:
     """perf's origin of ``n`` memories plus src/ and line citations, with branch ``pr`` (made once)."""
     base = perf.git_origin(n)
-    origin = perf.CACHE / f"review-{n}-{files}"
+    origin = perf.CACHE / f"review2-{n}-{files}"
     if (origin / ".complete").exists():
         return origin
     shutil.rmtree(origin, ignore_errors=True)
     subprocess.run(["git", "clone", "-q", str(base), str(origin)], check=True)
     (origin / ".complete").unlink(missing_ok=True)
+    git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com"]
     src = origin / "src"
     src.mkdir()
     for f in range(files):
         (src / f"m{f:02d}.py").write_text("".join(f"def f{f}_{i}(x):\n    return x + {i}\n" for i in range(LINES // 2)))
+    subprocess.run([*git, "add", "src"], cwd=origin, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "code"], cwd=origin, check=True)
+    code = subprocess.run(["git", "rev-parse", "HEAD"], cwd=origin, check=True, capture_output=True,
+                          text=True).stdout.strip()[:12]
+    # The citations name the commit whose lines they mean (the memory files were committed before
+    # the code existed). Rewriting committed memories is what memstore forbids; this is a fixture.
     mems = sorted((origin / ".memory").glob("*/*.md"))
     for i, path in enumerate(mems[::5]):
         a = 1 + (i * 7) % (LINES - 10)
-        ref = f"file:src/m{i % files:02d}.py#L{a}-L{a + 9}"
+        ref = f"file:src/m{i % files:02d}.py@{code}#L{a}-L{a + 9}"
         text, hit = re.subn(r"^evidence: \[(.*)\]$", lambda m, r=ref: f"evidence: [{m.group(1)}, '{r}']",
                             path.read_text(encoding="utf-8"), count=1, flags=re.M)
         if not hit:
             raise RuntimeError(f"{path}: no evidence line in the form perf.py writes")
         path.write_text(text, encoding="utf-8")
-    git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com"]
     subprocess.run([*git, "add", "-A"], cwd=origin, check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "code and citations"], cwd=origin, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "citations"], cwd=origin, check=True)
     subprocess.run([*git, "checkout", "-q", "-b", "pr"], cwd=origin, check=True)
     for f in range(3):
         p = src / f"m{f:02d}.py"

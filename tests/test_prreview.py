@@ -309,3 +309,16 @@ def test_integrate_github_leaves_a_workflow_it_did_not_write(repo: Path, cli: Ca
     assert code == 2 and err["error"]["code"] == "bad_agent_file"
     assert (wf / "memstore-review.yml").read_text() == "name: mine\n"
     assert not (wf / "memstore-review-post.yml").exists()
+
+
+def test_lines_rewritten_before_the_base_are_not_the_prs_doing() -> None:
+    from memstore.git.prreview import Hunk, _overlaps, carry_lines
+
+    # between the memory's commit and the base: 3 lines inserted after line 2, line 8 rewritten
+    between = [Hunk(2, 0, 3, 3), Hunk(8, 1, 11, 1)]
+    assert carry_lines(between, range(1, 10)) == {1: 1, 2: 2, 3: 6, 4: 7, 5: 8, 6: 9, 7: 10, 9: 12}
+    # the PR rewrites base line 11 (what replaced old line 8): no line the memory cited
+    assert _overlaps([Hunk(11, 1, 11, 1)], {1, 2, 6, 7, 8, 9, 10, 12}, 1, 12) == []
+    # an insertion inside the cited block counts; one at its end does not
+    assert _overlaps([Hunk(7, 0, 8, 2)], {6, 7, 8}, 6, 8) == [(7, 7)]
+    assert _overlaps([Hunk(8, 0, 9, 2)], {6, 7, 8}, 6, 8) == []
