@@ -312,13 +312,23 @@ def test_integrate_github_leaves_a_workflow_it_did_not_write(repo: Path, cli: Ca
 
 
 def test_lines_rewritten_before_the_base_are_not_the_prs_doing() -> None:
-    from memstore.git.prreview import Hunk, _overlaps, carry_lines
+    from memstore.git.prreview import FileChange, Hunk, _overlaps, carry_lines
 
     # between the memory's commit and the base: 3 lines inserted after line 2, line 8 rewritten
     between = [Hunk(2, 0, 3, 3), Hunk(8, 1, 11, 1)]
     assert carry_lines(between, range(1, 10)) == {1: 1, 2: 2, 3: 6, 4: 7, 5: 8, 6: 9, 7: 10, 9: 12}
+    text = [f"line {n}" for n in range(1, 21)]
+    text[9] = ""  # base line 10 is blank
+
+    def change(*hunks: Hunk, added: tuple[str, ...] = ("new",)) -> FileChange:
+        return FileChange("a.py", "M", list(hunks), list(added))
+
     # the PR rewrites base line 11 (what replaced old line 8): no line the memory cited
-    assert _overlaps([Hunk(11, 1, 11, 1)], {1, 2, 6, 7, 8, 9, 10, 12}, 1, 12) == []
-    # an insertion inside the cited block counts; one at its end does not
-    assert _overlaps([Hunk(7, 0, 8, 2)], {6, 7, 8}, 6, 8) == [(7, 7)]
-    assert _overlaps([Hunk(8, 0, 9, 2)], {6, 7, 8}, 6, 8) == []
+    assert _overlaps(change(Hunk(11, 1, 11, 1)), {1, 2, 6, 7, 8, 9, 12}, text) == []
+    # an insertion between two cited lines counts; one after the last, or next to a blank, does not
+    assert _overlaps(change(Hunk(7, 0, 8, 2)), {6, 7, 8}, text) == [(7, 7)]
+    assert _overlaps(change(Hunk(8, 0, 9, 2)), {6, 7, 8}, text) == []
+    assert _overlaps(change(Hunk(9, 0, 10, 1)), {8, 9, 11}, text) == []
+    # a cited line deleted here and added again elsewhere in the file is moved, not rewritten
+    assert _overlaps(change(Hunk(6, 1, 5, 0), added=("line 6",)), {6, 7}, text) == []
+    assert _overlaps(change(Hunk(6, 1, 5, 0)), {6, 7}, text) == [(6, 6)]

@@ -187,6 +187,7 @@ def touched(ws: Workspace, ch: Change, *, exclude: set[str] | None = None) -> li
     added = StaleChecker(store)._added_in([m for m, _ in candidates])
     revs: dict[str, str | None] = {}
     carried: dict[tuple[str, str], dict[str, FileChange]] = {}
+    base_text: dict[str, list[str]] = {}
     out: list[dict[str, Any]] = []
     for mem, refs in candidates:
         cites: list[Citation] = []
@@ -213,14 +214,20 @@ def touched(ws: Workspace, ch: Change, *, exclude: set[str] | None = None) -> li
                         kept = {} if between.status == "A" else carry_lines(between.hunks, range(lo, hi + 1))
                         standing = sorted(kept.values())
                         cite.moved_before = len(standing) < hi - lo + 1
+                if ref.path not in base_text:
+                    raw_text = gitops.show_file(ch.merge_base, ref.path, wt) or b""
+                    base_text[ref.path] = raw_text.decode("utf-8", "replace").split("\n")
+                text = base_text[ref.path]
+                # a blank line carries nothing of what a memory cites: it neither keeps a citation
+                # alive nor makes one stale
+                standing = [n for n in standing if n <= len(text) and text[n - 1].strip()]
                 if not standing:
                     continue  # every cited line was rewritten before this change: stale already, not by it
-                lo, hi = standing[0], standing[-1]
-                cite.lines = (lo, hi)
+                cite.lines = (standing[0], standing[-1])
                 if fc.status == "D":
-                    cite.overlaps = [(lo, hi)]
+                    cite.overlaps = [cite.lines]
                 else:
-                    cite.overlaps = _overlaps(fc.hunks, set(standing), lo, hi)
+                    cite.overlaps = _overlaps(fc, set(standing), text)
                 if not cite.overlaps:
                     continue
             cites.append(cite)
@@ -231,16 +238,19 @@ def touched(ws: Workspace, ch: Change, *, exclude: set[str] | None = None) -> li
     return out
 
 
-def _overlaps(hunks: list[Hunk], standing: set[int], lo: int, hi: int) -> list[tuple[int, int]]:
-    """The base lines of ``standing`` each hunk rewrites, as ranges (an insertion inside the
-    block counts as the line it follows)."""
+def _overlaps(fc: FileChange, standing: set[int], text: list[str]) -> list[tuple[int, int]]:
+    """The cited base lines (``standing``) the change rewrites, as ranges, one per hunk. A line
+    the change deletes but adds again word for word (an import moved, a block reindented
+    elsewhere) is moved, not rewritten; an insertion counts only between two cited lines."""
+    moved = {line.strip() for line in fc.added}
     out = []
-    for hk in hunks:
+    for hk in fc.hunks:
         if hk.old_count == 0:
-            if lo <= hk.old_start < hi:
+            if hk.old_start in standing and hk.old_start + 1 in standing:
                 out.append((hk.old_start, hk.old_start))
             continue
-        hit = [n for n in range(hk.old_start, hk.old_start + hk.old_count) if n in standing]
+        hit = [n for n in range(hk.old_start, hk.old_start + hk.old_count)
+               if n in standing and not (n <= len(text) and text[n - 1].strip() in moved)]
         if hit:
             out.append((hit[0], hit[-1]))
     return out
