@@ -86,6 +86,7 @@ def test_markdown_comment_and_github_annotations(repo: Path, pr: dict[str, str],
     assert "Memories this change may make stale" in md and pr["f5"] in md
     assert "cites L16-L17; this change rewrites L17" in md
     assert re.search(r"\(https://github\.com/o/r/blob/[0-9a-f]{40}/app\.py#L17-L17\)", md)
+    assert re.search(r"\(https://github\.com/o/r/blob/[0-9a-f]{40}/\.memory/facts/" + pr["f5"], md)  # the memory
     assert "Seen before" not in md  # nothing weak is said
     code, gh, _ = cli("review", "--base", "main", "--format", "github", cwd=repo)
     assert code == 0

@@ -57,6 +57,14 @@ def _link(path: str, lines: list[int] | None, sha: str, link_base: str | None) -
     return f"[{shown}]({link_base}/blob/{sha}/{quote(path)}{anchor})"
 
 
+def _mem(e: dict[str, Any], ans: dict[str, Any], link_base: str | None) -> str:
+    """A memory's id, linked to its file at the head when there is a place to link to."""
+    mid, path, sha = _get(e, "id", str, "?"), _get(e, "path", str), _get(ans, "head_sha", str, "")
+    if not link_base or not path or not re.fullmatch(r"[0-9a-f]{40}", sha or ""):
+        return _code(mid)
+    return f"[{_code(mid)}]({link_base}/blob/{sha}/{quote(path)})"
+
+
 def _range(r: Any) -> str:
     if not (isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) for x in r)):
         return "?"
@@ -64,8 +72,8 @@ def _range(r: Any) -> str:
 
 
 def _touched_item(e: dict[str, Any], ans: dict[str, Any], link_base: str | None) -> str:
-    mid = _get(e, "id", str, "?")
-    lines = [f"- **{inert(_get(e, 'kind', str, '?'), 20)}** {_code(mid)}: {inert(_get(e, 'text', str, ''))}"]
+    kind, text = inert(_get(e, "kind", str, "?"), 20), inert(_get(e, "text", str, ""))
+    lines = [f"- **{kind}** {_mem(e, ans, link_base)}: {text}"]
     for c in _get(e, "citations", list, []):
         path = _get(c, "path", str, "?")
         overlap = _get(c, "overlap", list, [])
@@ -90,10 +98,10 @@ def _touched_item(e: dict[str, Any], ans: dict[str, Any], link_base: str | None)
     return "\n".join(lines)
 
 
-def _seen_item(e: dict[str, Any]) -> str:
+def _seen_item(e: dict[str, Any], ans: dict[str, Any], link_base: str | None) -> str:
     kind = _get(e, "kind", str, "?")
     label = {"failed_tactic": "failed tactic", "problem": "problem", "solution": "solution"}.get(kind, inert(kind, 20))
-    s = f"- **{label}** {_code(_get(e, 'id', str, '?'))}: {inert(_get(e, 'text', str, ''))}"
+    s = f"- **{label}** {_mem(e, ans, link_base)}: {inert(_get(e, 'text', str, ''))}"
     if kind == "failed_tactic":
         s += " *(tried before and failed here: is this change different?)*"
     return s
@@ -139,7 +147,7 @@ def markdown(ans: dict[str, Any], *, link_base: str | None = None, budget: int =
     seen = fresh(_get(sections, "seen_before", list, []))
     if seen:
         blocks.append(("#### Seen before\nPast problems, solutions and failed tactics like this change.",
-                       [_seen_item(e) for e in seen]))
+                       [_seen_item(e, ans, link_base) for e in seen]))
     added = _get(sections, "added", dict)
     if added:
         items = [_added_item(m) for m in fresh(_get(added, "memories", list, []))]
