@@ -17,7 +17,9 @@ Protocol:
    six ``file:PATH@SHA#La-Lb``: the lines each hunk left in the fix commit (a pure deletion
    cites the two lines around it). Written straight into ``.memory/`` of the clone (not
    committed), dated as the commit.
-3. Each of ``--sample`` changes from the reviewed part, evenly spaced (deterministic), is reviewed
+3. Each of ``--sample`` changes from the reviewed part, evenly spaced from ``--offset``
+   (deterministic; another offset is another sample, for checking a rule on changes it was not
+   written from), is reviewed
    as a pull request: ``review(base=C^1, head=C)``, with the commit's subject as title and its
    body as body (a merge: the first line of its body, GitHub's PR title), through the same
    library call the CLI makes, after every memory has its vector (so the times are of the
@@ -25,7 +27,8 @@ Protocol:
 4. Section 1 against an oracle that shares no code with it: each memory citing a file the change
    touches has its cited lines carried from the fix commit to C^1 with Python's difflib (not
    git's diff), then compared with C^1 -> C by difflib again. The memory *should be flagged* when
-   at least one cited line that still stands, unchanged, at C^1 is replaced or deleted by C.
+   at least one cited line that still stands, unchanged, at C^1 is replaced or deleted by C
+   (blank lines are not counted: they say nothing, and difflib pairs them across a file).
    Precision: share of flagged memories that should be; recall: share of those that should be
    that are flagged. A flag on lines already rewritten before C, or on an insertion inside the
    cited block that replaces none of its lines, counts against precision here.
@@ -180,6 +183,8 @@ def should_flag(blobs: Blobs, mem: Any, parent: str, commit: str, changed: set[s
         if at_rev is None or at_parent is None:
             continue
         standing = carry(at_rev, at_parent, set(range(ref.lines[0], ref.lines[1] + 1)))
+        # a blank line says nothing a memory could cite (and difflib pairs blank lines far apart)
+        standing = {k: v for k, v in standing.items() if at_parent[v - 1].strip()}
         if not standing:
             continue
         if at_commit is None:
@@ -202,6 +207,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repo", required=True, help="a git repository or bundle")
     ap.add_argument("--sample", type=int, default=150, help="changes reviewed, evenly spaced (default 150)")
+    ap.add_argument("--offset", type=int, default=0,
+                    help="start the even sample this many changes in (another sample of the same history)")
     ap.add_argument("--split", type=float, default=0.7, help="share of the history that is the past")
     ap.add_argument("--judge", type=int, default=20, help="seen-before hits printed for judging")
     ap.add_argument("--json-out", metavar="FILE")
@@ -217,14 +224,14 @@ def main() -> int:
         split_ts = int(git(clone, "show", "-s", "--format=%ct", seq[cut]).strip())
         later = seq[cut + 1:]
         step = max(1, len(later) // a.sample) if a.sample else 1
-        sampled = later[::step][: a.sample]
+        sampled = later[a.offset::step][: a.sample]
         fixes = fix_commits(clone, split_ts)
         t0 = time.perf_counter()
         made = build_memories(clone, fixes)
         print(f"# {len(seq)} first-parent changes; past: the first {cut} (to "
               f"{time.strftime('%Y-%m-%d', time.gmtime(split_ts))}); {len(fixes)} fix commits there, {made} memories "
               f"({time.perf_counter() - t0:.1f} s); reviewing {len(sampled)} of the {len(later)} later changes "
-              f"(every {step}th)", flush=True)
+              f"(every {step}th from {a.offset})", flush=True)
 
         from memstore import gitops
         from memstore.store.workspace import open_workspace
