@@ -333,3 +333,4 @@ def test_lines_rewritten_before_the_base_are_not_the_prs_doing() -> None:
     # a cited line deleted here and added again elsewhere in the file is moved, not rewritten
     assert _overlaps(change(Hunk(6, 1, 5, 0), added=("line 6",)), {6, 7}, text) == []
     assert _overlaps(change(Hunk(6, 1, 5, 0)), {6, 7}, text) == [(6, 6)]
+    assert _overlaps(change(Hunk(6, 1, 6, 2), added=("try:", "    line 6")), {6, 7}, text) == [(6, 6)]  # reindented

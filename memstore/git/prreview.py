@@ -240,9 +240,10 @@ def touched(ws: Workspace, ch: Change, *, exclude: set[str] | None = None) -> li
 
 def _overlaps(fc: FileChange, standing: set[int], text: list[str]) -> list[tuple[int, int]]:
     """The cited base lines (``standing``) the change rewrites, as ranges, one per hunk. A line
-    the change deletes but adds again word for word (an import moved, a block reindented
-    elsewhere) is moved, not rewritten; an insertion counts only between two cited lines."""
-    moved = {line.strip() for line in fc.added}
+    the change deletes but adds again exactly, indentation included (an import moved), is
+    moved, not rewritten (reindented into a ``try:`` it is rewritten); an insertion counts only
+    between two cited lines."""
+    moved = {line.rstrip() for line in fc.added}  # the same line, indentation and all
     out = []
     for hk in fc.hunks:
         if hk.old_count == 0:
@@ -250,7 +251,7 @@ def _overlaps(fc: FileChange, standing: set[int], text: list[str]) -> list[tuple
                 out.append((hk.old_start, hk.old_start))
             continue
         hit = [n for n in range(hk.old_start, hk.old_start + hk.old_count)
-               if n in standing and not (n <= len(text) and text[n - 1].strip() in moved)]
+               if n in standing and not (n <= len(text) and text[n - 1].rstrip() in moved)]
         if hit:
             out.append((hit[0], hit[-1]))
     return out
