@@ -16,7 +16,7 @@ import pytest
 from conftest import CliResult, git, reopen, store_files, write_req
 
 from memstore.surfaces import reviewfmt
-from memstore.verbs import api
+from memstore.verbs import api, workflow
 
 APP = "".join(f"def f{i}():\n    return {i}\n\n" for i in range(1, 11))  # 30 lines: f<i> on line 3i-2
 
@@ -283,7 +283,7 @@ def test_integrate_github_writes_pinned_least_privilege_workflows_and_remove_und
         uses = re.findall(r"uses: (\S+)(.*)", text)
         assert uses and all(re.fullmatch(r"actions/[a-z-]+@[0-9a-f]{40}", u) and re.match(r" # v\d", c)
                             for u, c in uses)
-        assert "permissions: {}" in text and 'pip install "memstore-git==' in text
+        assert "permissions: {}" in text and f'pip install "{workflow.DIST_NAME}==' in text
     assert "write" not in review.split("permissions: {}")[1]  # the job that runs PR code can write nothing
     assert "pull_request_target" not in review + post and "workflow_run:" in post
     assert "--expect-head" in post and "actions/checkout" not in post
