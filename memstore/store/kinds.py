@@ -22,6 +22,6 @@ RELATION_TYPES = ("relates_to", "elaborates_on", "depends_on", "contradicts")
 ATTACHING = ("elaborates_on", "depends_on")
 EPISODE_SOURCES = ("user", "assistant", "tool", "git", "memstore", "note")  # who produced an episode event
 HOOK_NAMES = ("pre-commit", "post-commit", "post-merge", "post-checkout")  # the git hooks memstore installs
-AGENTS = ("claude", "codex", "cursor", "generic")  # what `memstore integrate` wires memstore into
+AGENTS = ("claude", "codex", "cursor", "generic", "github")  # what `memstore integrate` wires memstore into
 # What the agent hooks `integrate` writes run: `memstore integrate <agent> --hook <event>`.
 AGENT_HOOK_EVENTS = ("session-start", "prompt", "file", "compact", "stop")

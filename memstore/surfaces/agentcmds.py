@@ -1,4 +1,4 @@
-"""The CLI of the git-native and agent-loop verbs: ``episode``, ``hooks``, ``diff``, ``guide``,
+"""The CLI of the git-native and agent-loop verbs: ``episode``, ``hooks``, ``diff``, ``review``, ``guide``,
 ``context``, ``reflect``, ``snapshot``. ``cli`` adds these parsers and hands matching commands
 here; each branch parses, calls the library, and returns (answer, render) for ``output``.
 
@@ -17,7 +17,7 @@ from ..errors import InvalidRequest
 from ..store.kinds import EPISODE_SOURCES, HOOK_NAMES
 from . import render
 
-COMMANDS = ("episode", "hooks", "diff", "guide", "context", "reflect", "snapshot")
+COMMANDS = ("episode", "hooks", "diff", "review", "guide", "context", "reflect", "snapshot")
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -68,6 +68,25 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
 
     s = sub.add_parser("diff", help="render the memories and events this branch adds since REV (PR review)")
     s.add_argument("rev", nargs="?", help="base revision (default: merge-base with origin/HEAD, main or master)")
+
+    s = sub.add_parser("review", help="what memory says about a pull request: memories it may make stale, "
+                       "past problems and failed tactics like it, memories it adds (--post: as a PR comment)")
+    s.add_argument("--base", metavar="REV", help="the branch the PR merges into (required unless --from)")
+    s.add_argument("--head", metavar="REV", help="the PR's head commit (default: HEAD)")
+    s.add_argument("--title", help="the PR's title (read with its body and changed lines for 'seen before')")
+    s.add_argument("--body-file", metavar="FILE", help="the PR's body, from FILE (- for stdin)")
+    s.add_argument("--format", choices=("markdown", "json", "github"), default="markdown",
+                   help="markdown: the PR comment; json: the answer (docs/review.md); github: workflow-command "
+                   "annotations on the changed lines")
+    s.add_argument("--from", dest="from_file", metavar="FILE",
+                   help="render or post a review JSON written earlier (--format json) instead of reviewing here")
+    s.add_argument("--post", action="store_true", help="post (or edit in place) the PR's one memstore comment "
+                   "through `gh api`; with nothing to say, nothing is posted (an earlier comment is marked resolved)")
+    s.add_argument("--repo", metavar="OWNER/NAME", help="with --post: the repository (default: $GITHUB_REPOSITORY)")
+    s.add_argument("--pr", type=int, metavar="N", help="with --post: the pull request number")
+    s.add_argument("--expect-head", metavar="SHA", help="with --post: refuse unless the PR's head is SHA")
+    s.add_argument("--link-base", metavar="URL", help="file links in the comment point under URL "
+                   "(default: $GITHUB_SERVER_URL/$GITHUB_REPOSITORY)")
 
     s = sub.add_parser("guide", help="print the agent instructions (--install: into AGENTS.md / CLAUDE.md)")
     s.add_argument("--install", action="store_true", help="add or refresh the marked memstore section in a file")
@@ -166,6 +185,14 @@ def dispatch(a: argparse.Namespace, ws: Any, author: str | None, episode: str | 
         from ..git.review import branch_diff
 
         return branch_diff(ws, a.rev), render.diff
+    if a.cmd == "review":
+        from ..verbs.review import review
+
+        if not a.base:
+            raise InvalidRequest("review needs --base REV (the branch the PR merges into)", code="usage",
+                                 hint="memstore review --base origin/main")
+        body = _text_arg(a.body_file) if a.body_file else None
+        return review_output(a, review(ws, a.base, a.head, title=a.title, body=body))
     if a.cmd == "guide":
         from ..verbs.guide import guide, install_guide
 
@@ -196,6 +223,55 @@ def dispatch(a: argparse.Namespace, ws: Any, author: str | None, episode: str | 
             return {**snap, "markdown": to_markdown(snap)}, "markdown"
         return snap, None
     raise InvalidRequest(f"unknown command {a.cmd!r}", code="usage")
+
+
+def _text_arg(arg: str) -> str:
+    try:
+        if arg == "-":
+            return sys.stdin.read()
+        return Path(arg).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise InvalidRequest(f"cannot read {arg}: {exc.strerror}", code="bad_input") from exc
+
+
+def review_from(a: argparse.Namespace) -> tuple[dict[str, Any], Any]:
+    """``review --from FILE``: a review JSON made elsewhere (the analysis job), rendered or
+    posted here; no store is opened."""
+    import json
+
+    try:
+        answer = json.loads(_text_arg(a.from_file))
+    except ValueError as exc:
+        raise InvalidRequest(f"{a.from_file} is not a review JSON: {exc}", code="bad_input") from exc
+    if not isinstance(answer, dict) or not isinstance(answer.get("sections", {}), dict):
+        raise InvalidRequest(f"{a.from_file} is not a review JSON (no sections object)", code="bad_input")
+    return review_output(a, answer)
+
+
+def review_output(a: argparse.Namespace, answer: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    import os
+
+    from . import reviewfmt
+
+    base = a.link_base
+    if base is None and os.environ.get("GITHUB_REPOSITORY"):
+        base = os.environ.get("GITHUB_SERVER_URL", "https://github.com") + "/" + os.environ["GITHUB_REPOSITORY"]
+    if a.post:
+        from ..verbs.prpost import post
+
+        repo = a.repo or os.environ.get("GITHUB_REPOSITORY")
+        if not repo or a.pr is None:
+            raise InvalidRequest("--post needs --pr N and --repo OWNER/NAME (or $GITHUB_REPOSITORY)", code="usage")
+        text = reviewfmt.markdown(answer, link_base=base)
+        return post(repo, a.pr, text, nothing_to_say=not answer.get("sections"), marker=reviewfmt.MARKER,
+                    resolved_body=reviewfmt.markdown({"sections": {}}), expect_head=a.expect_head), None
+    if a.format == "json" or a.json_out:
+        from .output import json_text
+
+        return {**answer, "markdown": json_text(answer, indent=2) + "\n"}, "markdown"
+    if a.format == "github":
+        return {**answer, "markdown": reviewfmt.github(answer)}, "markdown"
+    return {**answer, "markdown": reviewfmt.markdown(answer, link_base=base)}, "markdown"
 
 
 # -- terminal renders --------------------------------------------------------------------------------

@@ -220,6 +220,12 @@ def _run(args: list[str], shown: dict[str, bool]) -> int:
         from .agenthooks import run_hook as run_agent_hook
 
         return run_agent_hook(a.hook, agent=a.agent if a.agent in ("claude", "codex", "cursor") else "claude")
+    if a.cmd == "review" and a.from_file:  # the posting job: a review made elsewhere, no store here
+        from .agentcmds import review_from
+
+        answer, render = review_from(a)
+        output.emit(answer, as_json=shown["json"], render=render)
+        return 0
     try:
         answer, render = _dispatch(a)
     finally:

@@ -367,8 +367,8 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
 
     s = sub.add_parser("integrate", help="wire memstore into an agent (its MCP config, hooks, guide) and install "
                        "the git hooks; --remove undoes it")
-    s.add_argument("agent", choices=AGENTS, help="which agent: claude (Claude Code), codex, cursor, or generic "
-                   "(AGENTS.md + .mcp.json)")
+    s.add_argument("agent", choices=AGENTS, help="which agent: claude (Claude Code), codex, cursor, generic "
+                   "(AGENTS.md + .mcp.json), or github (the pull request review workflows)")
     s.add_argument("--remove", action="store_true", help="take out exactly what integrate added")
     s.add_argument("--hooks-path-ok", action="store_true",
                    help="core.hooksPath is set: install the git hooks into that folder anyway")

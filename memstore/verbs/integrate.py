@@ -50,6 +50,7 @@ from ..errors import Conflict, InvalidFile, InvalidRequest
 from ..git import hooks
 from ..store.files import atomic_write, read_untrusted
 from ..store.kinds import AGENTS
+from . import workflow
 from .guide import guide_text, marked_section, portable_argv, section
 
 SERVER = "memstore"
@@ -401,6 +402,10 @@ TARGETS: dict[str, tuple[Target, ...]] = {
                Target(".cursor/rules/memstore.mdc", "rule (alwaysApply) with the memstore guide",
                       add_cursor_rule, strip_cursor_rule)),
     "generic": (Target("AGENTS.md", *GUIDE), Target(".mcp.json", *MCP_JSON)),
+    "github": (Target(workflow.REVIEW_REL, "workflow: memstore review on each pull request (read-only)",
+                      workflow.add_review, workflow.strip),
+               Target(workflow.POST_REL, "workflow: posts the review comment (workflow_run)",
+                      workflow.add_post, workflow.strip)),
 }
 
 

@@ -1,0 +1,312 @@
+"""What memory has to say about a change under review (``memstore review``), the git half.
+
+Two of the review's three sections are git questions and live here: which memories cite the
+lines a change rewrites (``touched``), and what the change adds to ``.memory/`` (``added``:
+``check --base`` and ``diff``). The third, what the change repeats of past problems and failed
+tactics, is a read and is asked by ``verbs/review``.
+
+A memory's line citation speaks of the file as it was at its ``@rev``, else at the commit that
+added the memory file, else (not committed: written against the work tree of the base) at the
+base. When that commit is not the base, its lines are carried to the base through ``git diff
+-U0`` before they are compared with the change's hunks: lines rewritten in between land on
+what replaced them, and the memory says its lines had moved on already.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import gitops
+from ..errors import NotFound, StoreError
+from ..store.disk import Store
+from ..store.graph import archived_ids
+from ..store.model import Memory, parse_evidence
+from ..store.workspace import Workspace
+from .check import _store_prefix
+from .stale import StaleChecker, owning_worktree
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+MAX_HUNK_TEXT = 6000  # characters of changed lines kept for the "seen before" query
+
+
+@dataclass(frozen=True)
+class Hunk:
+    """One ``-U0`` hunk: ``old_count`` lines from ``old_start`` in the base became ``new_count``
+    lines from ``new_start`` in the head (a count of 0 is a pure insertion or deletion after
+    the line named by the start)."""
+
+    old_start: int
+    old_count: int
+    new_start: int
+    new_count: int
+
+
+@dataclass
+class FileChange:
+    path: str
+    status: str  # A M D T
+    hunks: list[Hunk] = field(default_factory=list)
+    added: list[str] = field(default_factory=list)  # the change's new lines (for the read)
+    removed: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Change:
+    """The diff under review: merge-base of base and head, against head."""
+
+    base: str
+    head: str
+    merge_base: str
+    files: dict[str, FileChange]
+
+
+def resolve(store: Store, base: str, head: str | None) -> tuple[str, str, str]:
+    """(base sha, head sha, merge-base sha), or a typed error naming what does not resolve."""
+    wt = store.worktree
+    if wt is None or not gitops.has_head(wt):
+        raise StoreError("the repo has no commits yet, so there is nothing to review")
+    shas = []
+    for flag, rev in (("base", base), ("head", head or "HEAD")):
+        sha = gitops.resolve_commit(rev, wt)
+        if sha is None:
+            raise NotFound(f"--{flag} {rev!r} does not resolve to a commit", field=flag, code="unknown_rev",
+                           hint="fetch it first (CI: actions/checkout with fetch-depth: 0)")
+        shas.append(sha)
+    return shas[0], shas[1], gitops.merge_base(shas[0], shas[1], wt) or shas[0]
+
+
+def parse_diff(text: str) -> dict[str, FileChange]:
+    """``git diff -U0 --no-renames`` output as FileChange per path (binary files have no hunks)."""
+    files: dict[str, FileChange] = {}
+    cur: FileChange | None = None
+    old_path = ""
+    for line in text.split("\n"):
+        if line.startswith("diff --git "):
+            cur = None
+            old_path = ""
+        elif line.startswith("--- "):
+            old_path = line[6:] if line.startswith("--- a/") else ""
+        elif line.startswith("+++ "):
+            new_path = line[6:] if line.startswith("+++ b/") else ""
+            path = new_path or old_path
+            status = "A" if not old_path else "D" if not new_path else "M"
+            cur = files.setdefault(path, FileChange(path, status))
+        elif line.startswith("Binary files ") and cur is None:
+            m = re.match(r"Binary files (?:a/(.+)|/dev/null) and (?:b/(.+)|/dev/null) differ", line)
+            if m:
+                path = m.group(2) or m.group(1)
+                files[path] = FileChange(path, "A" if not m.group(1) else "D" if not m.group(2) else "M")
+        elif cur is not None and line.startswith("@@"):
+            m = _HUNK.match(line)
+            if m:
+                cur.hunks.append(Hunk(int(m.group(1)), int(m.group(2) or 1), int(m.group(3)), int(m.group(4) or 1)))
+        elif cur is not None and line.startswith("+"):
+            cur.added.append(line[1:])
+        elif cur is not None and line.startswith("-"):
+            cur.removed.append(line[1:])
+    return files
+
+
+def _diff(old: str, new: str, wt: Path, paths: list[str] | None = None) -> dict[str, FileChange]:
+    args = ["diff", "-U0", "--no-renames", "--no-color", "--no-ext-diff", old, new]
+    proc = gitops.run([*args, "--", *paths] if paths is not None else args, wt, check=False)
+    return parse_diff(proc.stdout) if proc.returncode == 0 else {}
+
+
+def change(store: Store, base: str, head: str | None = None) -> Change:
+    """The change from the merge-base of ``base`` and ``head`` to ``head``, outside ``.memory/``."""
+    b, h, mb = resolve(store, base, head)
+    assert store.worktree is not None
+    prefix = _store_prefix(store)
+    files = {p: fc for p, fc in _diff(mb, h, store.worktree).items()
+             if p != prefix and not p.startswith(prefix + "/")}
+    return Change(b, h, mb, files)
+
+
+def carry_lines(hunks: list[Hunk], lines: range) -> dict[int, int]:
+    """Old line -> new line for each of ``lines`` that ``hunks`` leave as they were; a line a
+    hunk rewrites or deletes has no entry (what the memory cited there is gone)."""
+    out: dict[int, int] = {}
+    for n in lines:
+        shift = 0
+        for hk in hunks:
+            if hk.old_count == 0:
+                if hk.old_start < n:
+                    shift += hk.new_count  # inserted above n
+                continue
+            if hk.old_start + hk.old_count - 1 < n:
+                shift += hk.new_count - hk.old_count
+            elif hk.old_start <= n:
+                break  # rewritten
+        else:
+            out[n] = n + shift
+    return out
+
+
+@dataclass
+class Citation:
+    path: str
+    lines: tuple[int, int] | None  # at the base (mapped); None: the citation names the whole file
+    cited: str  # the evidence ref as written
+    overlaps: list[tuple[int, int]] = field(default_factory=list)  # base lines the change rewrites
+    moved_before: bool = False  # the cited lines had already been rewritten before the base
+    file_status: str = "M"
+
+
+def touched(ws: Workspace, ch: Change, *, exclude: set[str] | None = None) -> list[dict[str, Any]]:
+    """Memories whose ``file:`` evidence cites a file the change modifies: for line citations
+    only when a hunk overlaps the cited lines, for file citations always (and said so)."""
+    store = ws.repo
+    if store is None or owning_worktree(store) is None or not ch.files:
+        return []
+    assert store.worktree is not None
+    wt = store.worktree
+    cat = ws.catalog("repo")
+    archived = _archived(ws)
+    candidates: list[tuple[Memory, list[Any]]] = []
+    for mem in cat.memories.values():
+        if mem.id in archived or (exclude and mem.id in exclude):
+            continue
+        refs = []
+        for raw in mem.evidence:
+            if not raw.startswith("file:"):
+                continue
+            try:
+                ref = parse_evidence(raw)
+            except ValueError:
+                continue
+            if ref.path in ch.files:
+                refs.append(ref)
+        if refs:
+            candidates.append((mem, refs))
+    if not candidates:
+        return []
+    added = StaleChecker(store)._added_in([m for m, _ in candidates])
+    revs: dict[str, str | None] = {}
+    carried: dict[tuple[str, str], dict[str, FileChange]] = {}
+    base_text: dict[str, list[str]] = {}
+    out: list[dict[str, Any]] = []
+    for mem, refs in candidates:
+        cites: list[Citation] = []
+        for ref in refs:
+            fc = ch.files[ref.path]
+            cite = Citation(ref.path, ref.lines, ref.raw, file_status=fc.status)
+            if ref.lines is not None:
+                origin: str | None = None
+                if ref.rev:
+                    if ref.rev not in revs:
+                        revs[ref.rev] = gitops.resolve_commit(ref.rev, wt)
+                    origin = revs[ref.rev]
+                origin = origin or added.get(mem.id)
+                lo, hi = ref.lines
+                standing = list(range(lo, hi + 1))
+                if origin and origin != ch.merge_base:
+                    key = (origin, ref.path)
+                    if key not in carried:
+                        carried[key] = _diff(origin, ch.merge_base, wt, [ref.path])
+                    between = carried[key].get(ref.path)
+                    if between is not None:
+                        # the file was added since (its lines then were another file's) or
+                        # rewritten: only the cited lines still standing at the base count
+                        kept = {} if between.status == "A" else carry_lines(between.hunks, range(lo, hi + 1))
+                        standing = sorted(kept.values())
+                        cite.moved_before = len(standing) < hi - lo + 1
+                if ref.path not in base_text:
+                    raw_text = gitops.show_file(ch.merge_base, ref.path, wt) or b""
+                    base_text[ref.path] = raw_text.decode("utf-8", "replace").split("\n")
+                text = base_text[ref.path]
+                # a blank line carries nothing of what a memory cites: it neither keeps a citation
+                # alive nor makes one stale
+                standing = [n for n in standing if n <= len(text) and text[n - 1].strip()]
+                if not standing:
+                    continue  # every cited line was rewritten before this change: stale already, not by it
+                cite.lines = (standing[0], standing[-1])
+                if fc.status == "D":
+                    cite.overlaps = [cite.lines]
+                else:
+                    cite.overlaps = _overlaps(fc, set(standing), text)
+                if not cite.overlaps:
+                    continue
+            cites.append(cite)
+        if cites:
+            out.append(_touched_entry(store, mem, cites, ch))
+    # line overlaps first (the sharpest claim), then file-level, then by id: a stable order
+    out.sort(key=lambda e: (not any(c["lines"] for c in e["citations"]), e["id"]))
+    return out
+
+
+def _overlaps(fc: FileChange, standing: set[int], text: list[str]) -> list[tuple[int, int]]:
+    """The cited base lines (``standing``) the change rewrites, as ranges, one per hunk. A line
+    the change deletes but adds again exactly, indentation included (an import moved), is
+    moved, not rewritten (reindented into a ``try:`` it is rewritten); an insertion counts only
+    between two cited lines."""
+    moved = {line.rstrip() for line in fc.added}  # the same line, indentation and all
+    out = []
+    for hk in fc.hunks:
+        if hk.old_count == 0:
+            if hk.old_start in standing and hk.old_start + 1 in standing:
+                out.append((hk.old_start, hk.old_start))
+            continue
+        hit = [n for n in range(hk.old_start, hk.old_start + hk.old_count)
+               if n in standing and not (n <= len(text) and text[n - 1].rstrip() in moved)]
+        if hit:
+            out.append((hit[0], hit[-1]))
+    return out
+
+
+def _touched_entry(store: Store, mem: Memory, cites: list[Citation], ch: Change) -> dict[str, Any]:
+    citations = []
+    for c in cites:
+        fc = ch.files[c.path]
+        item: dict[str, Any] = {"path": c.path, "evidence": c.cited, "file_status": c.file_status,
+                                "lines": list(c.lines) if c.lines else None,
+                                "overlap": [list(o) for o in c.overlaps],
+                                "head_lines": _head_lines(fc, c.overlaps) if c.overlaps else None}
+        if c.lines is None:
+            n = len(fc.hunks)
+            item["note"] = f"file-level citation: the file changed ({n} hunk{'' if n == 1 else 's'})"
+        if c.moved_before:
+            item["note"] = "some cited lines had already changed before this change; the others are compared"
+        citations.append(item)
+    return {"id": mem.id, "kind": mem.kind, "text": mem.text, "author": mem.author, "created": mem.created,
+            "path": store.display_path(mem.path) if mem.path else None, "citations": citations}
+
+
+def _head_lines(fc: FileChange, overlaps: list[tuple[int, int]]) -> list[int] | None:
+    """Where on the head side to point an annotation: the new start of the first hunk that
+    overlaps (for a deleted file, none)."""
+    if fc.status == "D":
+        return None
+    for hk in fc.hunks:
+        if any(hk.old_start <= hi and lo <= hk.old_start + max(hk.old_count, 1) - 1 for lo, hi in overlaps):
+            start = max(hk.new_start, 1)
+            return [start, start + max(hk.new_count, 1) - 1]
+    return None
+
+
+def _archived(ws: Workspace) -> set[str]:
+    return archived_ids(ws.catalog("repo").events.values())
+
+
+def hunk_text(ch: Change, limit: int = MAX_HUNK_TEXT) -> str:
+    """The change's added and removed lines, each distinct line once, in file order, cut at
+    ``limit`` characters: what the "seen before" read searches beside the PR's words."""
+    seen: set[str] = set()
+    parts: list[str] = []
+    size = 0
+    for path in sorted(ch.files):
+        fc = ch.files[path]
+        for line in [*fc.added, *fc.removed]:
+            s = line.strip()
+            if len(s) < 4 or s in seen:
+                continue
+            seen.add(s)
+            if size + len(s) > limit:
+                return "\n".join(parts)
+            parts.append(s)
+            size += len(s) + 1
+    return "\n".join(parts)
+

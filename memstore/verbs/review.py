@@ -1,0 +1,132 @@
+"""``memstore review --base REV [--head REV]``: what memory has to say about a pull request.
+
+Three sections, each present only when it has something to say (docs/review.md is the JSON
+contract):
+
+1. ``touched``: memories whose ``file:`` evidence cites lines (or a whole file) the change
+   rewrites, with the overlap and what the memory claims (``git/prreview``).
+2. ``seen_before``: past problems, solutions and failed tactics like the change, found by one
+   ``read`` of the PR's title, body and changed lines through read's own precision gate (an
+   empty answer is the usual and right one). A problem or solution must also cite a file the
+   change touches: on a real project's history (bench/eval_review.py) read's gate alone let
+   something through for ~70% of changes, mostly memories sharing only a word like "fix" or
+   "docs" with them; anchored to the code, ~20%, nearly all about the same code. A failed
+   tactic needs no anchor: repeating one is the warning this section exists for.
+3. ``added``: what the PR adds to ``.memory/``: ``check --base`` findings and the readable
+   ``diff`` (with author and episode).
+
+Only the repo store is asked: a comment on a PR is public, and the reviewer's global store is
+theirs.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .. import gitops
+from ..git import prreview
+from ..git.review import branch_diff
+from ..read.longquery import MAX_QUERY_CHARS
+from ..store.workspace import Workspace
+from .settings import check
+
+SEEN_KINDS = ["failed_tactic", "problem", "solution"]
+SEEN_LIMIT = 5
+SEEN_ASKED = 10  # read's results before the anchor rule keeps at most SEEN_LIMIT
+PR_WORDS_CHARS = 1200  # of the query: the title and body first, the changed lines fill the rest
+MARKER = "<!-- memstore-review -->"  # how the posted comment is found again
+
+
+def seen_query(title: str | None, body: str | None, hunks: str) -> str:
+    """The read's query: the PR's own words first (what it says it does), then its changed lines,
+    cut below read's long-query limit so nothing is condensed away unseen."""
+    words = "\n".join(p.strip() for p in (title or "", body or "") if p and p.strip())[:PR_WORDS_CHARS]
+    room = MAX_QUERY_CHARS - len(words) - 1
+    return "\n".join(p for p in (words, hunks[:max(room, 0)]) if p).strip()
+
+
+def review(ws: Workspace, base: str, head: str | None = None, *, title: str | None = None,
+           body: str | None = None) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    store = ws.store("repo")
+    store.require()
+    ch = prreview.change(store, base, head)
+    assert store.worktree is not None
+    at_head = ch.head == gitops.head_sha(store.worktree)
+    answer: dict[str, Any] = {"ok": True, "base": base, "head": head or "HEAD", "base_sha": ch.base,
+                              "head_sha": ch.head, "merge_base": ch.merge_base,
+                              "changed_files": sorted(ch.files)}
+
+    # 3 first: the memories the PR itself brings are not news about the PR in sections 1 and 2.
+    added: dict[str, Any] | None = None
+    own: set[str] = set()
+    if at_head:
+        diff = branch_diff(ws, base)
+        report = check(ws, base=base).to_json()
+        own = {m["id"] for m in diff["memories"]}
+        findings = [p for p in report["problems"] if p["severity"] != "stale"]
+        if diff["memories"] or diff["events"] or diff["episodes"] or diff["problems"] or findings:
+            added = {"memories": [_added_memory(m) for m in diff["memories"]], "events": diff["events"],
+                     "episodes": diff["episodes"], "problems": diff["problems"], "check": findings,
+                     "check_ok": report["ok"]}
+
+    touched = prreview.touched(ws, ch, exclude=own)
+    partial: list[bool] = []
+    seen = _seen_before(ws, title, body, ch, exclude=own | {t["id"] for t in touched}, partial=partial)
+
+    answer["sections"] = {k: v for k, v in (("touched", touched), ("seen_before", seen), ("added", added)) if v}
+    if not at_head:
+        answer["notes"] = ["the head is not the checked-out commit: what the PR adds to .memory/ is not shown "
+                           "(check out the head to see it)"]
+    if partial:
+        answer["seen_before_partial"] = True
+    answer["nothing_to_say"] = not answer["sections"]
+    answer["elapsed_ms"] = round((time.perf_counter() - t0) * 1000)
+    return answer
+
+
+def _added_memory(m: dict[str, Any]) -> dict[str, Any]:
+    keep = ("id", "kind", "text", "author", "created", "path", "status", "committed", "evidence", "episode",
+            "relations", "links", "id_is_provisional")
+    return {k: m[k] for k in keep if k in m}
+
+
+def _anchored(evidence: list[str], ch: prreview.Change) -> bool:
+    """Whether a memory's ``file:`` evidence names a file the change touches."""
+    for raw in evidence:
+        if raw.startswith("file:"):
+            path = raw[5:].split("#", 1)[0].split("@", 1)[0]
+            if path in ch.files:
+                return True
+    return False
+
+
+def _seen_before(ws: Workspace, title: str | None, body: str | None, ch: prreview.Change,
+                 exclude: set[str], partial: list[bool]) -> list[dict[str, Any]]:
+    from ..read.retrieve import read
+
+    query = seen_query(title, body, prreview.hunk_text(ch))
+    if not query:
+        return []
+    if ws.embed_wait is None:
+        # CI clones afresh with no daemon: memories without a vector wait at most as long as a
+        # read through a daemon would (daemon.read_wait_seconds), the rest are found by keyword
+        # (the answer says ``seen_before_partial``), instead of embedding a whole store first.
+        ws.embed_wait = ws.config.read_wait
+    ans = read(ws, {"query": query, "kinds": SEEN_KINDS, "include_global": False, "limit": SEEN_ASKED},
+               log_episode=False)
+    if ans.get("partial"):
+        partial.append(True)
+    out = []
+    for r in ans["results"]:
+        if r["id"] in exclude or r.get("scope") != "repo":
+            continue
+        if r["kind"] != "failed_tactic" and not _anchored(r.get("evidence", []), ch):
+            continue
+        if len(out) == SEEN_LIMIT:
+            break
+        out.append({"id": r["id"], "kind": r["kind"], "text": r["text"], "score": round(float(r["score"]), 4),
+                    "path": r.get("path"), "problem": (r.get("links") or {}).get("problem"),
+                    "created": r.get("created"), "evidence": r.get("evidence", [])})
+    return out

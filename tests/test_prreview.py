@@ -1,0 +1,336 @@
+"""`memstore review`: what memory says about a pull request, its three formats, posting the one
+PR comment through `gh`, and the GitHub workflows `integrate github` writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import CliResult, git, reopen, store_files, write_req
+
+from memstore.surfaces import reviewfmt
+from memstore.verbs import api, workflow
+
+APP = "".join(f"def f{i}():\n    return {i}\n\n" for i in range(1, 11))  # 30 lines: f<i> on line 3i-2
+
+
+def _write(repo: Path, kind: str, text: str, evidence: list[str], **kw: object) -> str:
+    return str(api.write(reopen(repo), write_req(kind, text, evidence=evidence, **kw))["id"])
+
+
+@pytest.fixture
+def pr(repo: Path) -> dict[str, object]:
+    """main: app.py and memories citing it (one with lines as they were two commits ago); branch
+    `pr` rewrites f5's body."""
+    (repo / "app.py").write_text(APP)
+    (repo / "other.py").write_text("X = 1\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "app")
+    old = git(repo, "rev-parse", "HEAD").strip()
+    ids = {
+        "f5": _write(repo, "fact", "f5 returns five and the billing code relies on it", ["file:app.py#L13-L14"]),
+        "f1": _write(repo, "fact", "f1 is the entry point", ["file:app.py#L1-L2"]),
+        "whole": _write(repo, "fact", "app.py holds every handler", ["file:app.py"]),
+        "other": _write(repo, "fact", "other.py holds the constant X", ["file:other.py#L1"]),
+        # cited at `old`: f6 was then on lines 16-17; main shifts it down three lines below
+        "f6old": _write(repo, "fact", "f6 returns six", [f"file:app.py@{old[:12]}#L16-L17"]),
+    }
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "memories")
+    (repo / "app.py").write_text("# header\n# more\n# more\n" + APP)
+    git(repo, "commit", "-q", "-am", "a header on main")
+    git(repo, "checkout", "-q", "-b", "pr")
+    text = (repo / "app.py").read_text()
+    (repo / "app.py").write_text(text.replace("return 5\n", "return 55\n").replace("return 6\n", "return 66\n"))
+    git(repo, "commit", "-q", "-am", "f5 and f6 return more")
+    return ids
+
+
+def _review(cli: Callable[..., CliResult], repo: Path, *args: str) -> dict:
+    code, out, err = cli("review", "--base", "main", "--format", "json", *args, cwd=repo)
+    assert code == 0, err
+    assert isinstance(out, dict)
+    return out
+
+
+def test_review_flags_the_memories_whose_cited_lines_the_pr_rewrites(
+        repo: Path, pr: dict[str, str], cli: Callable[..., CliResult]) -> None:
+    ans = _review(cli, repo)
+    touched = {t["id"]: t for t in ans["sections"]["touched"]}
+    assert set(touched) == {pr["f5"], pr["whole"], pr["f6old"]}  # not f1's lines, not other.py
+    (f5,) = touched[pr["f5"]]["citations"]
+    # base lines: the header moved f5 (cited 13-14 when the memory was committed) to 16-17
+    assert f5["lines"] == [16, 17] and f5["overlap"] == [[17, 17]] and f5["head_lines"] == [17, 17]
+    assert touched[pr["f5"]]["text"].startswith("f5 returns five")
+    (f6,) = touched[pr["f6old"]]["citations"]
+    assert f6["lines"] == [19, 20] and f6["overlap"] == [[20, 20]]  # @rev lines carried to the base
+    (whole,) = touched[pr["whole"]]["citations"]
+    assert whole["lines"] is None and whole["note"].startswith("file-level citation")
+    # line citations come first, in a stable order
+    assert [t["id"] for t in ans["sections"]["touched"]][-1] == pr["whole"]
+    assert ans["nothing_to_say"] is False
+
+
+def test_markdown_comment_and_github_annotations(repo: Path, pr: dict[str, str],
+                                                 cli: Callable[..., CliResult]) -> None:
+    code, md, _ = cli("review", "--base", "main", "--link-base", "https://github.com/o/r", cwd=repo)
+    assert code == 0 and isinstance(md, str)
+    assert md.startswith(reviewfmt.MARKER)
+    assert "Memories this change may make stale" in md and pr["f5"] in md
+    assert "cites L16-L17; this change rewrites L17" in md
+    assert re.search(r"\(https://github\.com/o/r/blob/[0-9a-f]{40}/app\.py#L17-L17\)", md)
+    assert re.search(r"\(https://github\.com/o/r/blob/[0-9a-f]{40}/\.memory/facts/" + pr["f5"], md)  # the memory
+    assert "Seen before" not in md  # nothing weak is said
+    code, gh, _ = cli("review", "--base", "main", "--format", "github", cwd=repo)
+    assert code == 0
+    assert f"::warning file=app.py,line=17,endLine=17,title=memstore%3A memory {pr['f5']} may be stale::" in gh
+
+
+def test_memory_text_is_inert_in_the_comment() -> None:
+    ans = {"head_sha": "0" * 40, "sections": {"touched": [{
+        "id": "01abc", "kind": "fact",
+        "text": "@org/team fixes #12 <img src=x> [x](javascript:1) <!-- memstore-review -->",
+        "citations": [{"path": "a.py", "lines": None, "overlap": [], "note": "file-level citation"}]}]}}
+    md = reviewfmt.markdown(ans)
+    body = md.split("\n", 1)[1]
+    assert "@org" not in md and "#12" not in md and "<img" not in md and reviewfmt.MARKER not in body
+    assert "[x](javascript" not in md and "\\[x\\](javascript" in md  # shown as text, not a link
+
+
+def test_comment_stays_under_its_budget_and_annotations_are_capped() -> None:
+    touched = [{"id": f"01m{i:05d}", "kind": "fact", "text": "x" * 300,
+                "citations": [{"path": f"src/f{i}.py", "lines": [1, 2], "overlap": [[1, 1]], "head_lines": [1, 1]}]}
+               for i in range(400)]
+    ans = {"head_sha": "a" * 40, "sections": {"touched": touched + touched[:5]}}  # the last five repeat
+    md = reviewfmt.markdown(ans, budget=20_000)
+    assert len(md) <= 20_000 and "more not shown here" in md
+    assert md.count("01m00000") == 1
+    full = reviewfmt.markdown(ans)
+    assert len(full) < 65_536
+    gh = reviewfmt.github(ans).splitlines()
+    assert len(gh) == 51 and gh[-1].startswith("::notice title=memstore::355 more")
+
+
+def test_seen_before_finds_a_recorded_failed_tactic(repo: Path, cli: Callable[..., CliResult]) -> None:
+    problem = _write(repo, "problem", "Requests through the corporate proxy fail with SSLError: certificate "
+                     "verify failed", ["user:reported by ops"])
+    tactic = _write(repo, "failed_tactic", "Setting verify=False on the session to get past the proxy's SSLError "
+                    "was tried and reverted: it disabled certificate checks everywhere", ["user:review"],
+                    links={"problem_id": problem})
+    (repo / "net.py").write_text("import requests\n\nSESSION = requests.Session()\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "net")
+    git(repo, "checkout", "-q", "-b", "pr")
+    (repo / "net.py").write_text("import requests\n\nSESSION = requests.Session()\nSESSION.verify = False\n")
+    git(repo, "commit", "-q", "-am", "proxy")
+    body = repo.parent / "body.md"
+    body.write_text("The corporate proxy breaks TLS, so turn off verify on the session to stop the SSLError.")
+    ans = _review(cli, repo, "--title", "Disable certificate verification (verify=False) behind the proxy",
+                  "--body-file", str(body))
+    seen = [s["id"] for s in ans["sections"]["seen_before"]]
+    # the failed tactic is the warning; the problem shares words but cites no code the PR touches
+    assert tactic in seen and problem not in seen
+    code, md, _ = cli("review", "--base", "main", "--title", "Disable certificate verification behind the proxy",
+                      "--body-file", str(body), cwd=repo)
+    assert code == 0 and "tried before and failed here" in md
+
+
+def test_a_pr_that_adds_a_memory_shows_it_with_its_author_not_as_stale(
+        repo: Path, pr: dict[str, str], cli: Callable[..., CliResult]) -> None:
+    new = _write(repo, "fact", "f5 now returns fifty-five", ["file:app.py#L17"])
+    git(repo, "commit", "-q", "-m", "memory of the change")
+    ans = _review(cli, repo)
+    added = ans["sections"]["added"]
+    assert [m["id"] for m in added["memories"]] == [new] and added["memories"][0]["author"]
+    assert new not in {t["id"] for t in ans["sections"]["touched"]}
+
+
+def test_nothing_to_say_and_bad_revisions(repo: Path, cli: Callable[..., CliResult]) -> None:
+    git(repo, "commit", "-q", "-m", "layout")
+    git(repo, "checkout", "-q", "-b", "pr")
+    (repo / "README.txt").write_text("hello\n")
+    git(repo, "add", "README.txt")
+    git(repo, "commit", "-q", "-m", "readme")
+    ans = _review(cli, repo)
+    assert ans["sections"] == {} and ans["nothing_to_say"] is True
+    before = store_files(repo)
+    code, err, _ = cli("review", "--base", "no-such-branch", cwd=repo)
+    assert code == 3 and err["error"]["code"] == "unknown_rev"
+    code, err, _ = cli("review", cwd=repo)
+    assert code == 2 and err["error"]["code"] == "usage"
+    bad = repo.parent / "bad.json"
+    bad.write_text("[1, 2")
+    code, err, _ = cli("review", "--from", str(bad), cwd=repo.parent)
+    assert code == 2 and err["error"]["code"] == "bad_input"
+    assert store_files(repo) == before
+
+
+# -- posting through a recording `gh` ----------------------------------------------------------------
+FAKE_GH = r'''
+import json, os, sys
+state_path = os.environ["FAKE_GH_STATE"]
+state = json.load(open(state_path)) if os.path.exists(state_path) else {"comments": {}, "next": 100, "calls": []}
+args = sys.argv[1:]
+body = sys.stdin.read() if "--input" in args else None
+state["calls"].append({"args": args, "body": json.loads(body) if body else None})
+method = args[args.index("-X") + 1] if "-X" in args else "GET"
+path = [a for a in args if a.startswith("repos/")][0].split("?")[0]
+parts = path.split("/")
+out = None
+if path.endswith("/comments") and parts[3] == "issues" and method == "GET":
+    out = [c for c in state["comments"].values() if c["pr"] == int(parts[4])]
+elif method == "POST":
+    cid = state["next"]; state["next"] += 1
+    state["comments"][str(cid)] = {"id": cid, "pr": int(parts[4]), "body": json.loads(body)["body"],
+                                   "user": {"login": "github-actions[bot]", "type": "Bot"}}
+    out = state["comments"][str(cid)]
+elif method == "PATCH":
+    state["comments"][parts[-1]]["body"] = json.loads(body)["body"]
+    out = state["comments"][parts[-1]]
+elif parts[3] == "pulls":
+    out = {"number": int(parts[4]), "head": {"sha": os.environ.get("FAKE_GH_HEAD", "")}}
+json.dump(state, open(state_path, "w"))
+print(json.dumps(out))
+'''
+
+
+@pytest.fixture
+def fake_gh(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    bin_dir = tmp_path / "fakebin"
+    bin_dir.mkdir()
+    gh = bin_dir / "gh"
+    gh.write_text(f"#!{sys.executable}\n{FAKE_GH}")
+    gh.chmod(0o755)
+    state = tmp_path / "gh-state.json"
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_GH_STATE": str(state)}, state
+
+
+def _calls(state: Path) -> list[tuple[str, str]]:
+    calls = json.loads(state.read_text())["calls"] if state.exists() else []
+    return [(c["args"][c["args"].index("-X") + 1] if "-X" in c["args"] else "GET",
+             next(a for a in c["args"] if a.startswith("repos/"))) for c in calls]
+
+
+def test_post_creates_one_comment_then_edits_it_in_place(
+        repo: Path, pr: dict[str, str], cli: Callable[..., CliResult],
+        fake_gh: tuple[dict[str, str], Path]) -> None:
+    env, state = fake_gh
+    post = ("review", "--base", "main", "--post", "--repo", "o/r", "--pr", "7")
+    code, ans, err = cli(*post, cwd=repo, env=env)
+    assert code == 0, err
+    assert ans["action"] == "created"
+    cid = ans["comment_id"]
+    # the next push: the comment is found by its marker and edited, not posted again
+    (repo / "app.py").write_text((repo / "app.py").read_text().replace("return 1\n", "return 11\n"))
+    git(repo, "commit", "-q", "-am", "f1 too")
+    code, ans, err = cli(*post, cwd=repo, env=env)
+    assert code == 0 and ans == {"ok": True, "action": "edited", "pr": 7, "comment_id": cid}, err
+    comments = json.loads(state.read_text())["comments"]
+    assert list(comments) == [str(cid)] and pr["f1"] in comments[str(cid)]["body"]
+    assert [m for m, _ in _calls(state)] == ["GET", "POST", "GET", "PATCH"]
+    # a later push leaves nothing to say: the comment is marked resolved, nothing new is posted
+    git(repo, "reset", "-q", "--hard", "main")
+    code, ans, _ = cli(*post, cwd=repo, env=env)
+    assert ans["action"] == "resolved"
+    assert reviewfmt.RESOLVED in json.loads(state.read_text())["comments"][str(cid)]["body"]
+
+
+def test_a_pr_with_nothing_to_say_posts_nothing(repo: Path, cli: Callable[..., CliResult],
+                                                fake_gh: tuple[dict[str, str], Path]) -> None:
+    env, state = fake_gh
+    git(repo, "commit", "-q", "-m", "layout")
+    git(repo, "checkout", "-q", "-b", "pr")
+    (repo / "notes.txt").write_text("hello\n")
+    git(repo, "add", "notes.txt")
+    git(repo, "commit", "-q", "-m", "notes")
+    code, ans, err = cli("review", "--base", "main", "--post", "--repo", "o/r", "--pr", "8", cwd=repo, env=env)
+    assert code == 0 and ans["action"] == "none", err
+    assert _calls(state) == [("GET", "repos/o/r/issues/8/comments?per_page=100")]
+
+
+def test_post_from_an_artifact_checks_the_pr_head(repo: Path, pr: dict[str, str], cli: Callable[..., CliResult],
+                                                  fake_gh: tuple[dict[str, str], Path], tmp_path: Path) -> None:
+    env, state = fake_gh
+    artifact = tmp_path / "review.json"
+    artifact.write_text(json.dumps(_review(cli, repo)))
+    post = ("review", "--from", str(artifact), "--post", "--repo", "o/r", "--pr", "9", "--expect-head", "a" * 40)
+    code, err, _ = cli(*post, cwd=tmp_path, env={**env, "FAKE_GH_HEAD": "b" * 40})
+    assert code == 2 and err["error"]["code"] == "head_mismatch"
+    assert [m for m, _ in _calls(state)] == ["GET"]  # only the PR was asked: nothing posted
+    code, ans, _ = cli(*post, cwd=tmp_path, env={**env, "FAKE_GH_HEAD": "a" * 40})
+    assert code == 0 and ans["action"] == "created"
+
+
+# -- integrate github ---------------------------------------------------------------------------------
+def _tool(name: str) -> str | None:
+    return shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
+
+
+def test_integrate_github_writes_pinned_least_privilege_workflows_and_remove_undoes_it(
+        repo: Path, cli: Callable[..., CliResult]) -> None:
+    code, ans, err = cli("integrate", "github", cwd=repo)
+    assert code == 0, err
+    wf = repo / ".github" / "workflows"
+    review, post = (wf / "memstore-review.yml").read_text(), (wf / "memstore-review-post.yml").read_text()
+    for text in (review, post):
+        uses = re.findall(r"uses: (\S+)(.*)", text)
+        assert uses and all(re.fullmatch(r"actions/[a-z-]+@[0-9a-f]{40}", u) and re.match(r" # v\d", c)
+                            for u, c in uses)
+        assert "permissions: {}" in text and f'pip install "{workflow.DIST_NAME}==' in text
+    assert "write" not in review.split("permissions: {}")[1]  # the job that runs PR code can write nothing
+    assert "pull_request_target" not in review + post and "workflow_run:" in post
+    assert "--expect-head" in post and "actions/checkout" not in post
+    assert "~/.cache/memstore/onnx" in review
+    zizmor = _tool("zizmor")
+    assert zizmor, "zizmor (test extra) is not installed"
+    proc = subprocess.run([zizmor, "--offline", "--persona", "pedantic", str(wf)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    actionlint = _tool("actionlint")
+    if actionlint:
+        proc = subprocess.run([actionlint, str(wf / "memstore-review.yml"), str(wf / "memstore-review-post.yml")],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    code, ans, _ = cli("integrate", "github", "--remove", cwd=repo)
+    assert code == 0 and {f["state"] for f in ans["files"]} == {"removed"}
+    assert not (repo / ".github").exists()
+
+
+def test_integrate_github_leaves_a_workflow_it_did_not_write(repo: Path, cli: Callable[..., CliResult]) -> None:
+    wf = repo / ".github" / "workflows"
+    wf.mkdir(parents=True)
+    (wf / "memstore-review.yml").write_text("name: mine\n")
+    code, err, _ = cli("integrate", "github", cwd=repo)
+    assert code == 2 and err["error"]["code"] == "bad_agent_file"
+    assert (wf / "memstore-review.yml").read_text() == "name: mine\n"
+    assert not (wf / "memstore-review-post.yml").exists()
+
+
+def test_lines_rewritten_before_the_base_are_not_the_prs_doing() -> None:
+    from memstore.git.prreview import FileChange, Hunk, _overlaps, carry_lines
+
+    # between the memory's commit and the base: 3 lines inserted after line 2, line 8 rewritten
+    between = [Hunk(2, 0, 3, 3), Hunk(8, 1, 11, 1)]
+    assert carry_lines(between, range(1, 10)) == {1: 1, 2: 2, 3: 6, 4: 7, 5: 8, 6: 9, 7: 10, 9: 12}
+    text = [f"line {n}" for n in range(1, 21)]
+    text[9] = ""  # base line 10 is blank
+
+    def change(*hunks: Hunk, added: tuple[str, ...] = ("new",)) -> FileChange:
+        return FileChange("a.py", "M", list(hunks), list(added))
+
+    # the PR rewrites base line 11 (what replaced old line 8): no line the memory cited
+    assert _overlaps(change(Hunk(11, 1, 11, 1)), {1, 2, 6, 7, 8, 9, 12}, text) == []
+    # an insertion between two cited lines counts; one after the last, or next to a blank, does not
+    assert _overlaps(change(Hunk(7, 0, 8, 2)), {6, 7, 8}, text) == [(7, 7)]
+    assert _overlaps(change(Hunk(8, 0, 9, 2)), {6, 7, 8}, text) == []
+    assert _overlaps(change(Hunk(9, 0, 10, 1)), {8, 9, 11}, text) == []
+    # a cited line deleted here and added again elsewhere in the file is moved, not rewritten
+    assert _overlaps(change(Hunk(6, 1, 5, 0), added=("line 6",)), {6, 7}, text) == []
+    assert _overlaps(change(Hunk(6, 1, 5, 0)), {6, 7}, text) == [(6, 6)]
+    assert _overlaps(change(Hunk(6, 1, 6, 2), added=("try:", "    line 6")), {6, 7}, text) == [(6, 6)]  # reindented
