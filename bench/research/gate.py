@@ -1,6 +1,6 @@
 """Scratch: sweep RankingParams on LoCoMo through the real ``memstore.read.ranking.rank``.
 
-python bench/research_gate.py --data ../shared/eval/locomo/locomo_dev.json [--sweep NAME ...]
+python bench/research/gate.py --data ../shared/eval/locomo/locomo_dev.json [--sweep NAME ...]
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: eval_common and the evals
 
 from eval_common import DEFAULT_CACHE, EmbeddingCache, Store, build_store, ranking_retriever
 from eval_locomo import evaluate, load_conversations

@@ -1,6 +1,6 @@
 """Scratch: sweep RankingParams on GitBugs through the real ``memstore.read.ranking.rank``.
 
-python bench/research_gitbugs.py --corpus ...hadoop_corpus.jsonl --qrels ...hadoop_qrels.json
+python bench/research/gitbugs.py --corpus ...hadoop_corpus.jsonl --qrels ...hadoop_qrels.json
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: eval_common and the evals
 
 from eval_common import DEFAULT_CACHE, EmbeddingCache, ProductKeyword, build_store, ranking_retriever
 from eval_gitbugs import evaluate, load
