@@ -1,4 +1,4 @@
-"""Recall research (issue #11): a linear ranker over every candidate signal, fitted out of fold.
+"""Recall research: a linear ranker over every candidate signal, fitted out of fold.
 
 The shipped fusion is one hand-shaped linear form, ``cos + 0.5 * keyword`` with the keyword
 feature ``0.25 * bm25/max + 0.75 * coverage`` for prose queries (``bm25/max`` alone otherwise),

@@ -1,4 +1,4 @@
-"""Recall research (issue #11): generic ways to lift LoCoMo recall@10, each measured out of fold.
+"""Recall research: generic ways to lift LoCoMo recall@10, each measured out of fold.
 
 Every method is a family of settings (one of them "off"). Each family's setting is chosen by
 cross-validation and only the held-out figures are reported: LoCoMo leaves one conversation out
