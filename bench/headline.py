@@ -214,7 +214,7 @@ def render_speed(fig: dict[str, Any]) -> tuple[list[str], dict[str, bool]]:
         f"| | rebuild from the embedding cache; daemon peak RSS | {w['rebuild_cache_s']} s; "
         f"{w['daemon_peak_rss_mb']} MB | | |",
     ]
-    met = {"speed": read_ok is not False and write_ok and visible_ok}
+    checked = [ok for ok in (read_ok, write_ok, visible_ok) if ok is not None]
     c = fig.get("cold")
     if c:
         first_ok = c["first_read_ms"] <= FIRST_READ_MS if c["n"] >= FIRST_READ_GOAL_N else None
@@ -227,8 +227,11 @@ def render_speed(fig: dict[str, Any]) -> tuple[list[str], dict[str, bool]]:
             f"| | read while embedding p50 / max; warm read p50 / p95 | {c['read_while_embedding_p50_ms']} / "
             f"{c['read_while_embedding_max_ms']}; {c['warm_read_p50_ms']} / {c['warm_read_p95_ms']} ms | | |",
         ]
-        met["speed"] = met["speed"] and first_ok is not False
-    return lines, met
+        checked += [first_ok] if first_ok is not None else []
+    # A goal stated at 10k is not met or missed by a smaller run: the key says what was checked.
+    key = "speed" if at_goal_size and (not c or c["n"] >= FIRST_READ_GOAL_N) else \
+        f"speed (the goals that apply at {n:,} memories)"
+    return lines, {key: all(checked)}
 
 
 def render_faults(fig: dict[str, Any]) -> tuple[list[str], dict[str, bool]]:
@@ -240,7 +243,8 @@ def render_faults(fig: dict[str, Any]) -> tuple[list[str], dict[str, bool]]:
         ok_all &= ok
         healed = "" if r["reads_until_healed"] is None else f", healed by read {r['reads_until_healed']}"
         head = "faults (bench/faults.py): " if i == 0 else ""
-        lines.append(f"| {head}{r['scenario']}, {r['trials']} trials | acknowledged / on disk / lost; "
+        trials = f"{r['trials']} trial{'' if r['trials'] == 1 else 's'}"
+        lines.append(f"| {head}{r['scenario']}, {trials} | acknowledged / on disk / lost; "
                      f"failed reads; corrupt stores | **{r['acknowledged']} / {r['on_disk']} / {r['lost']}; "
                      f"{r['failed_reads']}; {r['corrupt']}**{healed} | | 0 lost, 0 failed, 0 corrupt {_mark(ok)} |")
     return lines, {"faults": ok_all}

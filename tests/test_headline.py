@@ -89,3 +89,4 @@ def test_speed_joins_the_table_beside_its_floor_from_the_same_run(tmp_path: Path
     assert "| | write through the daemon p50 / p95 (CLI p50) |" in table
     assert "| | a file changed by hand -> visible to a read, p50 / max |" in table
     assert "first read after a clone" not in table  # --no-cold
+    assert "Goals met: speed (the goals that apply at 40 memories)" in table
