@@ -1,4 +1,4 @@
-"""The warm CLI read through the daemon beside `python -c pass`, side by side (issue #14).
+"""The warm CLI read through the daemon beside `python -c pass`, side by side.
 
 A daemon serves bench/perf.py's generated store (N memories, index built once and kept); then,
 for each round in rotating order, `python -c pass` and one `memstore read` through each console

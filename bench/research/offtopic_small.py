@@ -11,7 +11,7 @@ mismatched questions mostly name people the other store never mentions, a coding
 rarely names anything new. Each setting of ``small_store_slope`` / ``small_store_holders`` is
 read in the same run.
 
-    python bench/offtopic_small.py            # ~1 min
+    python bench/research/offtopic_small.py            # ~1 min
 
 The last stdout line is one JSON object.
 """
@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 

@@ -5,7 +5,7 @@ memory" for up to two hops (``RankingParams.hop_bars``). At the old bars (0.85, 
 reaches only restatements (the duplicate gate is 0.95). Do lower bars reach *related* memories
 that pay for themselves, and how should a hop's score decay?
 
-Protocol (the product's ranking functions, ``ranking.rank``, as bench/cv.py runs them):
+Protocol (the product's ranking functions, ``ranking.rank``, as bench/research/cv.py runs them):
 - Configurations: no chain; bars (b, b + 0.1) for b in 0.35 .. 0.65, and the old (0.85, 0.90),
   each with the hop's score its parent's times the hop similarity (decay "sim", the old rule) or
   times a constant 0.7 or 0.8 (a hop's score must clear the relative cut: 45% of the best, no
@@ -22,7 +22,7 @@ Protocol (the product's ranking functions, ``ranking.rank``, as bench/cv.py runs
 - GitBugs (title queries, limit 50): MRR and hit@10, each half of the duplicate clusters.
 - Identifiers (whole names): hit@5.
 
-    python bench/research_hops.py --data-dir ../shared/eval
+    python bench/research/hops.py --data-dir ../shared/eval
 
 Prints one table row per configuration and the out-of-fold choice; the last line is JSON.
 """
@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: eval_common and the evals
 
 from eval_common import DEFAULT_CACHE, EmbeddingCache, build_store, cluster_halves, log, ranking_retriever
 from eval_gitbugs import evaluate as gitbugs_evaluate
@@ -51,7 +51,7 @@ from eval_locomo import load_conversations
 
 from memstore.read import ranking
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BASE = ranking.RankingParams()
 BARS = (0.35, 0.45, 0.55, 0.65, 0.85)
 DECAYS = (0.0, 0.7, 0.8)

@@ -14,7 +14,7 @@ printed is out of fold: each held-out part is scored with the ``r`` its training
 The cut is a score threshold, so it removes a suffix of the ranked list: lists are ranked
 once with no cut (the product's ranking functions, ``ranking.rank``) and cut afterwards.
 
-    python bench/cv.py --locomo ../shared/eval/locomo/locomo_dev.json \\
+    python bench/research/cv.py --locomo ../shared/eval/locomo/locomo_dev.json \\
         --corpus ../shared/eval/gitbugs/hadoop_corpus.jsonl --qrels ../shared/eval/gitbugs/hadoop_qrels.json
 
 The last stdout line is one JSON object.
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: eval_common and the evals
 
 from eval_common import DEFAULT_CACHE, EmbeddingCache, build_store, cluster_halves, log, ranking_retriever
 

@@ -3,8 +3,8 @@ read in a fresh clone of ``perf.py cold``'s origin by a workspace set up as the 
 deferred, the read's wait bounded, the keyword build left to the background), against the same
 queries on a clone whose every memory has a vector.
 
-    python bench/first_answer.py 10000 --candidates 0 20   # probe only, then the shipped 20
-    python bench/first_answer.py 10000 --candidates 20 --eager-chars 1000000 1000000000
+    python bench/research/first_answer.py 10000 --candidates 0 20   # probe only, then the shipped 20
+    python bench/research/first_answer.py 10000 --candidates 20 --eager-chars 1000000 1000000000
                                          # the scan lane analysing as queries need / everything
 
 Prints, per setting, the mean top-10 overlap with the warm answer and how often the first
@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 

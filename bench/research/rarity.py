@@ -2,7 +2,7 @@
 ``named_holders_only``) through the real ``memstore.read.ranking.rank`` over the product's
 keyword index, on three data sets none of which the rules were written from.
 
-Protocol (bench/cv.py's): LoCoMo, leave one conversation out (tune on four, report the fifth),
+Protocol (bench/research/cv.py's): LoCoMo, leave one conversation out (tune on four, report the fifth),
 objective the mean of recall@10 and abstention on mismatched questions; GitBugs (Hadoop),
 duplicate clusters split in two halves, tune on one and report the other, both ways, objective
 MRR (title and title+body queries); identifiers (psf/requests), queries split alternately in
@@ -14,7 +14,7 @@ gate's cosine plus a weight times the memory's keyword coverage), was swept by t
 commit ea76056 (``--only lift``) and rejected by every LoCoMo fold; the product has no such
 parameter since.
 
-    python bench/research_rarity.py --locomo ../shared/eval/locomo/locomo_dev.json \\
+    python bench/research/rarity.py --locomo ../shared/eval/locomo/locomo_dev.json \\
         --corpus ../shared/eval/gitbugs/hadoop_corpus.jsonl --qrels ../shared/eval/gitbugs/hadoop_qrels.json \\
         --identifiers ../shared/eval/identifiers/requests_corpus.jsonl \\
         --identifier-qrels ../shared/eval/identifiers/requests_qrels.json \\
@@ -32,11 +32,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: eval_common and the evals
 
+from codelane import Cached, gitbugs_table, halves_cv, locomo_cv, locomo_table
 from eval_common import DEFAULT_CACHE, EmbeddingCache, build_store
 from eval_identifiers import load as load_identifiers
-from research_codelane import Cached, gitbugs_table, halves_cv, locomo_cv, locomo_table
 
 from memstore.read import ranking
 

@@ -1,8 +1,8 @@
-"""Recall research (issue #11): a linear ranker over every candidate signal, fitted out of fold.
+"""Recall research: a linear ranker over every candidate signal, fitted out of fold.
 
 The shipped fusion is one hand-shaped linear form, ``cos + 0.5 * keyword`` with the keyword
 feature ``0.25 * bm25/max + 0.75 * coverage`` for prose queries (``bm25/max`` alone otherwise),
-each constant chosen by cross-validation one at a time (research_recall.py). This asks whether
+each constant chosen by cross-validation one at a time (recall.py). This asks whether
 fitting all the weights together, with two more signals the one-at-a-time sweeps found to move
 LoCoMo (hubness, length), lifts recall where every data set can see it.
 
@@ -26,7 +26,7 @@ Weights are fitted by coordinate ascent over a grid, from the shipped point:
   GitBugs half (objective: the mean of the two, each relative to the shipped point's), score
   the held-out conversation and the other half; all 5 x 2 pairs.
 
-    python bench/research_ranker.py --data-dir ../shared/eval
+    python bench/research/ranker.py --data-dir ../shared/eval
 
 The last stdout line is one JSON object with the out-of-fold figures.
 """
@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: eval_common and the evals
 
 from eval_common import DEFAULT_CACHE, ROOT, EmbeddingCache, Store, build_store, cluster_halves, log
 from eval_gitbugs import load as load_gitbugs

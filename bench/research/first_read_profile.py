@@ -2,8 +2,8 @@
 saves deferred, the read's wait bounded): a fresh clone of ``perf.py cold``'s origin, then one
 read under cProfile (or timed by phase with ``--phases``).
 
-    python bench/first_read_profile.py 10000            # the 40 costliest functions, cumulative
-    python bench/first_read_profile.py 10000 --phases   # catalog / index sync / the read, ms
+    python bench/research/first_read_profile.py 10000            # the 40 costliest functions, cumulative
+    python bench/research/first_read_profile.py 10000 --phases   # catalog / index sync / the read, ms
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 

@@ -1,7 +1,7 @@
 """Cross-validation of the code lane's keyword-only bar (``keyword_only_coverage``, against the
 identifier rarity ``rare_share``) through the real ``memstore.read.ranking.rank`` over the
 product's keyword index. The rarity rules with the model (``rare_share``, ``gate_coverage``,
-``named_holders_only``; ``verbatim_idf`` before them) are swept by research_rarity.py.
+``named_holders_only``; ``verbatim_idf`` before them) are swept by rarity.py.
 
 LoCoMo: leave one conversation out (tune on four, report the fifth); the objective is the mean of
 recall@10 and abstention (the two things a read is judged on). GitBugs (Hadoop): the duplicate
@@ -9,7 +9,7 @@ clusters split in two halves, tune on one and report the other, both ways; objec
 and title+body queries). Every figure printed as "out of fold" comes from a value chosen without
 the data it is reported on.
 
-    python bench/research_codelane.py --locomo ../shared/eval/locomo/locomo_dev.json \\
+    python bench/research/codelane.py --locomo ../shared/eval/locomo/locomo_dev.json \\
         --corpus ../shared/eval/gitbugs/hadoop_corpus.jsonl --qrels ../shared/eval/gitbugs/hadoop_qrels.json
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: eval_common and the evals
 
 from eval_common import DEFAULT_CACHE, EmbeddingCache, Evidence, Store, build_store
 from eval_gitbugs import load as load_gitbugs

@@ -1,4 +1,4 @@
-"""Research (issue #11): a query gate that knows the store's size.
+"""A query gate that knows the store's size.
 
 The gate's bar (targeted 0.40, +0.15 when the query's names are new to the store) was set on
 LoCoMo stores of 369-680 memories, where an unrelated query's best cosine is the maximum over
@@ -31,7 +31,7 @@ that hold every evidence turn (matched), shipped bar beside size-aware bar, same
 git repos, as tests/test_precision.py builds them), shipped bar beside the bar the whole of
 LoCoMo gives for each store's size.
 
-    python bench/research_smallgate.py --locomo ../shared/eval/locomo/locomo_dev.json [--draws 200 --reps 8] [--cases]
+    python bench/research/smallgate.py --locomo ../shared/eval/locomo/locomo_dev.json [--draws 200 --reps 8] [--cases]
 
 The last stdout line is one JSON object.
 """
@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: eval_common and the evals
 
 from eval_common import DEFAULT_CACHE, EmbeddingCache, ProductKeyword, Store, build_store, log
 from eval_locomo import HEADLINE_CATEGORIES, Question, load_conversations, recall_at
@@ -287,7 +287,7 @@ def precision_cases(slope: float, cal: int) -> dict[str, Any]:
     import os
     import tempfile
 
-    tests = Path(__file__).resolve().parent.parent / "tests"
+    tests = Path(__file__).resolve().parents[2] / "tests"
     sys.path.insert(0, str(tests))
     home = tempfile.mkdtemp(prefix="memstore-smallgate-")
     os.environ.update({"MEMSTORE_HOME": home, "MEMSTORE_DAEMON": "0"})

@@ -2,7 +2,10 @@
 with git (the cache is keyed by HEAD). Prints the time of that first annotate and of a cached
 one for N results citing files, with the git runs counted, beside one `git rev-parse` run.
 
-    python bench/stale.py --results 10 --reps 5
+    python bench/research/stale.py --results 10 --reps 5
+
+Before/after a change, run this checkout's script against the other code with
+``PYTHONPATH=<that checkout>`` (the path given first wins over the one inserted here).
 """
 
 from __future__ import annotations
@@ -10,14 +13,18 @@ from __future__ import annotations
 import argparse
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from memstore import gitops
-from memstore.git import stale
-from memstore.store.workspace import open_workspace
-from memstore.verbs import api
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from memstore import gitops  # noqa: E402
+from memstore.git import stale  # noqa: E402
+from memstore.store.workspace import open_workspace  # noqa: E402
+from memstore.verbs import api  # noqa: E402
 
 _runs = [0]
 _run = gitops.run

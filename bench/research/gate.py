@@ -1,6 +1,9 @@
-"""Scratch: sweep RankingParams on LoCoMo through the real ``memstore.read.ranking.rank``.
+"""Sweeps of the query gate, the lanes and the fusion weight on LoCoMo through the real
+``memstore.read.ranking.rank``, each setting beside the shipped ``RankingParams()``: recall@5/10/25
+of the evidence turns and abstention on mismatched questions (bench/eval_locomo.py's protocol).
+What they decided: docs/decisions/query-gate-and-fusion.md.
 
-python bench/research_gate.py --data ../shared/eval/locomo/locomo_dev.json [--sweep NAME ...]
+    python bench/research/gate.py --data ../shared/eval/locomo/locomo_dev.json [--sweep bar perresult lanes weight ...]
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: eval_common and the evals
 
 from eval_common import DEFAULT_CACHE, EmbeddingCache, Store, build_store, ranking_retriever
 from eval_locomo import evaluate, load_conversations

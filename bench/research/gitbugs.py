@@ -1,6 +1,10 @@
-"""Scratch: sweep RankingParams on GitBugs through the real ``memstore.read.ranking.rank``.
+"""The same sweeps on GitBugs (Hadoop) through the real ``memstore.read.ranking.rank``: hit@1/5/10
+and MRR of title and title+body queries (bench/eval_gitbugs.py's protocol) per setting of the
+gate, the fusion weight, the lanes and BM25's b. What they decided:
+docs/decisions/query-gate-and-fusion.md.
 
-python bench/research_gitbugs.py --corpus ...hadoop_corpus.jsonl --qrels ...hadoop_qrels.json
+    python bench/research/gitbugs.py --corpus ../shared/eval/gitbugs/hadoop_corpus.jsonl \
+        --qrels ../shared/eval/gitbugs/hadoop_qrels.json [--sweep bar weight hops prf lanes bm25]
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: eval_common and the evals
 
 from eval_common import DEFAULT_CACHE, EmbeddingCache, ProductKeyword, build_store, ranking_retriever
 from eval_gitbugs import evaluate, load

@@ -1,4 +1,4 @@
-"""Recall research (issue #11): generic ways to lift LoCoMo recall@10, each measured out of fold.
+"""Recall research: generic ways to lift LoCoMo recall@10, each measured out of fold.
 
 Every method is a family of settings (one of them "off"). Each family's setting is chosen by
 cross-validation and only the held-out figures are reported: LoCoMo leaves one conversation out
@@ -36,7 +36,7 @@ Four more, on top of the shipped prose rule (their first setting is the shipped 
 - ``smooth``: score regularisation on the similarity graph, ``(1 - a) * cos + a * mean cos of
   the k nearest memories``.
 
-    python bench/research_recall.py --data-dir ../shared/eval [--only vprf mmr ...]
+    python bench/research/recall.py --data-dir ../shared/eval [--only vprf mmr ...]
 
 The last stdout line is one JSON object (per family: the settings chosen and the out-of-fold figures).
 """
@@ -58,7 +58,7 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: eval_common and the evals
 
 from eval_common import DEFAULT_CACHE, ROOT, EmbeddingCache, Store, build_store, cluster_halves, log
 from eval_gitbugs import load as load_gitbugs

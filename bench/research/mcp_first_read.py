@@ -3,8 +3,8 @@ the cyclic GC paused for the load (shipped) and as it was before (collector on),
 rounds; each round a fresh process, a fresh clone of ``perf.py cold``'s origin, and its own
 runtime directory (the daemon the read starts is killed before the next round).
 
-    python bench/mcp_first_read.py 10000 --rounds 4
-    python bench/mcp_first_read.py 10000 --corpus mixed --eval-dir ../shared/eval --rounds 3
+    python bench/research/mcp_first_read.py 10000 --rounds 4
+    python bench/research/mcp_first_read.py 10000 --corpus mixed --eval-dir ../shared/eval --rounds 3
 
 Prints each round (wall time of the call, time spent in collections during it, full
 collections) and the medians per variant.
@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
