@@ -4,7 +4,7 @@ whether what they inject is what the question needs.
 - latency: each hook call as the agent makes it (``python -m memstore integrate claude --hook
   prompt|file`` with the hook's JSON on stdin) through a warm daemon over a store of N memories
   in a git repo, beside ``python -c pass`` in the same run (p50/p95);
-- silence: the prompt hook on off-topic coding prompts (bench/offtopic_small.py's) against the
+- silence: the prompt hook on off-topic coding prompts (bench/research/offtopic_small.py) against the
   hand-written stores of tests/data/precision_cases.yaml, and on LoCoMo's mismatched questions
   (conversation i's questions against conversation i+1's store): share of calls injecting nothing;
 - relevance: on the precision cases that expect an answer, share whose injected set holds an
@@ -38,6 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "bench" / "research"))  # offtopic_small: the off-topic prompts
 sys.path.insert(0, str(ROOT / "tests"))
 
 BARS = [round(0.30 + 0.01 * i, 2) for i in range(51)]

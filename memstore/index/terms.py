@@ -144,7 +144,7 @@ def keyword_weighting(b: float = 0.4, k1: float = 1.2) -> Any:
     Whoosh's idf, ``log(N/(df+1)) + 1``, floors every term at ~1, so a word present in every
     memory (a project name, a speaker) still outweighs a rare identifier matched once less.
     ``log(1 + (N - df + 0.5)/(df + 0.5))`` tends to 0 for such words. b=0.4: memories are short
-    and similar in length, so length normalisation should be mild (measured, RESULTS.md).
+    and similar in length, so length normalisation should be mild (measured, docs/decisions/query-gate-and-fusion.md).
     """
     from math import log
 

@@ -7,7 +7,7 @@ utility vote), supersede it (a new fact and a ``fact_update_link``) or link ``co
 a near-exact repeat of the same kind is refused outright, with the id it repeats.
 
 The bars (config ``duplicates``): ``threshold`` 0.95 for a repeat, ``similar`` 0.6 for what is
-shown, chosen by bench/research_writebar.py (docs/writing.md has the figures).
+shown, chosen by bench/research/writebar.py (docs/writing.md has the figures).
 """
 
 from __future__ import annotations

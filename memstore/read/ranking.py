@@ -3,7 +3,7 @@
 The read pipeline owns I/O (files, faiss, Whoosh, links, utility); this module owns the
 decisions: whether a query is answerable at all, which memories each lane proposes, how the
 lanes are fused, which implicit neighbours join, and what is cut. Every tunable is in
-``RankingParams``; the defaults come from bench/RESULTS.md, not from guessing.
+``RankingParams``; the defaults come from measurement (docs/decisions/), not from guessing.
 
 Inputs per scope (one store, or several concatenated row-wise):
 - ``matrix``: (n, d) float32, unit-normalised memory embeddings (faiss IndexFlatIP rows);
@@ -70,7 +70,7 @@ def _frozen(d: Mapping[str, Any]) -> Mapping[str, Any]:
 
 @dataclass(frozen=True)
 class RankingParams:
-    """Every tunable of the read ranking. Defaults are tuned on LoCoMo + GitBugs (bench/RESULTS.md).
+    """Every tunable of the read ranking. Defaults are tuned on LoCoMo + GitBugs (docs/decisions/).
 
     Scores live on one scale: ``score = (cosine + keyword_weight * bm25/max_bm25) /
     (1 + keyword_weight)``, clipped to [0, 1]; association hops multiply it down.
@@ -78,7 +78,7 @@ class RankingParams:
 
     # -- query-level gate (abstention). The best cosine anywhere in scope must clear the bar,
     # or the answer is empty. Applied per query, never per result: per-result cosine bars
-    # this high would drop most true evidence (RESULTS.md, "gate vs floor").
+    # this high would drop most true evidence (docs/decisions/query-gate-and-fusion.md).
     query_bar: Mapping[str, float] = field(default_factory=lambda: _frozen({"targeted": 0.40, "ambient": 0.50}))
     # Added to the bar when the query names things (capitalised words, identifiers) and not
     # one of them occurs anywhere in the store: the store has never heard of the subject.
@@ -92,8 +92,8 @@ class RankingParams:
     # slope is the one LoCoMo's subsampled stores measure for the cosine's quantile at that
     # mode's bar; a vague query (``tests``, a word half the store holds) keeps the full bar.
     # 0: off. ``small_store_holders`` False: the lower bar for every memory once any holds a
-    # rare query word (measured, not shipped). bench/research_smallgate.py,
-    # bench/offtopic_small.py, RESULTS.md "A gate that knows the store's size".
+    # rare query word (measured, not shipped). bench/research/smallgate.py,
+    # bench/research/offtopic_small.py, docs/decisions/small-store-gate.md.
     small_store_slope: Mapping[str, float] = field(
         default_factory=lambda: _frozen({"targeted": 0.076, "ambient": 0.067}))
     small_store_size: int = 369
@@ -110,8 +110,8 @@ class RankingParams:
     # memories (one memory in a store of four, as 2,000 in one of 10,000). When the cosine bar
     # refuses the query, the memories holding such an identifier are still answered. A share
     # and not an idf bar: the largest idf a store of four can give a term (1.2) is under any
-    # bar that means "rare" in a store of thousands. Chosen by cross-validation (RESULTS.md,
-    # "rarity as a share of the store").
+    # bar that means "rare" in a store of thousands. Chosen by cross-validation
+    # (docs/decisions/rarity-share.md).
     rare_share: float = 0.2
     # A memory that holds at least this share of the query's idf (1.0: every query word), one
     # of the words rare in the store (``rare_share``), passes the gate as a rare identifier
@@ -134,7 +134,7 @@ class RankingParams:
     # -- relative cut: drop results below this fraction of the best result's score. An absolute
     # floor cannot tell a small store's weak matches from a large store's good ones (in a
     # store of 15 every memory shares the project's vocabulary); a fraction of the best can.
-    # Chosen by cross-validation (bench/cv.py, RESULTS.md "relative cut").
+    # Chosen by cross-validation (bench/research/cv.py, docs/decisions/relative-cut.md).
     relative_floor: float = 0.45
     # ... and everything after a drop between neighbours of at least this fraction of the best
     # score (an elbow: the answer ends where relevance falls off). 1.0: off.
@@ -156,7 +156,7 @@ class RankingParams:
     # identifiers matched in ``code``, so a query naming one keeps BM25 alone. Chosen by
     # leave-one-conversation-out on LoCoMo (folds 0.75 x3, 1.0 x2: recall@10 +0.010 out of
     # fold); on GitBugs, where 85 % of titles name an identifier, and on identifier look-ups it
-    # moves one query or none (bench/research_recall.py, RESULTS.md "Recall research").
+    # moves one query or none (bench/research/recall.py, docs/decisions/prose-coverage.md).
     prose_coverage: float = 0.75
     bm25_b: float = 0.4
     bm25_k1: float = 1.2
@@ -164,7 +164,7 @@ class RankingParams:
     # -- association chain. From the best ``hop_seeds`` results it follows the typed links
     # (relates_to, depends_on, elaborates_on, either way) for ``relation_hops`` steps, each
     # step scoring its parent's score times ``hop_decay``. Following "the most similar other
-    # memory" instead (``semantic_hops``) is off: measured (bench/research_hops.py,
+    # memory" instead (``semantic_hops``) is off: measured (bench/research/hops.py,
     # docs/decisions/association-chain.md), bars low enough to reach a related memory rather
     # than a restatement (0.35-0.45; the duplicate gate is 0.95) reach it in 8 of 13 chain
     # cases and lift LoCoMo recall@10 0.709 -> 0.712 out of fold, but in a small store every
@@ -178,7 +178,7 @@ class RankingParams:
     hop_decay: float = 0.7  # a hop's score: its parent's times this (0: times the hop's similarity)
 
     # -- pseudo-relevance feedback: query += prf_weight * mean(top prf_docs vectors).
-    # Off: measured no gain on either benchmark (RESULTS.md).
+    # Off: measured no gain on either benchmark (docs/decisions/query-gate-and-fusion.md).
     prf_weight: float = 0.0
     prf_docs: int = 3
 
@@ -679,7 +679,7 @@ def _prefer_verbatim(scored: dict[int, tuple[float, list[str]]], verbatim: Seque
     memories that call it, however close the prose of others is (``httpx.ReadTimeout`` is not
     a question about the preference for httpx); a sentence that mentions an identifier is
     still ranked as a whole (on GitBugs, ranking every title's identifier matches first cost
-    hit@5 0.75 -> 0.70, RESULTS.md)."""
+    hit@5 0.75 -> 0.70, docs/decisions/code-lane.md)."""
     held = {i for i in verbatim if i in scored}
     for i in held:
         scored[i][1].append("verbatim")

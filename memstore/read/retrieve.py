@@ -46,7 +46,7 @@ GUIDANCE = (
 PARTIAL_NOTE = ("Embedding of this store is still under way: memories without a vector yet were found by "
                 "keyword alone (recall is keyword-only for them; see `partial`).")
 # While memories wait for vectors, a read embeds this many of its best keyword hits first (~7 ms
-# each on one core). bench/first_answer.py at 10k, top-10 overlap of the first answer with the
+# each on one core). bench/research/first_answer.py at 10k, top-10 overlap of the first answer with the
 # warm one: 0.456 with none, 0.581 at 5, 0.713 at 10, 0.881 at 20, 0.881 at 30.
 CANDIDATES_FIRST = 20
 CANDIDATES_SECONDS = 0.15  # and for at most this long (a long memory takes ~40 ms)

@@ -4,7 +4,7 @@ the MCP server); the CLI, which exits after its answer, simply turns the collect
 Loading a store makes ~13 tracked objects a memory, all long-lived. The collector runs a full
 collection each time the long-lived objects grow by a quarter, so a load rescans what it has
 already made, again and again: at 100k memories 14 full collections, 4.3 s of a 15 s first
-read, and a ~1 s pause in some reads after it (bench/RESULTS.md). So a load runs with the
+read, and a ~1 s pause in some reads after it (docs/decisions/gc-during-first-read.md). So a load runs with the
 collector off. A surface that keeps the store (the daemon) then runs one collection and freezes
 the survivors (``gc.freeze``): later collections skip them. A frozen object in a reference cycle
 is never freed, so dropping a kept store must ``thaw`` first; a surface that drops the store

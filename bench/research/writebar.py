@@ -12,7 +12,7 @@ memories, title + body as the drafted memory):
 The bar maximises shown - false alarm on one half of the duplicate clusters and is reported on
 the other half (two-fold, clusters never split), then chosen on all of them for the default.
 
-    python bench/research_writebar.py --data-dir ../shared/eval
+    python bench/research/writebar.py --data-dir ../shared/eval
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: eval_common and the evals
 
 from eval_common import DEFAULT_CACHE, EmbeddingCache, cluster_halves, log
 from eval_gitbugs import load
