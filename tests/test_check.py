@@ -156,3 +156,26 @@ def test_a_non_finite_confidence_in_a_file_is_invalid_and_output_stays_json(repo
     assert answer["count"] == 0 and answer["invalid"][0]["path"].endswith("nan.md")
     rc, out, _ = cli("check", cwd=repo)
     assert rc == 2 and [p["code"] for p in out["problems"]] == ["schema"]  # a number that is not finite
+
+
+def test_check_scans_the_whole_text_of_memory_event_and_config_files(repo: Path,
+                                                                      cli: Callable[..., CliResult]) -> None:
+    """Without --staged (a work tree, or a PR checkout with --base), a token under a key memstore
+    does not parse or in a comment is reported like one in the text."""
+    token = "ghp_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789"
+    git(repo, "commit", "-q", "-m", "layout")
+    git(repo, "checkout", "-q", "-b", "pr")
+    fact = repo / ".memory" / "facts" / "01m7eeeeeeeeeeeeeeeeeeeeee-ci.md"
+    fact.write_text("---\nid: 01m7eeeeeeeeeeeeeeeeeeeeee\nkind: fact\ncreated: 2026-11-20T10:00:00Z\n"
+                    f"evidence: ['user:ops']\nreviewer_note: {token}\n---\nCI runs on Python 3.11.\n")
+    config = repo / ".memory" / "config.yaml"
+    config.write_text(config.read_text() + f"# token {token}\n")
+    code, out, _ = cli("check", cwd=repo)
+    assert code != 0
+    assert {(p["path"].rsplit("/", 1)[-1], p["code"]) for p in _errors(out)} == {
+        ("01m7eeeeeeeeeeeeeeeeeeeeee-ci.md", "secret"), ("config.yaml", "secret")}
+    assert token not in json.dumps(out)
+    git(repo, "add", ".memory")
+    git(repo, "commit", "-q", "--no-verify", "-m", "pr")
+    code, out, _ = cli("check", "--base", "main", cwd=repo)  # the reviewer's run: the added file
+    assert code != 0 and [p["code"] for p in _errors(out)] == ["secret"], out
