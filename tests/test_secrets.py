@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
+from pathlib import Path
 
 import pytest
 
 from memstore.errors import SecretError
-from memstore.store.secrets import Finding, assert_no_secrets, find_secrets, shannon_entropy
+from memstore.store.secrets import Finding, assert_no_secrets, find_secrets, redact, shannon_entropy
 
 # Fake secrets are assembled from pieces so that repository secret scanners do not flag this file.
 SECRETS: dict[str, tuple[str, str]] = {
@@ -222,6 +224,11 @@ def test_assert_no_secrets_raises_secret_error_with_field_and_redacted_findings(
         "ab" * 50_000 + "://",
         "token=" * 20_000,
         "password = " + "x1" * 50_000,
+        "mysql " * 20_000,
+        "machine a " * 20_000,
+        ("ab" * 20 + " ") * 2_500,
+        "password: " * 20_000,
+        "QUJD" * 1_000 + " ",
     ],
 )
 def test_pathological_input_stays_linear(text: str) -> None:
@@ -237,3 +244,38 @@ def test_typical_memory_is_fast() -> None:
     for _ in range(100):
         find_secrets(text)
     assert (time.perf_counter() - start) / 100 < 0.005
+
+
+CORPUS_FILE = Path(__file__).parent / "data" / "secrets_corpus.jsonl"
+
+
+def load_corpus() -> list[dict]:
+    """tests/data/secrets_corpus.jsonl: positives (stored in parts, joined) and their look-alikes."""
+    rows = [json.loads(line) for line in CORPUS_FILE.read_text(encoding="utf-8").splitlines() if line.strip()]
+    for row in rows:
+        row["text"] = "".join(row["parts"]) if "parts" in row else row["text"]
+    return rows
+
+
+CORPUS = load_corpus()
+
+
+@pytest.mark.parametrize("row", [r for r in CORPUS if r["secret"]], ids=lambda r: r["id"])
+def test_corpus_secret_is_found_by_its_kind_and_never_echoed(row: dict) -> None:
+    findings = find_secrets(row["text"])
+    assert row["kind"] in [f.kind for f in findings], findings
+    for finding in findings:
+        assert "…" in finding.excerpt or finding.kind == "private_key"
+    redacted, _ = redact(row["text"])
+    assert find_secrets(redacted) == [], redacted  # the whole secret is cut, not a piece of it
+
+
+@pytest.mark.parametrize("row", [r for r in CORPUS if not r["secret"]], ids=lambda r: r["id"])
+def test_corpus_look_alike_is_not_flagged(row: dict) -> None:
+    assert find_secrets(row["text"]) == []
+
+
+def test_corpus_has_as_many_look_alikes_as_secrets() -> None:
+    positives = [r for r in CORPUS if r["secret"]]
+    assert len(positives) == len(CORPUS) - len(positives) >= 50
+    assert len({r["id"] for r in CORPUS}) == len(CORPUS)
