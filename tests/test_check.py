@@ -179,3 +179,44 @@ def test_check_scans_the_whole_text_of_memory_event_and_config_files(repo: Path,
     git(repo, "commit", "-q", "--no-verify", "-m", "pr")
     code, out, _ = cli("check", "--base", "main", cwd=repo)  # the reviewer's run: the added file
     assert code != 0 and [p["code"] for p in _errors(out)] == ["secret"], out
+
+
+def _hand_written(repo: Path, folder: str, mid: str, kind: str, links: str) -> str:
+    rel = f".memory/{folder}/{mid}-hand.md"
+    (repo / rel).write_text(f"---\nid: {mid}\nkind: {kind}\nscope: repo\ncreated: 2026-11-20T10:00:00Z\n"
+                            f"links:\n{links}evidence: ['user:ops']\n---\nWritten by hand for review.\n")
+    return rel
+
+
+def test_check_refuses_wrong_kind_links_and_a_repo_memory_reusing_a_global_id(repo: Path,
+                                                                              cli: Callable[..., CliResult]) -> None:
+    """What `write` refuses, a hand-written or cloned file must not slip past `check` with: a
+    fact superseding a problem, a via_change that is no change, a solution whose problem is a
+    fact, a repo memory taking a global memory's id."""
+    ws = open_workspace(cwd=repo)
+    problem = api.write(ws, write_req("problem", "Webhook retries pile up"))["id"]
+    fact = api.write(ws, write_req("fact", "Webhooks retry three times"))["id"]
+    change = api.write(ws, write_req("change", "Retries moved to the queue", links={"change_targets": [fact]}))["id"]
+    global_id = api.write(ws, write_req("preference", "Prefer small commits", scope="global"))["id"]
+    code, out, _ = cli("check", cwd=repo)
+    assert code == 0, out
+    bad = {
+        _hand_written(repo, "facts", "01m7ffffffffffffffffffff01", "fact", f"  supersedes: [{problem}]\n"):
+            ("wrong_kind", "links.supersedes points at a problem"),
+        _hand_written(repo, "facts", "01m7ffffffffffffffffffff02", "fact",
+                      f"  supersedes: [{fact}]\n  via_change: {fact}\n"):
+            ("wrong_kind", "links.via_change points at a fact"),
+        _hand_written(repo, "solutions", "01m7ffffffffffffffffffff03", "solution", f"  problem: {fact}\n"):
+            ("wrong_kind", "links.problem points at a fact"),
+        _hand_written(repo, "facts", global_id, "fact", f"  related: [{fact}]\n"):
+            ("id_conflict", f"id {global_id} is global memory"),
+    }
+    good = _hand_written(repo, "facts", "01m7ffffffffffffffffffff04", "fact",
+                         f"  supersedes: [{fact}]\n  via_change: {change}\n")
+    code, out, _ = cli("check", cwd=repo)
+    assert code != 0
+    found = {(p["path"].removeprefix(".memory/"), p["code"]): p["message"] for p in _errors(out)}
+    for rel, (err, message) in bad.items():
+        assert message in found.pop((rel.removeprefix(".memory/"), err)), out
+    assert not found, found  # nothing else, and nothing on the good file
+    assert not any(good.removeprefix(".memory/") in p["path"] for p in out["problems"] if p["severity"] == "error")

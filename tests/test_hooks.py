@@ -414,3 +414,48 @@ def test_pre_commit_refuses_a_secret_in_the_first_commit_of_a_new_repo(tmp_path:
     assert res.returncode != 0 and "secret" in res.stderr, res.stderr
     assert subprocess.run(["git", "rev-parse", "-q", "--verify", "HEAD"], cwd=repo, capture_output=True,
                           check=False).returncode != 0  # no commit was made
+
+
+def test_pre_commit_keeps_committed_events_episodes_and_memory_types(with_fact: Path) -> None:
+    """Committed events are immutable like memories; a committed episode may only grow (evidence
+    refs point at its lines) and never be deleted; a memory swapped for a symlink is a change."""
+    repo = with_fact
+    event_rel = f".memory/events/{VOTE_ID}.yaml"
+    episode_rel = f".memory/episodes/2026-11/{EPISODE}.jsonl"
+    first = json.dumps({"episode": EPISODE}) + "\n" + json.dumps({"seq": 1, "source": "tool", "content": "ok"}) + "\n"
+    (repo / event_rel).parent.mkdir(parents=True, exist_ok=True)
+    (repo / event_rel).write_text(VOTE)
+    (repo / episode_rel).parent.mkdir(parents=True, exist_ok=True)
+    (repo / episode_rel).write_text(first)
+    git(repo, "add", event_rel, episode_rel)
+    res = commit(repo, "-m", "a vote and an episode")
+    assert res.returncode == 0, res.stderr
+
+    grown = first + json.dumps({"seq": 2, "source": "tool", "content": "more"}) + "\n"
+    (repo / episode_rel).write_text(grown)
+    git(repo, "add", episode_rel)
+    res = commit(repo, "-m", "the episode grows")
+    assert res.returncode == 0, res.stderr
+
+    def refused(change: Callable[[], None], message: str) -> None:
+        head = git(repo, "rev-parse", "HEAD")
+        change()
+        res = commit(repo, "-m", "rewrite history")
+        assert res.returncode != 0 and message in res.stderr, res.stderr
+        assert git(repo, "rev-parse", "HEAD") == head
+        git(repo, "reset", "-q", "--hard", "HEAD")
+
+    def edit(rel: str, text: str) -> Callable[[], None]:
+        return lambda: ((repo / rel).write_text(text), git(repo, "add", rel))
+
+    refused(edit(event_rel, VOTE.replace("vote: 1", "vote: -1")), "immutable")
+    refused(lambda: git(repo, "rm", "-q", event_rel), "immutable")
+    refused(edit(episode_rel, grown.replace('"ok"', '"changed"')), "episodes are append-only")
+    refused(lambda: git(repo, "rm", "-q", episode_rel), "a committed episode was deleted")
+
+    def to_symlink() -> None:
+        (repo / FACT_REL).unlink()
+        (repo / FACT_REL).symlink_to("../../src/app.py")
+        git(repo, "add", FACT_REL)
+
+    refused(to_symlink, "immutable")

@@ -279,3 +279,14 @@ def test_corpus_has_as_many_look_alikes_as_secrets() -> None:
     positives = [r for r in CORPUS if r["secret"]]
     assert len(positives) == len(CORPUS) - len(positives) >= 50
     assert len({r["id"] for r in CORPUS}) == len(CORPUS)
+
+
+@pytest.mark.parametrize(("text", "excerpt"), [
+    ("mysql -u app -p" + "Qz7xR2vL" + " shop", "Q…L"),  # under 10 characters: one at each end
+    ("mysql -u app -p" + "Qz7xR2vLk9" + " shop", "Qz…k9"),  # 10 to 19: two
+    ("mysql -u app -p" + "Qz7xR2vLk9Qz7xR2vLk9" + " shop", "Qz7x…vLk9"),  # 20 and more: four
+])
+def test_a_short_secret_keeps_fewer_characters_in_its_excerpt(text: str, excerpt: str) -> None:
+    """An excerpt identifies a secret without handing it over: four characters at each end of an
+    8-character password would leave nothing hidden."""
+    assert [f.excerpt for f in find_secrets(text)] == [excerpt]
