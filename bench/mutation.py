@@ -166,6 +166,9 @@ def run_module(name: str, args: argparse.Namespace) -> dict[str, object]:
     order = list(range(len(points)))
     if args.sample and args.sample < len(order):
         order = sorted(random.Random(args.seed).sample(order, args.sample))
+    if args.ids:
+        wanted = {i.split(":", 1)[-1] for i in args.ids.split(",")}
+        order = [k for k in order if points[k][0].id in wanted]
     if args.list:
         for k in order:
             print(f"{name}:{points[k][0].id}  line {points[k][0].line}: {points[k][0].description}")
@@ -207,7 +210,7 @@ def run_module(name: str, args: argparse.Namespace) -> dict[str, object]:
                 print(f"  {key} line {mutant.line} {mutant.description}: {outcome}", flush=True)
         target.write_text(source, encoding="utf-8")
     counted = len(killed) + len(survived)
-    return {"module": name, "mutants": counted + len(equivalent), "killed": len(killed),
+    return {"module": name, "mutants": counted + len(equivalent), "killed": len(killed), "killed_ids": killed,
             "survived": survived, "equivalent": equivalent, "timeouts": timeouts,
             "killed_share": round(len(killed) / counted, 3) if counted else None,
             "sampled": bool(args.sample), "seconds": round(time.time() - t0)}
@@ -231,6 +234,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant's test run")
     ap.add_argument("--list", action="store_true", help="list the mutants, run nothing")
+    ap.add_argument("--ids", default="", help="comma-separated mutant ids (module:function.op#n): run only these")
     ap.add_argument("--verbose", action="store_true", help="one line per mutant as it is judged")
     args = ap.parse_args()
     results = [r for name in (args.module or sorted(MODULES)) if (r := run_module(name, args))]

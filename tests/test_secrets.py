@@ -290,3 +290,44 @@ def test_a_short_secret_keeps_fewer_characters_in_its_excerpt(text: str, excerpt
     """An excerpt identifies a secret without handing it over: four characters at each end of an
     8-character password would leave nothing hidden."""
     assert [f.excerpt for f in find_secrets(text)] == [excerpt]
+
+
+GH_TOKEN = "ghp_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789"
+
+
+def test_redact_replaces_exactly_each_secret_and_keeps_the_rest() -> None:
+    """What an episode log keeps: every character around a secret, none of the secret."""
+    assert redact(f"{GH_TOKEN} pushed, then {GH_TOKEN[:10]}\u200b{GH_TOKEN[10:]} again.") == (
+        "[REDACTED:github_token] pushed, then [REDACTED:github_token] again.",
+        [Finding("github_token", 1, "ghp_…6789"), Finding("github_token", 1, "ghp_…6789")])
+    assert redact("plain text") == ("plain text", [])
+
+
+def test_redact_cuts_a_private_key_to_its_end_line_once() -> None:
+    """A key's body goes with its header; a token inside the body is not cut twice (which would
+    put part of the key back)."""
+    pem = ("-----BEGIN RSA " + "PRIVATE KEY-----\nMIIEpAIBAAKCAQEA1234 " + GH_TOKEN + "\nQUJD\n-----END RSA "
+           + "PRIVATE KEY-----")
+    text, found = redact(f"before\n{pem}\nafter {GH_TOKEN}")
+    assert text == "before\n[REDACTED:private_key]\nafter [REDACTED:github_token]"
+    assert [f.kind for f in found] == ["private_key", "github_token", "github_token"]
+
+
+def test_line_numbers_count_a_leading_newline() -> None:
+    assert [f.line for f in find_secrets(f"\n\nthe token {GH_TOKEN}")] == [3]
+
+
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzK9Qm2Lp8X"
+
+
+@pytest.mark.parametrize(("text", "found"), [
+    ("AWS " + AWS_SECRET, True),  # the context word opens the line
+    ("aws secret " + "PId0EA0QOM00fJOJ3eAEKCTBR0ehfiIdGCI1NQhT", True),  # repeats, 4.36 bits/char: still random
+    ("aws fixture " + "Aa1Bb2Cc3D" * 4, False),  # a pattern, not a key (3.3 bits/char)
+    ("aws bucket " + AWS_SECRET.lower(), False),  # one case only
+    ("aws bucket " + AWS_SECRET.replace("7", "x").replace("9", "y").replace("2", "z").replace("8", "w"), False),
+    ("first line speaks of AWS\nsecond holds " + AWS_SECRET, False),  # context is the key's own line
+    ("the key " + AWS_SECRET, False),  # no AWS context at all
+])
+def test_an_aws_secret_key_needs_its_line_to_speak_of_aws_and_to_look_random(text: str, found: bool) -> None:
+    assert bool(find_secrets(text)) is found
