@@ -331,3 +331,14 @@ AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzK9Qm2Lp8X"
 ])
 def test_an_aws_secret_key_needs_its_line_to_speak_of_aws_and_to_look_random(text: str, found: bool) -> None:
     assert bool(find_secrets(text)) is found
+
+
+@pytest.mark.parametrize(("text", "kind", "excerpt"), [
+    ("sk-" + "Ab3dEf6hIj9kLm2nOp5q", "openai_key", "sk-A…Op5q"),  # the shortest OpenAI key: 20 after sk-
+    ("Authorization: Bearer " + "q8Zf3Lk2Vx9Pw4Rt7Yb1", "bearer_token", "q8Zf…7Yb1"),  # the shortest: 20
+    ("Set password: " + "Xk9vQ2mZ7rT1wL.", "secret_assignment", "password=Xk…wL"),  # the full stop is prose
+    ("(token=" + "Xk9vQ2mZ7rT1wL)", "secret_assignment", "token=Xk…wL"),  # so is a closing bracket
+    ('secret = "' + "Xk9vQ2mZ7rT1w)" + '"', "secret_assignment", "secret=Xk…w)"),  # inside quotes it is the value
+])
+def test_shortest_tokens_and_the_end_of_an_assigned_value(text: str, kind: str, excerpt: str) -> None:
+    assert [(f.kind, f.excerpt) for f in find_secrets(text)] == [(kind, excerpt)]

@@ -215,6 +215,10 @@ BAD: dict[str, tuple[Callable[[dict[str, str]], Any], int, str, str | None]] = {
     "secret_in_the_author": (lambda t: _mem(author=f"ops {AWS_KEY}"), 2, "secret", "memory.author"),
     "secret_in_the_rationale": (lambda t: _mem(rationale=f"seen as {AWS_KEY}"), 2, "secret", "memory.rationale"),
     "rationale_over_the_cap": (lambda t: _mem(rationale="r" * 2001), 2, "too_large", "memory.rationale"),
+    "escape_sequence_in_the_text": (lambda t: _mem(text="Deploys are \x1b[31mred\x1b[0m on Fridays"), 2,
+                                    "bad_chars", "memory.text"),
+    "undecodable_byte_in_the_rationale": (lambda t: _mem(rationale="seen in \udcff"), 2, "bad_chars",
+                                          "memory.rationale"),
     "too_many_evidence_refs": (lambda t: _mem(evidence_refs=[f"user:said {i}" for i in range(51)]), 2, "too_large",
                                "memory.evidence_refs"),
 }
