@@ -342,3 +342,19 @@ def test_an_aws_secret_key_needs_its_line_to_speak_of_aws_and_to_look_random(tex
 ])
 def test_shortest_tokens_and_the_end_of_an_assigned_value(text: str, kind: str, excerpt: str) -> None:
     assert [(f.kind, f.excerpt) for f in find_secrets(text)] == [(kind, excerpt)]
+
+
+@pytest.mark.parametrize(("text", "found"), [
+    ("password: " + "Xk9vQ2mZ7r", True),  # ten characters: the shortest assigned value taken for a secret
+    ("password: " + "Xk9vQ2mZ7", False),  # nine: too short to tell from a word
+    ("api_key: " + "3a9f0c7e3a1d9a4f", True),  # sixteen hex digits, 3.3 bits/char: a key
+    ("api_key: " + "3a9f0c7e3a1d9a", False),  # fourteen: a short commit id, not a key
+    ("auth_token: https://auth.example.com/" + "Xk9vQ2mZ7rTw", False),  # where a token comes from
+    ("secret_key: /etc/app/keys/" + "Xk9vQ2mZ7rTw.pem", False),  # where it lives
+    ("signing_key = ./keys/" + "Xk9vQ2mZ7rTw.pem", False),
+    ("private_key: ~/keys/" + "Xk9vQ2mZ7rTw.pem", False),
+    ("A secret: Build_2024_final", False),  # prose after a one-letter word
+    ("secret: Build_2024_final", True),  # a YAML key, not a sentence: a person's password
+])
+def test_assigned_values_length_hex_paths_and_prose(text: str, found: bool) -> None:
+    assert bool(find_secrets(text)) is found
