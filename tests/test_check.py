@@ -220,3 +220,21 @@ def test_check_refuses_wrong_kind_links_and_a_repo_memory_reusing_a_global_id(re
         assert message in found.pop((rel.removeprefix(".memory/"), err)), out
     assert not found, found  # nothing else, and nothing on the good file
     assert not any(good.removeprefix(".memory/") in p["path"] for p in out["problems"] if p["severity"] == "error")
+
+
+def test_stale_evidence_is_exactly_what_the_clone_no_longer_has(repo: Path, cli: Callable[..., CliResult]) -> None:
+    """Evidence whose file left the work tree or whose commit is not in the clone is stale (a
+    warning for a person, not an error); evidence that still resolves is not reported at all."""
+    head = git(repo, "rev-parse", "HEAD").strip()
+    (repo / "src" / "gone.py").write_text("x = 1\n")
+    ws = open_workspace(cwd=repo)
+    mid = api.write(ws, write_req("fact", "The app's entry point returns 42", evidence=[
+        "file:src/app.py", "file:src/gone.py", f"commit:{head}", "user:the lead"]))["id"]
+    (repo / "src" / "gone.py").unlink()
+    path = next((repo / ".memory" / "facts").glob(f"{mid}-*.md"))
+    path.write_text(path.read_text().replace(f"commit:{head}", f"commit:{head}', 'commit:{'e' * 40}"))
+    code, out, _ = cli("check", cwd=repo)
+    assert code == 0 and _errors(out) == [], out
+    assert sorted(p["message"].split(":", 2)[1] for p in out["problems"] if p["severity"] == "stale") == [
+        "e" * 40, "src/gone.py"], out
+    assert len(out["problems"]) == 2, out

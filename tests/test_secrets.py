@@ -358,3 +358,16 @@ def test_shortest_tokens_and_the_end_of_an_assigned_value(text: str, kind: str, 
 ])
 def test_assigned_values_length_hex_paths_and_prose(text: str, found: bool) -> None:
     assert bool(find_secrets(text)) is found
+
+
+@pytest.mark.parametrize(("text", "kinds"), [
+    ("key.b64: " + "LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQ==", ["base64_private_key"]),  # a PEM header
+    ("sample: " + "QUtJQUlPU0ZPRE5ON0VYQU1QTEU=", []),  # AWS's documented example key, encoded
+    ('curl -H "Authorization: Basic ' + "dXNlcm5hbWU=" + '"', []),  # "username": no user:password pair
+    ('curl -H "Authorization: Basic ' + "YWRtaW46YWRtaW4=" + '"', []),  # admin:admin, a local default
+    ("Authorization: Bearer " + "abcdefghijklmnopqrstuvwxyz", []),  # one character class: the alphabet
+    ("Authorization: Bearer " + "3f2a9c1e8b7d6a5f4e3d2c1b", ["bearer_token"]),  # hex: digits and one case
+    ("password: " + "Ab1Ab2Cd1Cd2Ef3G", []),  # sixteen characters in a pattern (3.25 bits/char)
+])
+def test_encoded_headers_and_randomness_edges(text: str, kinds: list[str]) -> None:
+    assert [f.kind for f in find_secrets(text)] == kinds

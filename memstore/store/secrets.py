@@ -346,9 +346,7 @@ def _token_in_base64(run: str) -> str | None:
     try:
         decoded = base64.b64decode(run + "=" * (-len(run) % 4), validate=True).decode("utf-8")
     except (binascii.Error, UnicodeDecodeError):
-        return None
-    if not all(c.isprintable() or c.isspace() for c in decoded):
-        return None
+        return None  # not base64, or bytes that are no text (an image, a hash): no token to find
     for kind, pattern in _TOKEN_PATTERNS:
         for inner in pattern.finditer(decoded):
             if "s" not in pattern.groupindex or not _published_or_filler(inner.group("s")):
