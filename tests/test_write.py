@@ -233,6 +233,7 @@ GOOD: dict[str, Callable[[dict[str, str]], Any]] = {
     "rationale_at_the_cap": lambda t: _mem(rationale="r" * 2000),
     "evidence_at_the_cap": lambda t: _mem(evidence_refs=[f"user:said {i}" for i in range(50)]),
     "supersedes_via_a_change": lambda t: _mem(links={"supersedes": [t["fact"]], "via_change": t["change"]}),
+    "an_episode_event": lambda t: _mem(evidence_refs=[f"event:{EPISODE}:1"]),
 }
 
 
