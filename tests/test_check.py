@@ -238,3 +238,21 @@ def test_stale_evidence_is_exactly_what_the_clone_no_longer_has(repo: Path, cli:
     assert sorted(p["message"].split(":", 2)[1] for p in out["problems"] if p["severity"] == "stale") == [
         "e" * 40, "src/gone.py"], out
     assert len(out["problems"]) == 2, out
+
+
+def test_typed_relations_between_repo_memories_are_checked_not_refused(repo: Path,
+                                                                       cli: Callable[..., CliResult]) -> None:
+    """A repo memory may relate to another repo memory (a dispute is a warning to settle, not an
+    error); a relation to itself or to nothing is an error."""
+    ws = open_workspace(cwd=repo)
+    fact = api.write(ws, write_req("fact", "Webhooks retry three times"))["id"]
+    other = "01m7ffffffffffffffffffff11"
+    ok = _hand_written(repo, "facts", other, "fact", f"  relations: [{{type: contradicts, id: {fact}}}]\n")
+    code, out, _ = cli("check", cwd=repo)
+    assert code == 0 and _errors(out) == [], out
+    assert [(p["code"], p["severity"]) for p in out["problems"]] == [("open_dispute", "warning")], out
+    (repo / ok).unlink()
+    _hand_written(repo, "facts", other, "fact", f"  relations: [{{type: contradicts, id: {other}}}, "
+                  "{type: relates_to, id: 01m7zzzzzzzzzzzzzzzzzzzz99}]\n")
+    code, out, _ = cli("check", cwd=repo)
+    assert code != 0 and sorted(p["code"] for p in _errors(out)) == ["dangling_link", "self_link"], out
