@@ -256,3 +256,30 @@ def test_typed_relations_between_repo_memories_are_checked_not_refused(repo: Pat
                   "{type: relates_to, id: 01m7zzzzzzzzzzzzzzzzzzzz99}]\n")
     code, out, _ = cli("check", cwd=repo)
     assert code != 0 and sorted(p["code"] for p in _errors(out)) == ["dangling_link", "self_link"], out
+
+
+def test_check_refuses_votes_out_of_range_and_events_acting_on_another_store(repo: Path,
+                                                                            cli: Callable[..., CliResult]) -> None:
+    """A vote must lie in [-1, 1]; a repo event may not act on a global memory (it would be
+    ignored, so check says so rather than let it look effective)."""
+    ws = open_workspace(cwd=repo)
+    fact = api.write(ws, write_req("fact", "Webhooks retry three times"))["id"]
+    global_id = api.write(ws, write_req("preference", "Prefer small commits", scope="global"))["id"]
+    events = repo / ".memory" / "events"
+    events.mkdir(exist_ok=True)
+
+    def vote(eid: str, memory: str, value: str) -> str:
+        (events / f"{eid}.yaml").write_text(f"id: {eid}\ntype: utility_vote\nmemory: {memory}\nvote: {value}\n"
+                                            "created: 2026-11-20T11:00:00Z\nauthor: ops\n")
+        return f"events/{eid}.yaml"
+
+    vote("01m7gggggggggggggggggggg01", fact, "1")
+    vote("01m7gggggggggggggggggggg02", fact, "-1")
+    code, out, _ = cli("check", cwd=repo)
+    assert code == 0 and _errors(out) == [], out
+    high = vote("01m7gggggggggggggggggggg03", fact, "5")
+    crossing = vote("01m7gggggggggggggggggggg04", global_id, "1")
+    code, out, _ = cli("check", cwd=repo)
+    assert code != 0
+    assert sorted((p["path"].rsplit("/", 2)[-2] + "/" + p["path"].rsplit("/", 1)[-1], p["code"])
+                  for p in _errors(out)) == sorted([(high, "schema"), (crossing, "scope_crossing")]), out
