@@ -80,6 +80,8 @@ EQUIVALENT: dict[str, str] = {
     "secrets:shannon_entropy.dropexit#1": "for an empty value the sum is -0, equal to 0.0",
     "secrets:_secret_value.const#2": "a value of 4 distinct characters has at most 2 bits/char and fails the entropy "
                                      "tests below anyway",
+    "check:run_check.flip#26": "the catalog refreshes itself from file stats on its next use; the refresh after "
+                               "--fix only does it sooner",
     "validate:check_secrets.dropexit#1": "find_secrets('') is [] anyway",
     "validate:check_write_semantics.const#1": "the fallback of limits.max_rationale_chars: config defaults always "
                                               "hold 2000",

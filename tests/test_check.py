@@ -283,3 +283,19 @@ def test_check_refuses_votes_out_of_range_and_events_acting_on_another_store(rep
     assert code != 0
     assert sorted((p["path"].rsplit("/", 2)[-2] + "/" + p["path"].rsplit("/", 1)[-1], p["code"])
                   for p in _errors(out)) == sorted([(high, "schema"), (crossing, "scope_crossing")]), out
+
+
+def test_the_global_store_is_checked_only_when_asked(repo: Path, tmp_path: Path,
+                                                     cli: Callable[..., CliResult]) -> None:
+    """`check` in a repo judges the repo's store; `check --global` adds the global store (whose
+    memories are not compared with themselves for reused ids)."""
+    ws = open_workspace(cwd=repo)
+    api.write(ws, write_req("preference", "Prefer small commits", scope="global"))
+    code, out, _ = cli("check", "--global", cwd=repo)
+    assert code == 0 and _errors(out) == [], out
+    broken = tmp_path / "home" / ".memory" / "preferences" / "01m7hhhhhhhhhhhhhhhhhhhh01-broken.md"
+    broken.write_text("---\nid: [not, an, id\n---\nbroken\n")
+    code, out, _ = cli("check", cwd=repo)
+    assert code == 0 and _errors(out) == [], out
+    code, out, _ = cli("check", "--global", cwd=repo)
+    assert code != 0 and [p["path"].rsplit("/", 1)[-1] for p in _errors(out)] == [broken.name], out
