@@ -24,6 +24,16 @@ unstaged change behind, and for the killed build, a read after the kill that ans
 than a fresh rebuild (a read that waited past `--read-bound` is a failed read: a wedge).
 Writes carry `allow_duplicate` so that, without the daemon, a
 write does not load the embedding model: this measures durability, not the duplicate gate.
+
+The `secrets` section scores the secret detector on tests/data/secrets_corpus.jsonl (52 fake
+secrets, 52 look-alikes: hashes, UUIDs, vendors' documented example keys, placeholders, prose):
+recall over the secrets, false-positive rate over the look-alikes, time to read and scan one
+file, import time in a fresh process. With `--detect-secrets-python PY` (a python whose venv
+holds detect-secrets, e.g. `python -m venv /tmp/ds && /tmp/ds/bin/pip install
+detect-secrets==1.5.0`) the same files go through detect-secrets' `scan_file` under its default
+settings, and the union of both is scored too:
+
+    python bench/faults.py --only secrets --detect-secrets-python /tmp/ds/bin/python
 """
 
 from __future__ import annotations
@@ -593,7 +603,102 @@ def killed_build(world: World, args: argparse.Namespace) -> Row:
     return row
 
 
-SCENARIOS = ("writers", "kill_writer", "kill_daemon", "damage", "yaml", "branches", "full_disk", "killed_build")
+SCENARIOS = ("writers", "kill_writer", "kill_daemon", "damage", "yaml", "branches", "full_disk", "killed_build",
+             "secrets")
+
+CORPUS = ROOT / "tests" / "data" / "secrets_corpus.jsonl"
+# Run by the interpreter of a venv holding detect-secrets: its default settings (every plugin,
+# default filters), one file per corpus row, as its pre-commit hook scans files.
+_DETECT_SECRETS = """
+import json, os, sys, tempfile, time
+t0 = time.perf_counter()
+from detect_secrets.core.scan import scan_file
+from detect_secrets.settings import default_settings
+imported = time.perf_counter() - t0
+rows = json.load(sys.stdin)
+found = {}
+with default_settings(), tempfile.TemporaryDirectory() as tmp:
+    paths = []
+    for i, row in enumerate(rows):
+        path = os.path.join(tmp, f"m{i}.md")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(row["text"] + "\\n")
+        paths.append((row["id"], path))
+    list(scan_file(paths[0][1]))
+    t1 = time.perf_counter()
+    for rid, path in paths:
+        found[rid] = sorted({s.type for s in scan_file(path)})
+    per_file = (time.perf_counter() - t1) / len(paths)
+print(json.dumps({"import_s": imported, "per_file_s": per_file, "found": found}))
+"""
+
+
+@dataclass
+class DetectorRow:
+    detector: str
+    recall: float
+    missed: list[str]
+    false_positives: list[str]
+    fp_rate: float
+    per_file_ms: float | None
+    import_ms: float | None
+
+
+def load_corpus() -> list[dict[str, Any]]:
+    rows = [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    for row in rows:
+        row["text"] = "".join(row["parts"]) if "parts" in row else row["text"]
+    return rows
+
+
+def _score(name: str, rows: list[dict[str, Any]], flagged: set[str], per_file: float | None,
+           imported: float | None) -> DetectorRow:
+    positives = [r["id"] for r in rows if r["secret"]]
+    negatives = [r["id"] for r in rows if not r["secret"]]
+    return DetectorRow(
+        detector=name,
+        recall=round(sum(i in flagged for i in positives) / len(positives), 3),
+        missed=[i for i in positives if i not in flagged],
+        false_positives=[i for i in negatives if i in flagged],
+        fp_rate=round(sum(i in flagged for i in negatives) / len(negatives), 3),
+        per_file_ms=None if per_file is None else round(per_file * 1000, 3),
+        import_ms=None if imported is None else round(imported * 1000, 1),
+    )
+
+
+def _import_seconds(python: str, module: str) -> float:
+    code = f"import time; t = time.perf_counter(); import {module}; print(time.perf_counter() - t)"
+    proc = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return float(proc.stdout.strip())
+
+
+def secret_detectors(args: argparse.Namespace) -> list[DetectorRow]:
+    """memstore's detector and detect-secrets on tests/data/secrets_corpus.jsonl: recall over the
+    secrets, false-positive rate over the look-alikes, time to read and scan one file."""
+    from memstore.store.secrets import find_secrets
+
+    rows = load_corpus()
+    with tempfile.TemporaryDirectory(prefix="memstore-secrets-") as tmp:
+        paths = []
+        for i, row in enumerate(rows):
+            path = Path(tmp) / f"m{i}.md"
+            path.write_text(row["text"] + "\n", encoding="utf-8")
+            paths.append((row["id"], path))
+        ours: set[str] = set()
+        t0 = time.perf_counter()
+        for _ in range(args.secret_repeats):
+            ours = {rid for rid, path in paths if find_secrets(path.read_text(encoding="utf-8"))}
+        per_file = (time.perf_counter() - t0) / args.secret_repeats / len(paths)
+    out = [_score("memstore", rows, ours, per_file, _import_seconds(sys.executable, "memstore.store.secrets"))]
+    if args.detect_secrets_python:
+        proc = subprocess.run([args.detect_secrets_python, "-c", _DETECT_SECRETS], input=json.dumps(rows),
+                              capture_output=True, text=True, check=True)
+        theirs_run = json.loads(proc.stdout)
+        theirs = {rid for rid, types in theirs_run["found"].items() if types}
+        out.append(_score("detect-secrets 1.5.0", rows, theirs, theirs_run["per_file_s"], theirs_run["import_s"]))
+        out.append(_score("either (union)", rows, ours | theirs, None, None))
+    return out
 
 
 def main() -> int:
@@ -608,10 +713,14 @@ def main() -> int:
     ap.add_argument("--build-trials", type=int, default=30, help="kills of reindex --full")
     ap.add_argument("--read-bound", type=float, default=120.0, help="seconds a read after a killed build may take")
     ap.add_argument("--only", default=",".join(SCENARIOS), help="comma-separated: " + ",".join(SCENARIOS))
+    ap.add_argument("--detect-secrets-python", default=os.environ.get("DETECT_SECRETS_PYTHON"),
+                    help="a python with detect-secrets installed, compared on the secrets corpus")
+    ap.add_argument("--secret-repeats", type=int, default=20, help="passes over the corpus for memstore's timing")
     args = ap.parse_args()
     only = set(args.only.split(","))
     t0 = time.time()
     rows: list[Row] = []
+    detectors = secret_detectors(args) if "secrets" in only else []
     with tempfile.TemporaryDirectory(prefix="memstore-faults-") as tmp:
         world = World(Path(tmp))
         try:
@@ -644,9 +753,21 @@ def main() -> int:
     for r in rows:
         for note in r.notes:
             print(f"- {r.scenario}: {note}")
+    if detectors:
+        print()
+        print("| secret detector (tests/data/secrets_corpus.jsonl) | recall | false-positive rate | time per file "
+              "| import |")
+        print("|---|---|---|---|---|")
+        for d in detectors:
+            per = "-" if d.per_file_ms is None else f"{d.per_file_ms} ms"
+            imp = "-" if d.import_ms is None else f"{d.import_ms} ms"
+            print(f"| {d.detector} | {d.recall} | {d.fp_rate} | {per} | {imp} |")
+        for d in detectors:
+            print(f"- {d.detector}: missed {', '.join(d.missed) or 'none'}; false positives "
+                  f"{', '.join(d.false_positives) or 'none'}")
     with contextlib.suppress(OSError):
         print(f"- load average {os.getloadavg()[0]:.1f}, {round(time.time() - t0)} s")
-    print(json.dumps({"rows": [asdict(r) for r in rows]}))
+    print(json.dumps({"rows": [asdict(r) for r in rows], "secret_detectors": [asdict(d) for d in detectors]}))
     return 0 if all(r.lost == 0 and r.corrupt == 0 for r in rows) else 1
 
 

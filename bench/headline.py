@@ -120,7 +120,7 @@ def measure_speed(size: int, reps: int, cold: bool) -> dict[str, Any]:
 def measure_faults(trials: int, writers: int, writes: int, only: str) -> dict[str, Any]:
     """bench/faults.py's scenarios at the given counts."""
     cmd = [sys.executable, str(ROOT / "bench" / "faults.py"), "--trials", str(trials), "--writers", str(writers),
-           "--writes", str(writes), "--max-reads", "3"]
+           "--writes", str(writes), "--max-reads", "3", "--build-trials", str(trials), "--build-memories", "1000"]
     if only:
         cmd += ["--only", only]
     return _last_json(cmd, "faults")

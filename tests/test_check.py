@@ -156,3 +156,146 @@ def test_a_non_finite_confidence_in_a_file_is_invalid_and_output_stays_json(repo
     assert answer["count"] == 0 and answer["invalid"][0]["path"].endswith("nan.md")
     rc, out, _ = cli("check", cwd=repo)
     assert rc == 2 and [p["code"] for p in out["problems"]] == ["schema"]  # a number that is not finite
+
+
+def test_check_scans_the_whole_text_of_memory_event_and_config_files(repo: Path,
+                                                                      cli: Callable[..., CliResult]) -> None:
+    """Without --staged (a work tree, or a PR checkout with --base), a token under a key memstore
+    does not parse or in a comment is reported like one in the text."""
+    token = "ghp_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789"
+    git(repo, "commit", "-q", "-m", "layout")
+    git(repo, "checkout", "-q", "-b", "pr")
+    fact = repo / ".memory" / "facts" / "01m7eeeeeeeeeeeeeeeeeeeeee-ci.md"
+    fact.write_text("---\nid: 01m7eeeeeeeeeeeeeeeeeeeeee\nkind: fact\ncreated: 2026-11-20T10:00:00Z\n"
+                    f"evidence: ['user:ops']\nreviewer_note: {token}\n---\nCI runs on Python 3.11.\n")
+    config = repo / ".memory" / "config.yaml"
+    config.write_text(config.read_text() + f"# token {token}\n")
+    code, out, _ = cli("check", cwd=repo)
+    assert code != 0
+    assert {(p["path"].rsplit("/", 1)[-1], p["code"]) for p in _errors(out)} == {
+        ("01m7eeeeeeeeeeeeeeeeeeeeee-ci.md", "secret"), ("config.yaml", "secret")}
+    assert token not in json.dumps(out)
+    git(repo, "add", ".memory")
+    git(repo, "commit", "-q", "--no-verify", "-m", "pr")
+    code, out, _ = cli("check", "--base", "main", cwd=repo)  # the reviewer's run: the added file
+    assert code != 0 and [p["code"] for p in _errors(out)] == ["secret"], out
+
+
+def _hand_written(repo: Path, folder: str, mid: str, kind: str, links: str) -> str:
+    rel = f".memory/{folder}/{mid}-hand.md"
+    (repo / rel).write_text(f"---\nid: {mid}\nkind: {kind}\nscope: repo\ncreated: 2026-11-20T10:00:00Z\n"
+                            f"links:\n{links}evidence: ['user:ops']\n---\nWritten by hand for review.\n")
+    return rel
+
+
+def test_check_refuses_wrong_kind_links_and_a_repo_memory_reusing_a_global_id(repo: Path,
+                                                                              cli: Callable[..., CliResult]) -> None:
+    """What `write` refuses, a hand-written or cloned file must not slip past `check` with: a
+    fact superseding a problem, a via_change that is no change, a solution whose problem is a
+    fact, a repo memory taking a global memory's id."""
+    ws = open_workspace(cwd=repo)
+    problem = api.write(ws, write_req("problem", "Webhook retries pile up"))["id"]
+    fact = api.write(ws, write_req("fact", "Webhooks retry three times"))["id"]
+    change = api.write(ws, write_req("change", "Retries moved to the queue", links={"change_targets": [fact]}))["id"]
+    global_id = api.write(ws, write_req("preference", "Prefer small commits", scope="global"))["id"]
+    code, out, _ = cli("check", cwd=repo)
+    assert code == 0, out
+    bad = {
+        _hand_written(repo, "facts", "01m7ffffffffffffffffffff01", "fact", f"  supersedes: [{problem}]\n"):
+            ("wrong_kind", "links.supersedes points at a problem"),
+        _hand_written(repo, "facts", "01m7ffffffffffffffffffff02", "fact",
+                      f"  supersedes: [{fact}]\n  via_change: {fact}\n"):
+            ("wrong_kind", "links.via_change points at a fact"),
+        _hand_written(repo, "solutions", "01m7ffffffffffffffffffff03", "solution", f"  problem: {fact}\n"):
+            ("wrong_kind", "links.problem points at a fact"),
+        _hand_written(repo, "facts", global_id, "fact", f"  related: [{fact}]\n"):
+            ("id_conflict", f"id {global_id} is global memory"),
+    }
+    good = _hand_written(repo, "facts", "01m7ffffffffffffffffffff04", "fact",
+                         f"  supersedes: [{fact}]\n  via_change: {change}\n")
+    code, out, _ = cli("check", cwd=repo)
+    assert code != 0
+    found = {(p["path"].removeprefix(".memory/"), p["code"]): p["message"] for p in _errors(out)}
+    for rel, (err, message) in bad.items():
+        assert message in found.pop((rel.removeprefix(".memory/"), err)), out
+    assert not found, found  # nothing else, and nothing on the good file
+    assert not any(good.removeprefix(".memory/") in p["path"] for p in out["problems"] if p["severity"] == "error")
+
+
+def test_stale_evidence_is_exactly_what_the_clone_no_longer_has(repo: Path, cli: Callable[..., CliResult]) -> None:
+    """Evidence whose file left the work tree or whose commit is not in the clone is stale (a
+    warning for a person, not an error); evidence that still resolves is not reported at all."""
+    head = git(repo, "rev-parse", "HEAD").strip()
+    (repo / "src" / "gone.py").write_text("x = 1\n")
+    ws = open_workspace(cwd=repo)
+    mid = api.write(ws, write_req("fact", "The app's entry point returns 42", evidence=[
+        "file:src/app.py", "file:src/gone.py", f"commit:{head}", "user:the lead"]))["id"]
+    (repo / "src" / "gone.py").unlink()
+    path = next((repo / ".memory" / "facts").glob(f"{mid}-*.md"))
+    path.write_text(path.read_text().replace(f"commit:{head}", f"commit:{head}', 'commit:{'e' * 40}"))
+    code, out, _ = cli("check", cwd=repo)
+    assert code == 0 and _errors(out) == [], out
+    assert sorted(p["message"].split(":", 2)[1] for p in out["problems"] if p["severity"] == "stale") == [
+        "e" * 40, "src/gone.py"], out
+    assert len(out["problems"]) == 2, out
+
+
+def test_typed_relations_between_repo_memories_are_checked_not_refused(repo: Path,
+                                                                       cli: Callable[..., CliResult]) -> None:
+    """A repo memory may relate to another repo memory (a dispute is a warning to settle, not an
+    error); a relation to itself or to nothing is an error."""
+    ws = open_workspace(cwd=repo)
+    fact = api.write(ws, write_req("fact", "Webhooks retry three times"))["id"]
+    other = "01m7ffffffffffffffffffff11"
+    ok = _hand_written(repo, "facts", other, "fact", f"  relations: [{{type: contradicts, id: {fact}}}]\n")
+    code, out, _ = cli("check", cwd=repo)
+    assert code == 0 and _errors(out) == [], out
+    assert [(p["code"], p["severity"]) for p in out["problems"]] == [("open_dispute", "warning")], out
+    (repo / ok).unlink()
+    _hand_written(repo, "facts", other, "fact", f"  relations: [{{type: contradicts, id: {other}}}, "
+                  "{type: relates_to, id: 01m7zzzzzzzzzzzzzzzzzzzz99}]\n")
+    code, out, _ = cli("check", cwd=repo)
+    assert code != 0 and sorted(p["code"] for p in _errors(out)) == ["dangling_link", "self_link"], out
+
+
+def test_check_refuses_votes_out_of_range_and_events_acting_on_another_store(repo: Path,
+                                                                            cli: Callable[..., CliResult]) -> None:
+    """A vote must lie in [-1, 1]; a repo event may not act on a global memory (it would be
+    ignored, so check says so rather than let it look effective)."""
+    ws = open_workspace(cwd=repo)
+    fact = api.write(ws, write_req("fact", "Webhooks retry three times"))["id"]
+    global_id = api.write(ws, write_req("preference", "Prefer small commits", scope="global"))["id"]
+    events = repo / ".memory" / "events"
+    events.mkdir(exist_ok=True)
+
+    def vote(eid: str, memory: str, value: str) -> str:
+        (events / f"{eid}.yaml").write_text(f"id: {eid}\ntype: utility_vote\nmemory: {memory}\nvote: {value}\n"
+                                            "created: 2026-11-20T11:00:00Z\nauthor: ops\n")
+        return f"events/{eid}.yaml"
+
+    vote("01m7gggggggggggggggggggg01", fact, "1")
+    vote("01m7gggggggggggggggggggg02", fact, "-1")
+    code, out, _ = cli("check", cwd=repo)
+    assert code == 0 and _errors(out) == [], out
+    high = vote("01m7gggggggggggggggggggg03", fact, "5")
+    crossing = vote("01m7gggggggggggggggggggg04", global_id, "1")
+    code, out, _ = cli("check", cwd=repo)
+    assert code != 0
+    assert sorted((p["path"].rsplit("/", 2)[-2] + "/" + p["path"].rsplit("/", 1)[-1], p["code"])
+                  for p in _errors(out)) == sorted([(high, "schema"), (crossing, "scope_crossing")]), out
+
+
+def test_the_global_store_is_checked_only_when_asked(repo: Path, tmp_path: Path,
+                                                     cli: Callable[..., CliResult]) -> None:
+    """`check` in a repo judges the repo's store; `check --global` adds the global store (whose
+    memories are not compared with themselves for reused ids)."""
+    ws = open_workspace(cwd=repo)
+    api.write(ws, write_req("preference", "Prefer small commits", scope="global"))
+    code, out, _ = cli("check", "--global", cwd=repo)
+    assert code == 0 and _errors(out) == [], out
+    broken = tmp_path / "home" / ".memory" / "preferences" / "01m7hhhhhhhhhhhhhhhhhhhh01-broken.md"
+    broken.write_text("---\nid: [not, an, id\n---\nbroken\n")
+    code, out, _ = cli("check", cwd=repo)
+    assert code == 0 and _errors(out) == [], out
+    code, out, _ = cli("check", "--global", cwd=repo)
+    assert code != 0 and [p["path"].rsplit("/", 1)[-1] for p in _errors(out)] == [broken.name], out

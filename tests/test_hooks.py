@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from conftest import CliResult, git, reopen, write_req
 
+from memstore import open_workspace
 from memstore.errors import Conflict
 from memstore.git import hooks
 from memstore.store import episodes
@@ -322,3 +324,138 @@ def test_pre_commit_refuses_a_staged_config_a_read_cannot_use(hooked: Path, cli:
     assert rel in git(repo, "show", "--name-only", "--format=", "HEAD")
     code, report, _ = cli("check", cwd=repo)  # the work tree's copy, without --staged
     assert code != 0 and "limits.max_text_chars: expected a whole number" in report["problems"][0]["message"]
+
+
+GH_TOKEN = "ghp_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789"
+FACT_ID = "01m7aaaaaaaaaaaaaaaaaaaaaa"
+FACT_REL = f".memory/facts/{FACT_ID}-ci.md"
+FACT_HEAD = f"---\nid: {FACT_ID}\nkind: fact\ncreated: 2026-11-20T10:00:00Z\nevidence: ['user:ops']\n"
+VOTE_ID = "01m7bbbbbbbbbbbbbbbbbbbbbb"
+VOTE = f"id: {VOTE_ID}\ntype: utility_vote\nmemory: {FACT_ID}\nvote: 1\ncreated: 2026-11-20T11:00:00Z\nauthor: ops\n"
+EPISODE = "01m7cccccccccccccccccccccc"
+NEW_FACT = ".memory/facts/01m7dddddddddddddddddddddd-deploy.md"
+NEW_HEAD = "---\nid: 01m7dddddddddddddddddddddd\nkind: fact\ncreated: 2026-11-20T12:00:00Z\n"
+
+# Every place a secret can sit in a staged file under .memory/: (path, the file's text, or a
+# function of the text it had).
+HIDING_PLACES: dict[str, tuple[str, str | Callable[[str], str]]] = {
+    "memory_unknown_key": (NEW_FACT, NEW_HEAD + f"evidence: ['user:ops']\nnotes: {GH_TOKEN}\n---\nDeploys run.\n"),
+    "memory_yaml_comment": (NEW_FACT, NEW_HEAD + f"# old token {GH_TOKEN}\nevidence: ['user:ops']\n---\nDeploys.\n"),
+    "memory_body": (NEW_FACT, NEW_HEAD + f"evidence: ['user:ops']\n---\nThe deploy token is {GH_TOKEN}.\n"),
+    "memory_html_comment": (NEW_FACT, NEW_HEAD + f"evidence: ['user:ops']\n---\nDeploys.\n<!-- {GH_TOKEN} -->\n"),
+    "memory_tags": (NEW_FACT, NEW_HEAD + f"evidence: ['user:ops']\ntags: [ci, '{GH_TOKEN}']\n---\nDeploys.\n"),
+    "memory_evidence": (NEW_FACT, NEW_HEAD + f"evidence: ['user:ops said {GH_TOKEN}']\n---\nDeploys.\n"),
+    "memory_rationale": (NEW_FACT, NEW_HEAD + f"evidence: ['user:ops']\nrationale: saw {GH_TOKEN}\n---\nDeploys.\n"),
+    "event_extra_key": (f".memory/events/{VOTE_ID}.yaml", VOTE + f"note: {GH_TOKEN}\n"),
+    "event_comment": (f".memory/events/{VOTE_ID}.yaml", VOTE + f"# voted with {GH_TOKEN}\n"),
+    "config_comment": (".memory/config.yaml", lambda old: old + f"# ci token: {GH_TOKEN}\n"),
+    "config_unknown_key": (".memory/config.yaml", lambda old: old + f"ci_token: {GH_TOKEN}\n"),
+    "episode_extra_key": (f".memory/episodes/2026-11/{EPISODE}.jsonl",
+                          json.dumps({"episode": EPISODE}) + "\n"
+                          + json.dumps({"seq": 1, "source": "tool", "content": "ok", "env": GH_TOKEN}) + "\n"),
+    "other_file": (".memory/NOTES.txt", f"scratch: {GH_TOKEN}\n"),
+}
+
+
+@pytest.fixture
+def with_fact(hooked: Path) -> Path:
+    """``hooked`` with one valid fact committed (events vote on it)."""
+    (hooked / FACT_REL).write_text(FACT_HEAD + "---\nCI runs on Python 3.11.\n")
+    git(hooked, "add", FACT_REL)
+    res = commit(hooked, "-m", "a fact")
+    assert res.returncode == 0, res.stderr
+    return hooked
+
+
+@pytest.mark.parametrize("place", sorted(HIDING_PLACES))
+def test_pre_commit_refuses_a_secret_anywhere_in_a_staged_file(with_fact: Path, place: str) -> None:
+    """The hook scans the whole staged text of every file under the store, not only the fields
+    memstore parses: a token under a key it does not know or in a comment lands in `git log -p`
+    as surely as one in the text."""
+    repo = with_fact
+    rel, content = HIDING_PLACES[place]
+    path = repo / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = content(path.read_text()) if callable(content) else content
+    clean = text.replace(GH_TOKEN, "<token>")
+    head = git(repo, "rev-parse", "HEAD")
+    path.write_text(clean)
+    git(repo, "add", rel)
+    code, out, _ = run_check_staged(repo)
+    assert code == 0, out  # the file is otherwise valid: only the secret can refuse it
+    git(repo, "reset", "-q", "--", rel)
+
+    path.write_text(text)
+    git(repo, "add", rel)
+    res = commit(repo, "-m", f"leak via {place}")
+    assert res.returncode != 0, res.stdout
+    assert "secret" in res.stderr and rel.removeprefix(".memory/") in res.stderr, res.stderr
+    assert GH_TOKEN not in res.stderr  # the message shows a redacted excerpt
+    assert git(repo, "rev-parse", "HEAD") == head
+    assert GH_TOKEN not in git(repo, "log", "-p", "--all")
+
+
+def run_check_staged(repo: Path) -> tuple[int, dict, str]:
+    proc = subprocess.run([sys.executable, "-m", "memstore", "check", "--staged"], cwd=repo, capture_output=True,
+                          text=True, check=False)
+    return proc.returncode, json.loads(proc.stdout or "{}"), proc.stderr
+
+
+def test_pre_commit_refuses_a_secret_in_the_first_commit_of_a_new_repo(tmp_path: Path) -> None:
+    """No HEAD yet: nothing to compare against, every staged file is scanned all the same."""
+    repo = tmp_path / "fresh"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    api.init(open_workspace(cwd=repo))
+    hooks.install(repo)
+    (repo / NEW_FACT).write_text(NEW_HEAD + f"evidence: ['user:ops']\nnotes: {GH_TOKEN}\n---\nDeploys run.\n")
+    git(repo, "add", ".memory")
+    res = commit(repo, "-m", "first")
+    assert res.returncode != 0 and "secret" in res.stderr, res.stderr
+    assert subprocess.run(["git", "rev-parse", "-q", "--verify", "HEAD"], cwd=repo, capture_output=True,
+                          check=False).returncode != 0  # no commit was made
+
+
+def test_pre_commit_keeps_committed_events_episodes_and_memory_types(with_fact: Path) -> None:
+    """Committed events are immutable like memories; a committed episode may only grow (evidence
+    refs point at its lines) and never be deleted; a memory swapped for a symlink is a change."""
+    repo = with_fact
+    event_rel = f".memory/events/{VOTE_ID}.yaml"
+    episode_rel = f".memory/episodes/2026-11/{EPISODE}.jsonl"
+    first = json.dumps({"episode": EPISODE}) + "\n" + json.dumps({"seq": 1, "source": "tool", "content": "ok"}) + "\n"
+    (repo / event_rel).parent.mkdir(parents=True, exist_ok=True)
+    (repo / event_rel).write_text(VOTE)
+    (repo / episode_rel).parent.mkdir(parents=True, exist_ok=True)
+    (repo / episode_rel).write_text(first)
+    git(repo, "add", event_rel, episode_rel)
+    res = commit(repo, "-m", "a vote and an episode")
+    assert res.returncode == 0, res.stderr
+
+    grown = first + json.dumps({"seq": 2, "source": "tool", "content": "more"}) + "\n"
+    (repo / episode_rel).write_text(grown)
+    git(repo, "add", episode_rel)
+    res = commit(repo, "-m", "the episode grows")
+    assert res.returncode == 0, res.stderr
+
+    def refused(change: Callable[[], None], message: str) -> None:
+        head = git(repo, "rev-parse", "HEAD")
+        change()
+        res = commit(repo, "-m", "rewrite history")
+        assert res.returncode != 0 and message in res.stderr, res.stderr
+        assert git(repo, "rev-parse", "HEAD") == head
+        git(repo, "reset", "-q", "--hard", "HEAD")
+
+    def edit(rel: str, text: str) -> Callable[[], None]:
+        return lambda: ((repo / rel).write_text(text), git(repo, "add", rel))
+
+    refused(edit(event_rel, VOTE.replace("vote: 1", "vote: -1")), "immutable")
+    refused(lambda: git(repo, "rm", "-q", event_rel), "immutable")
+    refused(edit(episode_rel, grown.replace('"ok"', '"changed"')), "episodes are append-only")
+    refused(lambda: git(repo, "rm", "-q", episode_rel), "a committed episode was deleted")
+
+    def to_symlink() -> None:
+        (repo / FACT_REL).unlink()
+        (repo / FACT_REL).symlink_to("../../src/app.py")
+        git(repo, "add", FACT_REL)
+
+    refused(to_symlink, "immutable")

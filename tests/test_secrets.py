@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
+from pathlib import Path
 
 import pytest
 
 from memstore.errors import SecretError
-from memstore.store.secrets import Finding, assert_no_secrets, find_secrets, shannon_entropy
+from memstore.store.secrets import Finding, assert_no_secrets, find_secrets, redact, shannon_entropy
 
 # Fake secrets are assembled from pieces so that repository secret scanners do not flag this file.
 SECRETS: dict[str, tuple[str, str]] = {
@@ -222,6 +224,11 @@ def test_assert_no_secrets_raises_secret_error_with_field_and_redacted_findings(
         "ab" * 50_000 + "://",
         "token=" * 20_000,
         "password = " + "x1" * 50_000,
+        "mysql " * 20_000,
+        "machine a " * 20_000,
+        ("ab" * 20 + " ") * 2_500,
+        "password: " * 20_000,
+        "QUJD" * 1_000 + " ",
     ],
 )
 def test_pathological_input_stays_linear(text: str) -> None:
@@ -237,3 +244,130 @@ def test_typical_memory_is_fast() -> None:
     for _ in range(100):
         find_secrets(text)
     assert (time.perf_counter() - start) / 100 < 0.005
+
+
+CORPUS_FILE = Path(__file__).parent / "data" / "secrets_corpus.jsonl"
+
+
+def load_corpus() -> list[dict]:
+    """tests/data/secrets_corpus.jsonl: positives (stored in parts, joined) and their look-alikes."""
+    rows = [json.loads(line) for line in CORPUS_FILE.read_text(encoding="utf-8").splitlines() if line.strip()]
+    for row in rows:
+        row["text"] = "".join(row["parts"]) if "parts" in row else row["text"]
+    return rows
+
+
+CORPUS = load_corpus()
+
+
+@pytest.mark.parametrize("row", [r for r in CORPUS if r["secret"]], ids=lambda r: r["id"])
+def test_corpus_secret_is_found_by_its_kind_and_never_echoed(row: dict) -> None:
+    findings = find_secrets(row["text"])
+    assert row["kind"] in [f.kind for f in findings], findings
+    for finding in findings:
+        assert "…" in finding.excerpt or finding.kind == "private_key"
+    redacted, _ = redact(row["text"])
+    assert find_secrets(redacted) == [], redacted  # the whole secret is cut, not a piece of it
+
+
+@pytest.mark.parametrize("row", [r for r in CORPUS if not r["secret"]], ids=lambda r: r["id"])
+def test_corpus_look_alike_is_not_flagged(row: dict) -> None:
+    assert find_secrets(row["text"]) == []
+
+
+def test_corpus_has_as_many_look_alikes_as_secrets() -> None:
+    positives = [r for r in CORPUS if r["secret"]]
+    assert len(positives) == len(CORPUS) - len(positives) >= 50
+    assert len({r["id"] for r in CORPUS}) == len(CORPUS)
+
+
+@pytest.mark.parametrize(("text", "excerpt"), [
+    ("mysql -u app -p" + "Qz7xR2vL" + " shop", "Q…L"),  # under 10 characters: one at each end
+    ("mysql -u app -p" + "Qz7xR2vLk9" + " shop", "Qz…k9"),  # 10 to 19: two
+    ("mysql -u app -p" + "Qz7xR2vLk9Qz7xR2vLk9" + " shop", "Qz7x…vLk9"),  # 20 and more: four
+])
+def test_a_short_secret_keeps_fewer_characters_in_its_excerpt(text: str, excerpt: str) -> None:
+    """An excerpt identifies a secret without handing it over: four characters at each end of an
+    8-character password would leave nothing hidden."""
+    assert [f.excerpt for f in find_secrets(text)] == [excerpt]
+
+
+GH_TOKEN = "ghp_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789"
+
+
+def test_redact_replaces_exactly_each_secret_and_keeps_the_rest() -> None:
+    """What an episode log keeps: every character around a secret, none of the secret."""
+    assert redact(f"{GH_TOKEN} pushed, then {GH_TOKEN[:10]}\u200b{GH_TOKEN[10:]} again.") == (
+        "[REDACTED:github_token] pushed, then [REDACTED:github_token] again.",
+        [Finding("github_token", 1, "ghp_…6789"), Finding("github_token", 1, "ghp_…6789")])
+    assert redact("plain text") == ("plain text", [])
+
+
+def test_redact_cuts_a_private_key_to_its_end_line_once() -> None:
+    """A key's body goes with its header; a token inside the body is not cut twice (which would
+    put part of the key back)."""
+    pem = ("-----BEGIN RSA " + "PRIVATE KEY-----\nMIIEpAIBAAKCAQEA1234 " + GH_TOKEN + "\nQUJD\n-----END RSA "
+           + "PRIVATE KEY-----")
+    text, found = redact(f"before\n{pem}\nafter {GH_TOKEN}")
+    assert text == "before\n[REDACTED:private_key]\nafter [REDACTED:github_token]"
+    assert [f.kind for f in found] == ["private_key", "github_token", "github_token"]
+
+
+def test_line_numbers_count_a_leading_newline() -> None:
+    assert [f.line for f in find_secrets(f"\n\nthe token {GH_TOKEN}")] == [3]
+
+
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzK9Qm2Lp8X"
+
+
+@pytest.mark.parametrize(("text", "found"), [
+    ("AWS " + AWS_SECRET, True),  # the context word opens the line
+    ("aws secret " + "PId0EA0QOM00fJOJ3eAEKCTBR0ehfiIdGCI1NQhT", True),  # repeats, 4.36 bits/char: still random
+    ("aws fixture " + "Aa1Bb2Cc3D" * 4, False),  # a pattern, not a key (3.3 bits/char)
+    ("aws bucket " + AWS_SECRET.lower(), False),  # one case only
+    ("aws bucket " + AWS_SECRET.replace("7", "x").replace("9", "y").replace("2", "z").replace("8", "w"), False),
+    ("first line speaks of AWS\nsecond holds " + AWS_SECRET, False),  # context is the key's own line
+    ("the key " + AWS_SECRET, False),  # no AWS context at all
+])
+def test_an_aws_secret_key_needs_its_line_to_speak_of_aws_and_to_look_random(text: str, found: bool) -> None:
+    assert bool(find_secrets(text)) is found
+
+
+@pytest.mark.parametrize(("text", "kind", "excerpt"), [
+    ("sk-" + "Ab3dEf6hIj9kLm2nOp5q", "openai_key", "sk-A…Op5q"),  # the shortest OpenAI key: 20 after sk-
+    ("Authorization: Bearer " + "q8Zf3Lk2Vx9Pw4Rt7Yb1", "bearer_token", "q8Zf…7Yb1"),  # the shortest: 20
+    ("Set password: " + "Xk9vQ2mZ7rT1wL.", "secret_assignment", "password=Xk…wL"),  # the full stop is prose
+    ("(token=" + "Xk9vQ2mZ7rT1wL)", "secret_assignment", "token=Xk…wL"),  # so is a closing bracket
+    ('secret = "' + "Xk9vQ2mZ7rT1w)" + '"', "secret_assignment", "secret=Xk…w)"),  # inside quotes it is the value
+])
+def test_shortest_tokens_and_the_end_of_an_assigned_value(text: str, kind: str, excerpt: str) -> None:
+    assert [(f.kind, f.excerpt) for f in find_secrets(text)] == [(kind, excerpt)]
+
+
+@pytest.mark.parametrize(("text", "found"), [
+    ("password: " + "Xk9vQ2mZ7r", True),  # ten characters: the shortest assigned value taken for a secret
+    ("password: " + "Xk9vQ2mZ7", False),  # nine: too short to tell from a word
+    ("api_key: " + "3a9f0c7e3a1d9a4f", True),  # sixteen hex digits, 3.3 bits/char: a key
+    ("api_key: " + "3a9f0c7e3a1d9a", False),  # fourteen: a short commit id, not a key
+    ("auth_token: https://auth.example.com/" + "Xk9vQ2mZ7rTw", False),  # where a token comes from
+    ("secret_key: /etc/app/keys/" + "Xk9vQ2mZ7rTw.pem", False),  # where it lives
+    ("signing_key = ./keys/" + "Xk9vQ2mZ7rTw.pem", False),
+    ("private_key: ~/keys/" + "Xk9vQ2mZ7rTw.pem", False),
+    ("A secret: Build_2024_final", False),  # prose after a one-letter word
+    ("secret: Build_2024_final", True),  # a YAML key, not a sentence: a person's password
+])
+def test_assigned_values_length_hex_paths_and_prose(text: str, found: bool) -> None:
+    assert bool(find_secrets(text)) is found
+
+
+@pytest.mark.parametrize(("text", "kinds"), [
+    ("key.b64: " + "LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQ==", ["base64_private_key"]),  # a PEM header
+    ("sample: " + "QUtJQUlPU0ZPRE5ON0VYQU1QTEU=", []),  # AWS's documented example key, encoded
+    ('curl -H "Authorization: Basic ' + "dXNlcm5hbWU=" + '"', []),  # "username": no user:password pair
+    ('curl -H "Authorization: Basic ' + "YWRtaW46YWRtaW4=" + '"', []),  # admin:admin, a local default
+    ("Authorization: Bearer " + "abcdefghijklmnopqrstuvwxyz", []),  # one character class: the alphabet
+    ("Authorization: Bearer " + "3f2a9c1e8b7d6a5f4e3d2c1b", ["bearer_token"]),  # hex: digits and one case
+    ("password: " + "Ab1Ab2Cd1Cd2Ef3G", []),  # sixteen characters in a pattern (3.25 bits/char)
+])
+def test_encoded_headers_and_randomness_edges(text: str, kinds: list[str]) -> None:
+    assert [f.kind for f in find_secrets(text)] == kinds

@@ -137,8 +137,15 @@ def targets(ws: Workspace, repo: Path) -> dict[str, str]:
     ep = repo / ".memory" / "episodes" / "2026-11" / f"{EPISODE}.jsonl"
     ep.parent.mkdir(parents=True)
     ep.write_text(json.dumps({"episode": EPISODE}) + "\n" + json.dumps({"seq": 1, "content": "hi"}) + "\n")
-    return {"problem": api.write(ws, write_req("problem", "Flaky webhook retry test"))["id"],
-            "fact": api.write(ws, write_req("fact", "Webhooks retry with backoff"))["id"]}
+    outside = repo.parent / "outside.py"  # a file of this machine, outside the repository
+    outside.write_text("print('not in the repo')\n")
+    (repo / "src" / "link.py").symlink_to(outside)
+    (repo / "src" / "two.py").write_text("a = 1\nb = 2")  # two lines, the last without a newline
+    problem = api.write(ws, write_req("problem", "Flaky webhook retry test"))["id"]
+    fact = api.write(ws, write_req("fact", "Webhooks retry with backoff"))["id"]
+    return {"problem": problem, "fact": fact,
+            "change": api.write(ws, write_req("change", "Moved webhooks to the queue",
+                                              links={"change_targets": [fact]}))["id"]}
 
 
 def _mem(**over: Any) -> dict[str, Any]:
@@ -187,7 +194,58 @@ BAD: dict[str, tuple[Callable[[dict[str, str]], Any], int, str, str | None]] = {
     "change_without_targets": (lambda t: _mem(kind="change"), 2, "missing_link", "memory.links.change_targets"),
     "bad_enum": (lambda t: _mem(kind="idea"), 2, "schema", "memory.kind"),
     "not_an_object": (lambda t: [1, 2], 2, "schema", None),
+    "evidence_through_a_symlink_out_of_the_repo": (lambda t: _mem(evidence_refs=["file:src/link.py"]), 2,
+                                                   "bad_evidence", "memory.evidence_refs[0]"),
+    "line_range_past_the_end": (lambda t: _mem(evidence_refs=["file:src/app.py#L1-L3"]), 2, "bad_evidence",
+                                "memory.evidence_refs[0]"),
+    "line_range_past_an_unterminated_last_line": (lambda t: _mem(evidence_refs=["user:x", "file:src/two.py#L2-L3"]),
+                                                  2, "bad_evidence", "memory.evidence_refs[1]"),
+    "line_range_past_the_end_at_a_rev": (lambda t: _mem(evidence_refs=["file:src/app.py@HEAD#L2-L5"]), 2,
+                                         "bad_evidence", "memory.evidence_refs[0]"),
+    "file_missing_at_a_rev": (lambda t: _mem(evidence_refs=["file:src/nope.py@HEAD"]), 2, "evidence_not_found",
+                              "memory.evidence_refs[0]"),
+    "supersedes_a_problem": (lambda t: _mem(links={"supersedes": [t["problem"]]}), 2, "wrong_kind",
+                             "memory.links.supersedes[0]"),
+    "via_change_at_a_fact": (lambda t: _mem(links={"supersedes": [t["fact"]], "via_change": t["fact"]}), 2,
+                             "wrong_kind", "memory.links.via_change"),
+    "via_change_without_supersedes": (lambda t: _mem(links={"via_change": t["change"]}), 2, "bad_link",
+                                      "memory.links.via_change"),
+    "a_problem_that_supersedes": (lambda t: _mem(kind="problem", links={"supersedes": [t["fact"]]}), 2,
+                                  "bad_link", "memory.links.supersedes"),
+    "a_fact_linking_a_problem": (lambda t: _mem(links={"problem_id": t["problem"]}), 2, "bad_link",
+                                 "memory.links.problem_id"),
+    "secret_in_a_tag": (lambda t: _mem(tags=["ci", AWS_KEY]), 2, "secret", "memory.tags[1]"),
+    "secret_in_the_author": (lambda t: _mem(author=f"ops {AWS_KEY}"), 2, "secret", "memory.author"),
+    "secret_in_the_rationale": (lambda t: _mem(rationale=f"seen as {AWS_KEY}"), 2, "secret", "memory.rationale"),
+    "rationale_over_the_cap": (lambda t: _mem(rationale="r" * 2001), 2, "too_large", "memory.rationale"),
+    "escape_sequence_in_the_text": (lambda t: _mem(text="Deploys are \x1b[31mred\x1b[0m on Fridays"), 2,
+                                    "bad_chars", "memory.text"),
+    "undecodable_byte_in_the_rationale": (lambda t: _mem(rationale="seen in \udcff"), 2, "bad_chars",
+                                          "memory.rationale"),
+    "too_many_evidence_refs": (lambda t: _mem(evidence_refs=[f"user:said {i}" for i in range(51)]), 2, "too_large",
+                               "memory.evidence_refs"),
 }
+
+
+# The edges of the checks above, accepted: a range ending on the last line (with or without a
+# final newline, at a rev), exactly the caps, a change superseding through via_change.
+GOOD: dict[str, Callable[[dict[str, str]], Any]] = {
+    "range_ends_on_the_last_line": lambda t: _mem(evidence_refs=["file:src/app.py#L1-L2"]),
+    "range_ends_on_an_unterminated_last_line": lambda t: _mem(evidence_refs=["file:src/two.py#L2-L2"]),
+    "range_at_a_rev": lambda t: _mem(evidence_refs=["file:src/app.py@HEAD#L2-L2"]),
+    "rationale_at_the_cap": lambda t: _mem(rationale="r" * 2000),
+    "evidence_at_the_cap": lambda t: _mem(evidence_refs=[f"user:said {i}" for i in range(50)]),
+    "supersedes_via_a_change": lambda t: _mem(links={"supersedes": [t["fact"]], "via_change": t["change"]}),
+    "an_episode_event": lambda t: _mem(evidence_refs=[f"event:{EPISODE}:1"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GOOD))
+def test_the_edges_of_each_check_are_accepted(case: str, targets: dict[str, str], repo: Path,
+                                              cli: Callable[..., CliResult]) -> None:
+    rc, out, err = cli("write", "--json", "-", cwd=repo, input=json.dumps(GOOD[case](targets)))
+    assert rc == 0 and out["ok"], (out, err)
+    assert (repo / ".memory" / out["path"].removeprefix(".memory/")).is_file() or (repo / out["path"]).is_file()
 
 
 @pytest.mark.parametrize("case", sorted(BAD))

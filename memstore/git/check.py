@@ -22,6 +22,7 @@ from .staged import StagedStore, read_staged
 from .stale import owning_worktree
 
 IMMUTABLE_DIRS = (*KIND_DIRS.values(), "events")
+CONFIG_NAME = "config.yaml"
 
 
 @dataclass
@@ -142,9 +143,6 @@ def _check_memory(ws: Workspace, store: Store, mem: Memory, known: dict[str, Mem
     _bad_chars(shown, {"text": mem.text, "rationale": mem.rationale, "author": mem.author,
                        **{f"evidence[{i}]": r for i, r in enumerate(mem.evidence)},
                        **{f"tags[{i}]": t for i, t in enumerate(mem.tags)}, "file name": mem.path}, report)
-    for finding in find_secrets("\n".join([mem.text, mem.rationale, mem.author, *mem.evidence, *mem.tags])):
-        report.add("error", shown, "secret", f"looks like a secret ({finding.kind}: {finding.excerpt})")
-        break
     for key in ("problem", "related", "change_targets", "supersedes", "via_change"):
         for target in mem.link_list(key):
             other = known.get(target)
@@ -226,8 +224,46 @@ def check_memory(ws: Workspace, store: Store, mem: Memory, *, strict_ids: bool =
     known.setdefault(mem.id, mem)
     report = Report()
     archived = archived_ids(ev for scope in ws.scopes() for ev in ws.catalog(scope).events.values())
+    _file_secrets(store, mem.path, _whole_text(store, mem.path), report)
     _check_memory(ws, store, mem, known, report, strict_ids, archived)
     return report.problems
+
+
+def _whole_text(store: Store, rel: str) -> str:
+    """A store file's text as git would carry it, every key, comment and line of it; unreadable
+    here (a link, a FIFO, too large) means it is reported as invalid elsewhere, not scanned."""
+    try:
+        return store.read_file(rel)
+    except (InvalidFile, OSError):
+        return ""
+
+
+def _file_secrets(store: Store, rel: str, text: str, report: Report) -> None:
+    """A likely secret anywhere in a file's text: frontmatter keys memstore does not know, YAML
+    comments and the body travel to every clone as much as the fields memstore parses."""
+    found = find_secrets(text)
+    if found:
+        first = found[0]
+        report.add("error", store.display_path(rel), "secret",
+                   f"looks like a secret ({first.kind}: {first.excerpt} on line {first.line}); remove it from the "
+                   "file (a placeholder such as <token> or ${ENV_VAR} is fine)")
+
+
+def _secrets_in_files(store: Store, view: StagedStore | None, records: Any,
+                      scope_to: set[str] | None, report: Report) -> None:
+    """The staged text of every file under the store (what the commit would carry: memories,
+    events, config.yaml, episodes, anything else), or, without ``--staged``, the work tree's
+    memory and event files and config.yaml."""
+    if view is not None:
+        for rel, data in sorted(view.blobs.items()):
+            _file_secrets(store, rel, data.decode("utf-8", errors="replace"), report)
+        return
+    paths = [m.path for m in records.memories.values()] + [e.path for e in records.events.values()]
+    if (store.root / CONFIG_NAME).is_file():
+        paths.append(CONFIG_NAME)
+    for rel in sorted(set(paths)):
+        if scope_to is None or rel in scope_to:
+            _file_secrets(store, rel, _whole_text(store, rel), report)
 
 
 def _check_event(ws: Workspace, store: Store, ev: Event, known: dict[str, Memory], report: Report,
@@ -319,17 +355,6 @@ def _fix_staged(store: Store, mem: Memory, staged: StagedStore, report: Report) 
                f"`git add {shown}` and commit again")
 
 
-def _staged_episodes(store: Store, staged: StagedStore, changed: dict[str, str], report: Report) -> None:
-    """Episode logs redact secrets when written; a hand-edited or older one is checked as staged."""
-    for rel, status in sorted(changed.items()):
-        if rel.split("/", 1)[0] != "episodes" or status not in ("A", "M") or rel not in staged.blobs:
-            continue
-        found = find_secrets(staged.blobs[rel].decode("utf-8", errors="replace"))
-        if found:
-            report.add("error", store.display_path(rel), "secret", f"looks like a secret ({found[0].kind}: "
-                       f"{found[0].excerpt} on line {found[0].line}); remove that line from the episode")
-
-
 def run_check(ws: Workspace, *, staged: bool = False, base: str | None = None, fix: bool = False,
               include_global: bool = False) -> Report:
     report = Report()
@@ -362,12 +387,11 @@ def run_check(ws: Workspace, *, staged: bool = False, base: str | None = None, f
         if store.worktree is not None:
             _immutability(store, report, changed, old, view)
             _committed_projections(store, report)
-        if view is not None:
-            _staged_episodes(store, view, changed, report)
         scope_to = None
         if base is not None:
             # In PR review only what the branch adds is validated; the rest was reviewed before.
             scope_to = {rel for rel, st in changed.items() if st == "A"}
+        _secrets_in_files(store, view, records, scope_to, report)
         for rel, err in sorted(records.invalid.items()):
             if scope_to is None or rel in scope_to:
                 report.checked += 1
