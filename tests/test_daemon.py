@@ -539,12 +539,13 @@ def test_workspaces_that_share_a_store_share_its_index(tmp_path: Path) -> None:
                  "zeta-global: format YAML with two spaces of indentation in every project",
                  "zeta-global: prefer uv for throwaway virtualenvs on laptops",
                  "zeta-global: sign tags with the hardware key, never with a file key"]
+        # Autonomous: a global write in review mode waits for `memstore approve`.
+        auto = {"MEMSTORE_WRITE_MODE": "autonomous"}
         for i, text in enumerate(notes):
-            where, extra = (repo, {}) if i % 2 == 0 else (other, {"MEMSTORE_WRITE_MODE": "autonomous"})
             rc, _, err = life.cli("write", "--kind", "preference", "--scope", "global", "--evidence", "user:me",
-                                  "--text", text, cwd=where, **extra)
+                                  "--text", text, cwd=repo if i % 2 == 0 else other, **auto)
             assert rc == 0, err
-            for cwd, env in ((repo, {}), (other, {}), (repo, {"MEMSTORE_WRITE_MODE": "autonomous"})):
+            for cwd, env in ((repo, {}), (other, {}), (repo, auto), (other, auto)):
                 rc, out, err = life.cli("read", "how do I search dotfiles with ripgrep", cwd=cwd, **env)
                 assert rc == 0, err
                 assert not [w for w in out.get("warnings", []) if "damaged" in w], (cwd, env, out["warnings"])

@@ -132,8 +132,10 @@ def test_a_repo_owned_by_another_user_is_named_with_the_fix_never_read_as_no_rep
     repo = make_git_repo(tmp_path / "theirs")
     code, _, stderr = cli("init", "--json-out", cwd=repo)
     assert code == 0, stderr
+    # autonomous: in review mode a global write waits for `memstore approve`
     code, wrote, _ = cli("write", "--scope", "global", "--kind", "fact", "--evidence", "user:ops", "--text",
-                         "The global store answers when the repo store is silent.", "--json-out", cwd=repo)
+                         "The global store answers when the repo store is silent.", "--json-out", cwd=repo,
+                         env={"MEMSTORE_WRITE_MODE": "autonomous"})
     assert code == 0, wrote
     subprocess.run(["chown", "-R", "1234:1234", str(repo)], check=True)
     probe = subprocess.run(["git", "status"], cwd=repo, capture_output=True, text=True, check=False)
