@@ -23,7 +23,7 @@ from .. import gitops
 from ..errors import NotFound, StoreError
 from ..store.disk import Store
 from ..store.graph import archived_ids
-from ..store.model import Memory, parse_evidence
+from ..store.model import Memory
 from ..store.workspace import Workspace
 from .check import _store_prefix
 from .stale import StaleChecker, owning_worktree
@@ -170,16 +170,7 @@ def touched(ws: Workspace, ch: Change, *, exclude: set[str] | None = None) -> li
     for mem in cat.memories.values():
         if mem.id in archived or (exclude and mem.id in exclude):
             continue
-        refs = []
-        for raw in mem.evidence:
-            if not raw.startswith("file:"):
-                continue
-            try:
-                ref = parse_evidence(raw)
-            except ValueError:
-                continue
-            if ref.path in ch.files:
-                refs.append(ref)
+        refs = [ref for ref in mem.file_evidence() if ref.path in ch.files]
         if refs:
             candidates.append((mem, refs))
     if not candidates:

@@ -22,7 +22,7 @@ from typing import Any
 from .. import gitops
 from ..store.disk import STORE_DIRNAME, Store
 from ..store.files import atomic_write
-from ..store.model import Memory, parse_evidence
+from ..store.model import Memory
 from ..store.workspace import Workspace
 
 CACHE_NAME = "stale.json"
@@ -31,18 +31,7 @@ CACHE_VERSION = 1
 
 def file_refs(mem: Memory) -> list[tuple[str, str | None]]:
     """(path, rev or None) for each well-formed ``file:`` evidence ref, in order, deduplicated."""
-    out: list[tuple[str, str | None]] = []
-    for raw in mem.evidence:
-        if not raw.startswith("file:"):
-            continue
-        try:
-            ref = parse_evidence(raw)
-        except ValueError:
-            continue
-        item = (ref.path or "", ref.rev)
-        if ref.path and item not in out:
-            out.append(item)
-    return out
+    return list(dict.fromkeys((ref.path or "", ref.rev) for ref in mem.file_evidence()))
 
 
 def _signature(worktree: Path, paths: list[str]) -> list[Any]:

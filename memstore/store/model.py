@@ -129,6 +129,21 @@ class Memory:
             return [value]
         return [v for v in (value or []) if isinstance(v, str)]
 
+    def file_evidence(self) -> list[EvidenceRef]:
+        """The well-formed ``file:`` evidence refs, in order (a hand-written file may hold a
+        malformed one: ``check`` reports it, everything else skips it)."""
+        out: list[EvidenceRef] = []
+        for raw in self.evidence:
+            if not raw.startswith("file:"):
+                continue
+            try:
+                ref = parse_evidence(raw)
+            except ValueError:
+                continue
+            if ref.path:
+                out.append(ref)
+        return out
+
     def relations(self) -> list[tuple[str, str]]:
         """The typed links this file holds, as (type, target id) in file order, once each:
         ``links.relations`` and the older ``related`` list (read as ``relates_to``)."""

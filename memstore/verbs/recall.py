@@ -26,7 +26,7 @@ from typing import Any
 
 from .. import gitops
 from ..store.files import atomic_write
-from ..store.model import Memory, parse_evidence
+from ..store.model import Memory
 from ..store.trust import CONTENT_TRUST, UNTRUSTED_RULE
 from ..store.workspace import Workspace
 
@@ -197,15 +197,8 @@ def citations(ws: Workspace) -> dict[str, list[tuple[str, tuple[int, int] | None
     for mem in view.memories.values():
         if mem.id in g.archived or mem.id in g.superseded_by:
             continue
-        for raw in mem.evidence:
-            if not raw.startswith("file:"):
-                continue
-            try:
-                ref = parse_evidence(raw)
-            except ValueError:
-                continue
-            if ref.path:
-                out.setdefault(posixpath.normpath(ref.path), []).append((mem.id, ref.lines))
+        for ref in mem.file_evidence():
+            out.setdefault(posixpath.normpath(ref.path or ""), []).append((mem.id, ref.lines))
     ws.read_cache["recall_citations"] = (key, out)
     return out
 
