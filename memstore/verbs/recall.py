@@ -293,8 +293,8 @@ def render(event: str, items: list[dict[str, Any]], budget: int) -> str:
 
 # Where each agent reads a hook's added context (docs/recall.md names the pages):
 # Claude Code and Codex: {"hookSpecificOutput": {"hookEventName": <event>, "additionalContext": text}}
-# on stdout with exit 0; Cursor: {"additional_context": text} from its postToolUse/afterFileEdit
-# hooks; its beforeSubmitPrompt answers {"continue": true} and cannot add context.
+# on stdout with exit 0; Cursor: {"additional_context": text} from its postToolUse hook (afterFileEdit
+# is observation only); its beforeSubmitPrompt answers {"continue": true} and cannot add context.
 CLAUDE_EVENTS = {"prompt": ("UserPromptSubmit",), "file": ("PreToolUse", "PostToolUse")}
 
 
