@@ -79,7 +79,9 @@ def load_note(path: Path) -> dict[str, Any] | None:
 
 def save_note(path: Path, note: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, json.dumps(note) + "\n")
+    # No fsync: the prompt and file hooks write this on the agent's clock, and a note lost in a
+    # power cut only lets a memory be shown once more.
+    atomic_write(path, json.dumps(note) + "\n", durable=False)
 
 
 def prune_notes(folder: Path) -> None:
