@@ -37,7 +37,7 @@ whether what they inject is what the question needs.
 
     python bench/hooks.py --data-dir ../shared/eval              # all (~10 min at 10k)
     python bench/hooks.py --sizes 1000 --skip-locomo             # quicker
-    python bench/hooks.py --file-repo ../shared/eval/review/requests.bundle --file-only  # ~3 min
+    python bench/hooks.py --file-repo ../shared/eval/review/requests.bundle --file-only  # ~1 min
 
 The last stdout line is one JSON object.
 """
