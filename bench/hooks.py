@@ -14,10 +14,30 @@ whether what they inject is what the question needs.
   stores and of LoCoMo's mismatched questions silent; the precision figures are out of fold (and
   without the LoCoMo constraint beside them), the shipped bar's in-sample figures too;
 - file: the file hook on the bundled example store (.memory-example): a cited file surfaces its
-  memories, an uncited one injects nothing.
+  memories, an uncited one injects nothing;
+- file hook on a real history (``--file-repo PATH``, any git repository or bundle; alone with
+  ``--file-only``): PATH is cloned and bench/eval_review.py's builder turns every fix commit of
+  its whole history into a problem memory citing the lines it left (``file:PATH@SHA#La-Lb``);
+  the memories are indexed, a daemon is started, and the file hook runs as the agent runs it
+  (``python -m memstore integrate claude --hook file``, PreToolUse JSON on stdin, a new
+  ``session_id`` for every call, so no call hides memories an earlier one showed). Files: up to
+  ``--file-sample`` (default 40) of the files tracked at HEAD that some memory cites, and as many
+  that none cites, each evenly spaced over the sorted list. Per cited file: a Read of the whole
+  file, an Edit, a Read of one cited range (``offset``/``limit`` = the lines of the first
+  citation of the file, in evidence order), and, when the file has one, a Read of a
+  20-line window that no citation of the file overlaps; per uncited file: a Read. The truth
+  comes from each memory's evidence read here with a regex of its own (``file:PATH[@REV][#La[-Lb]]``).
+  Reported: for the whole-file Reads and the Edits, the share of calls that inject at least one
+  memory citing the file (goal: all, as the hook injects at most 5 and every cited file has
+  one) and the precision (injected memories that cite the file; goal 1.0); for the ranged
+  Reads, the share with a hit and the share of injected memories with a citation of the file
+  that overlaps the range (goal 1.0), and the share of uncited windows left silent; for
+  uncited files, the share left silent (goal: all); p50/p95 of every call beside
+  ``python -c pass`` run between them.
 
     python bench/hooks.py --data-dir ../shared/eval              # all (~10 min at 10k)
     python bench/hooks.py --sizes 1000 --skip-locomo             # quicker
+    python bench/hooks.py --file-repo ../shared/eval/review/requests.bundle --file-only  # ~1 min
 
 The last stdout line is one JSON object.
 """
@@ -25,13 +45,16 @@ The last stdout line is one JSON object.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -130,16 +153,8 @@ def latency(n: int, reps: int, data_dir: Path) -> dict[str, Any]:
     t0 = time.perf_counter()
     retrieve.reindex(ws)
     print(f"# {n} memories indexed in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    denv = {**env, "MEMSTORE_DAEMON": "1", "MEMSTORE_RUNTIME_DIR": str(work / "run"),
-            "MEMSTORE_CODE_VERSION": client.code_version(), "MEMSTORE_GIT_STAGE": "0"}
-    log = open(work / "serve.out", "ab")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, "-m", "memstore", "serve", "--idle", "900"], env=denv, cwd=repo,
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-    log.close()
     out: dict[str, Any] = {"memories": n}
-    try:
-        if not client.wait_until_up(180, env=denv):
-            raise RuntimeError("daemon did not start")
+    with warm_daemon(repo, env, work) as denv:
 
         def hook(event: str, payload: dict[str, Any]) -> tuple[float, str]:
             t = time.perf_counter()
@@ -197,14 +212,31 @@ def latency(n: int, reps: int, data_dir: Path) -> dict[str, Any]:
         })
         out["prompt_p95_over_python_ms"] = round(out["prompt_hook_ms"]["p95"] - out["python_c_pass_ms"]["p95"], 1)
         out["file_p95_over_python_ms"] = round(out["file_hook_ms"]["p95"] - out["python_c_pass_ms"]["p95"], 1)
+    shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+@contextlib.contextmanager
+def warm_daemon(repo: Path, env: dict[str, str], work: Path) -> Iterator[dict[str, str]]:
+    """A daemon serving ``repo`` for the length of the block; yields the env the hooks run with."""
+    from memstore.surfaces import client
+
+    denv = {**env, "MEMSTORE_DAEMON": "1", "MEMSTORE_RUNTIME_DIR": str(work / "run"),
+            "MEMSTORE_CODE_VERSION": client.code_version(), "MEMSTORE_GIT_STAGE": "0"}
+    log = open(work / "serve.out", "ab")  # noqa: SIM115
+    proc = subprocess.Popen([sys.executable, "-m", "memstore", "serve", "--idle", "900"], env=denv, cwd=repo,
+                            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    log.close()
+    try:
+        if not client.wait_until_up(180, env=denv):
+            raise RuntimeError("daemon did not start")
+        yield denv
     finally:
         client.stop(env=denv)
         try:
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
-        shutil.rmtree(work, ignore_errors=True)
-    return out
 
 
 # -- silence and relevance on the precision stores --------------------------------------------------------
@@ -343,6 +375,137 @@ def example_files() -> dict[str, Any]:
     return {"files": rows, "as_expected": ok}
 
 
+# -- the file hook on a store built from a real history ------------------------------------------------------
+CITE = re.compile(r"^file:([^@#]+)(?:@[^#]*)?(?:#L(\d+)(?:-L(\d+))?)?$")
+INJECTED = re.compile(r"^\[[a-z_]+ ([^\] ]+)\]", re.M)
+
+
+def _cites(evidence: list[str]) -> dict[str, list[tuple[int, int] | None]]:
+    """path -> cited line ranges (None: the whole file), read from the evidence strings here, not
+    through memstore's parser."""
+    out: dict[str, list[tuple[int, int] | None]] = {}
+    for raw in evidence:
+        m = CITE.match(raw)
+        if m:
+            a = int(m[2]) if m[2] else None
+            out.setdefault(os.path.normpath(m[1]), []).append(None if a is None else (a, int(m[3] or a)))
+    return out
+
+
+def _spaced(items: list[str], k: int) -> list[str]:
+    return items if len(items) <= k else [items[round(i * (len(items) - 1) / (k - 1))] for i in range(k)]
+
+
+def file_history(repo_arg: Path, sample: int) -> dict[str, Any]:
+    import eval_review
+
+    from memstore.read import retrieve
+    from memstore.store.workspace import open_workspace
+
+    work = Path(tempfile.mkdtemp(prefix="mshooks-hist-", dir="/tmp"))
+    try:
+        env = _env(work)
+        repo = work / "repo"
+        subprocess.run(["git", "clone", "-q", str(repo_arg.resolve()), str(repo)], check=True, env=env)
+        t0 = time.perf_counter()
+        fixes = eval_review.fix_commits(repo, int(time.time()) + 86400)
+        made = eval_review.build_memories(repo, fixes)
+        os.environ.update({k: env[k] for k in ("MEMSTORE_HOME", "MEMSTORE_DAEMON")})
+        ws = open_workspace(cwd=repo, env=env)
+        retrieve.reindex(ws)
+        print(f"# {len(fixes)} fix commits, {made} memories, indexed in {time.perf_counter() - t0:.0f} s",
+              file=sys.stderr)
+        cites = {m.id: _cites(m.evidence) for m in ws.catalog("repo").memories.values()}
+        by_file: dict[str, list[tuple[str, tuple[int, int] | None]]] = {}
+        for mid, per in cites.items():
+            for path, ranges in per.items():
+                by_file.setdefault(path, []).extend((mid, r) for r in ranges)
+        tracked = subprocess.run(["git", "ls-files"], cwd=repo, capture_output=True, text=True, check=True).stdout
+        at_head = sorted(f for f in tracked.split("\n") if f and not f.startswith(".memory/"))
+        cited = _spaced([f for f in at_head if f in by_file], sample)
+        uncited = _spaced([f for f in at_head if f not in by_file], sample)
+
+        def overlaps(path: str, mid: str, rng: tuple[int, int]) -> bool:
+            return any(c is None or (c[0] <= rng[1] and rng[0] <= c[1]) for c in cites[mid].get(path, []))
+
+        calls: list[dict[str, Any]] = []  # kind, file, range, injected ids
+        for path in cited:
+            ranges = [r for _, r in by_file[path] if r is not None]
+            calls.append({"kind": "read", "file": path, "tool": "Read", "input": {}})
+            calls.append({"kind": "edit", "file": path, "tool": "Edit",
+                          "input": {"old_string": "x", "new_string": "y"}})
+            if ranges:
+                a, b = ranges[0]
+                calls.append({"kind": "range", "file": path, "tool": "Read", "range": (a, b),
+                              "input": {"offset": a, "limit": b - a + 1}})
+                n_lines = len((repo / path).read_text(errors="replace").split("\n"))
+                free = next((s for s in range(1, max(1, n_lines - 19), 20)
+                             if not any(r[0] <= s + 19 and s <= r[1] for r in ranges)), None)
+                if free is not None and all(r is not None for _, r in by_file[path]):
+                    calls.append({"kind": "free_range", "file": path, "tool": "Read", "range": (free, free + 19),
+                                  "input": {"offset": free, "limit": 20}})
+        calls += [{"kind": "uncited", "file": path, "tool": "Read", "input": {}} for path in uncited]
+
+        base, times = [], []
+        with warm_daemon(repo, env, work) as denv:
+            def run(i: int, call: dict[str, Any]) -> tuple[float, str]:
+                payload = {"session_id": f"hist-{i}", "cwd": str(repo), "hook_event_name": "PreToolUse",
+                           "tool_name": call["tool"],
+                           "tool_input": {"file_path": str(repo / call["file"]), **call["input"]}}
+                t = time.perf_counter()
+                p = subprocess.run([sys.executable, "-m", "memstore", "integrate", "claude", "--hook", "file"],
+                                   input=json.dumps(payload), capture_output=True, text=True, env=denv, cwd=repo,
+                                   check=False)
+                dt = time.perf_counter() - t
+                if p.returncode != 0:
+                    raise RuntimeError(p.stderr)
+                return dt, p.stdout
+
+            run(-1, calls[0])  # warm: the workspace opens in the daemon
+            for i, call in enumerate(calls):
+                t = time.perf_counter()
+                subprocess.run([sys.executable, "-c", "pass"], check=True)
+                base.append(time.perf_counter() - t)
+                dt, out = run(i, call)
+                times.append(dt)
+                text = json.loads(out)["hookSpecificOutput"]["additionalContext"] if out.strip() else ""
+                call["injected"] = INJECTED.findall(text)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    def share(xs: list[bool]) -> float | None:
+        return round(sum(xs) / len(xs), 3) if xs else None
+
+    def cites_file(c: dict[str, Any], mid: str) -> bool:
+        return c["file"] in cites.get(mid, {})
+
+    out: dict[str, Any] = {"repo": repo_arg.name, "fix_commits": len(fixes), "memories": made,
+                           "files_cited_at_head": sum(f in by_file for f in at_head),
+                           "files_uncited_at_head": sum(f not in by_file for f in at_head),
+                           "sampled": {"cited": len(cited), "uncited": len(uncited)}, "calls": len(calls)}
+    for kind in ("read", "edit"):
+        rows = [c for c in calls if c["kind"] == kind]
+        inj = [(c, m) for c in rows for m in c["injected"]]
+        out[f"{kind}_whole_file"] = {
+            "calls": len(rows), "with_a_hit": share([any(cites_file(c, m) for m in c["injected"]) for c in rows]),
+            "injected": len(inj), "precision": share([cites_file(c, m) for c, m in inj])}
+    rows = [c for c in calls if c["kind"] == "range"]
+    inj = [(c, m) for c in rows for m in c["injected"]]
+    out["read_cited_range"] = {
+        "calls": len(rows), "with_a_hit": share([any(overlaps(c["file"], m, c["range"]) for m in c["injected"])
+                                                 for c in rows]),
+        "injected": len(inj), "overlapping": share([overlaps(c["file"], m, c["range"]) for c, m in inj])}
+    rows = [c for c in calls if c["kind"] == "free_range"]
+    out["read_uncited_range"] = {"calls": len(rows), "silent": share([not c["injected"] for c in rows])}
+    rows = [c for c in calls if c["kind"] == "uncited"]
+    out["uncited_file"] = {"calls": len(rows), "silent": share([not c["injected"] for c in rows])}
+    ms = lambda xs, p: round(pct(xs, p) * 1000, 1)  # noqa: E731
+    out["file_hook_ms"] = {"p50": ms(times, 50), "p95": ms(times, 95)}
+    out["python_c_pass_ms"] = {"p50": ms(base, 50), "p95": ms(base, 95)}
+    out["p95_over_python_ms"] = round(out["file_hook_ms"]["p95"] - out["python_c_pass_ms"]["p95"], 1)
+    return out
+
+
 def main() -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="*", default=[10_000])
@@ -351,7 +514,13 @@ def main() -> dict[str, Any]:
     ap.add_argument("--skip-locomo", action="store_true")
     ap.add_argument("--latency-only", action="store_true", help="only the latency through the daemon")
     ap.add_argument("--skip-latency", action="store_true")
+    ap.add_argument("--file-repo", type=Path, metavar="PATH",
+                    help="also the file hook on memories built from this repository's (or bundle's) history")
+    ap.add_argument("--file-sample", type=int, default=40, help="cited (and uncited) files sampled (default 40)")
+    ap.add_argument("--file-only", action="store_true", help="only the --file-repo section")
     args = ap.parse_args()
+    if args.file_only and not args.file_repo:
+        ap.error("--file-only needs --file-repo PATH")
     home = Path(tempfile.mkdtemp(prefix="mshooks-home-"))
     os.environ.update({"MEMSTORE_HOME": str(home / "global"), "MEMSTORE_DAEMON": "0"})
     mail = "bench@memstore.invalid"
@@ -361,6 +530,11 @@ def main() -> dict[str, Any]:
     from memstore.verbs.recall import PROMPT_BAR
 
     result: dict[str, Any] = {"prompt_bar": PROMPT_BAR}
+    if args.file_repo is not None:
+        result["file_history"] = file_history(args.file_repo, args.file_sample)
+        print(json.dumps(result["file_history"], indent=1), file=sys.stderr)
+        if args.file_only:
+            return result
     if args.latency_only:
         result["latency"] = [latency(n, args.reps, args.data_dir) for n in args.sizes]
         return result

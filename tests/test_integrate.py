@@ -149,6 +149,7 @@ def test_cursor_writes_mcp_json_and_a_rule_with_frontmatter(repo: Path, cli: Cal
         **mcp_entry(), "env": {"MEMSTORE_REPO": "${workspaceFolder}"}}}}  # Cursor interpolates it
     assert json.loads((repo / ".cursor/hooks.json").read_text()) == {"version": 1, "hooks": {
         "sessionStart": [{"command": hook("cursor", "session-start")}],
+        "postToolUse": [{"command": hook("cursor", "file")}],
         "stop": [{"command": hook("cursor", "stop")}]}}
     rule = (repo / ".cursor/rules/memstore.mdc").read_text()
     head, sep, body = rule.removeprefix("---\n").partition("\n---\n")

@@ -200,6 +200,34 @@ def test_cursor_stop_asks_with_a_followup_message_once_after_work(
     assert run_hook(stop, payload, repo, env).stdout == ""
 
 
+def test_cursor_post_tool_use_adds_the_memories_citing_the_file_and_remove_takes_it_out(
+        repo: Path, cli: Callable[..., CliResult]) -> None:
+    from conftest import write_req
+
+    from memstore.store.workspace import open_workspace
+    from memstore.verbs import api
+
+    assert cli("integrate", "cursor", cwd=repo)[0] == 0
+    hooks_ = json.loads((repo / ".cursor/hooks.json").read_text())["hooks"]
+    command = hooks_["postToolUse"][0]["command"]
+    mid = api.write(open_workspace(cwd=repo), write_req(
+        "fact", "Caching main()'s answer in src/app.py broke the reload path.",
+        evidence=["file:src/app.py#L1-L2"]))["id"]
+    base = {"conversation_id": "conv-f", "generation_id": "g-1", "hook_event_name": "postToolUse",
+            "workspace_roots": [str(repo)], "tool_output": "{}"}
+    env = {**os.environ, "MEMSTORE_HOOK_BUDGET": "300"}
+    res = run_hook(command, {**base, "tool_name": "Read", "tool_input": {"file_path": str(repo / "src/app.py")}},
+                   repo, env)
+    answer = json.loads(res.stdout)
+    assert res.returncode == 0 and set(answer) == {"additional_context"} and mid in answer["additional_context"]
+    for tool, tool_input in (("Read", {"file_path": str(repo / "README.md")}), ("Shell", {"command": "ls"})):
+        res = run_hook(command, {**base, "conversation_id": f"conv-{tool}", "tool_name": tool,
+                                 "tool_input": tool_input}, repo, env)
+        assert (res.returncode, res.stdout) == (0, "")  # a file nobody cites, a tool with no file: nothing
+    assert cli("integrate", "cursor", "--remove", cwd=repo)[0] == 0
+    assert not (repo / ".cursor/hooks.json").exists()
+
+
 USER_CURSOR_HOOKS = '{"version": 1, "hooks": {"afterFileEdit": [{"command": "./format.sh"}],\n' \
                     ' "stop": [{"command": "./audit.sh"}]}}\n'
 

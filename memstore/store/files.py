@@ -328,13 +328,15 @@ def private_dir(path: Path) -> None:
             os.chmod(path, 0o700)
 
 
-def atomic_write(path: Path, data: str | bytes | Iterable[str], *, exclusive: bool = False) -> None:
+def atomic_write(path: Path, data: str | bytes | Iterable[str], *, exclusive: bool = False,
+                 durable: bool = True) -> None:
     """Write via a temp file in the same folder and rename, so readers never see a partial file.
     The file gets the mode any new file gets (0666 less the umask).
 
     ``data`` may be an iterable of text chunks: a large projection is then streamed, never
     held in memory whole. With ``exclusive`` the final name must not exist yet (a hard link
-    refuses to clobber).
+    refuses to clobber). ``durable=False`` skips the fsync, for a scratch file whose loss in a
+    power cut costs nothing (readers still never see it half written).
     """
     fd, tmp = _temp_beside(path)
     try:
@@ -345,7 +347,8 @@ def atomic_write(path: Path, data: str | bytes | Iterable[str], *, exclusive: bo
                 for chunk in data:
                     fh.write(chunk.encode("utf-8"))
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         if exclusive:
             os.link(tmp, path)
             os.unlink(tmp)

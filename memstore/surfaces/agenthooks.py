@@ -2,7 +2,7 @@
 
 ``session-start`` prints the ambient context (``memstore context`` as text), which the agent adds
 to the session. ``prompt`` (Claude Code's and Codex's UserPromptSubmit) and ``file``
-(PreToolUse/PostToolUse on the file tools; Cursor's postToolUse/afterFileEdit) inject the memories
+(PreToolUse/PostToolUse on the file tools; Cursor's postToolUse) inject the memories
 that match the prompt or cite the file (``verbs.recall``; docs/recall.md), through the warm daemon
 when one runs, and print nothing when nothing passes. ``compact`` (Claude Code's PreCompact) marks
 the session, so its next prompt carries the session-start context again. ``stop`` asks for the

@@ -20,7 +20,8 @@ The formats, as each tool documents them (docs/agents.md names the pages and wha
   UserPromptSubmit, PreToolUse, Stop); both are read once the project is trusted. AGENTS.md.
 - Cursor: ``.cursor/mcp.json`` (the ``mcpServers`` shape, ``${workspaceFolder}`` interpolated),
   ``.cursor/hooks.json`` as ``{"version": 1, "hooks": {event: [{"command": ...}]}}`` (sessionStart,
-  stop), rules in ``.cursor/rules/*.mdc``: Markdown behind ``description``, ``globs``, ``alwaysApply``.
+  postToolUse: its ``additional_context`` follows the tool's result, stop), rules in
+  ``.cursor/rules/*.mdc``: Markdown behind ``description``, ``globs``, ``alwaysApply``.
 - generic: AGENTS.md and ``.mcp.json``.
 
 Never clobbering: JSON is merged key by key (only ``mcpServers.memstore`` and our hook entries are
@@ -215,8 +216,12 @@ def codex_groups(setup: Setup) -> dict[str, dict[str, Any]]:
 
 
 def cursor_groups(setup: Setup) -> dict[str, dict[str, Any]]:
-    # Cursor's prompt and file hooks can block or allow, not add context: only these two are wired.
+    # postToolUse answers {"additional_context"}, added after the tool's result: the file hook goes
+    # there (it fires for every tool; one that names no cited file gets nothing back).
+    # beforeSubmitPrompt and beforeReadFile only allow or block, and afterFileEdit's answer is
+    # documented as ignored: the prompt hook is not wired, nor the file hook on those.
     return {"sessionStart": {"command": setup.hook_command("session-start")},
+            "postToolUse": {"command": setup.hook_command("file")},
             "stop": {"command": setup.hook_command("stop")}}
 
 
@@ -397,7 +402,8 @@ TARGETS: dict[str, tuple[Target, ...]] = {
                      "(context), PreToolUse on edits, Stop (reflect)", add_codex_hooks, strip_codex_hooks),
               Target("AGENTS.md", *GUIDE)),
     "cursor": (Target(".cursor/mcp.json", *MCP_JSON),
-               Target(".cursor/hooks.json", "hooks: sessionStart (context), stop (reflect)",
+               Target(".cursor/hooks.json", "hooks: sessionStart (context), postToolUse (a file's memories), "
+                      "stop (reflect)",
                       add_cursor_hooks, strip_cursor_hooks),
                Target(".cursor/rules/memstore.mdc", "rule (alwaysApply) with the memstore guide",
                       add_cursor_rule, strip_cursor_rule)),

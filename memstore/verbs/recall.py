@@ -79,7 +79,9 @@ def load_note(path: Path) -> dict[str, Any] | None:
 
 def save_note(path: Path, note: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, json.dumps(note) + "\n")
+    # No fsync: the prompt and file hooks write this on the agent's clock, and a note lost in a
+    # power cut only lets a memory be shown once more.
+    atomic_write(path, json.dumps(note) + "\n", durable=False)
 
 
 def prune_notes(folder: Path) -> None:
@@ -286,8 +288,8 @@ def render(event: str, items: list[dict[str, Any]], budget: int) -> str:
 
 # Where each agent reads a hook's added context (docs/recall.md names the pages):
 # Claude Code and Codex: {"hookSpecificOutput": {"hookEventName": <event>, "additionalContext": text}}
-# on stdout with exit 0; Cursor: {"additional_context": text} from its postToolUse/afterFileEdit
-# hooks; its beforeSubmitPrompt answers {"continue": true} and cannot add context.
+# on stdout with exit 0; Cursor: {"additional_context": text} from its postToolUse hook (afterFileEdit
+# is observation only); its beforeSubmitPrompt answers {"continue": true} and cannot add context.
 CLAUDE_EVENTS = {"prompt": ("UserPromptSubmit",), "file": ("PreToolUse", "PostToolUse")}
 
 
