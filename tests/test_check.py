@@ -188,11 +188,12 @@ def _hand_written(repo: Path, folder: str, mid: str, kind: str, links: str) -> s
     return rel
 
 
-def test_check_refuses_wrong_kind_links_and_a_repo_memory_reusing_a_global_id(repo: Path,
-                                                                              cli: Callable[..., CliResult]) -> None:
+def test_check_refuses_wrong_kind_links_and_a_repo_memory_reusing_a_global_id(repo: Path, cli: Callable[..., CliResult],
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """What `write` refuses, a hand-written or cloned file must not slip past `check` with: a
     fact superseding a problem, a via_change that is no change, a solution whose problem is a
     fact, a repo memory taking a global memory's id."""
+    monkeypatch.setenv("MEMSTORE_WRITE_MODE", "autonomous")  # a global write in review mode waits for approval
     ws = open_workspace(cwd=repo)
     problem = api.write(ws, write_req("problem", "Webhook retries pile up"))["id"]
     fact = api.write(ws, write_req("fact", "Webhooks retry three times"))["id"]
@@ -258,10 +259,11 @@ def test_typed_relations_between_repo_memories_are_checked_not_refused(repo: Pat
     assert code != 0 and sorted(p["code"] for p in _errors(out)) == ["dangling_link", "self_link"], out
 
 
-def test_check_refuses_votes_out_of_range_and_events_acting_on_another_store(repo: Path,
-                                                                            cli: Callable[..., CliResult]) -> None:
+def test_check_refuses_votes_out_of_range_and_events_acting_on_another_store(repo: Path, cli: Callable[..., CliResult],
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """A vote must lie in [-1, 1]; a repo event may not act on a global memory (it would be
     ignored, so check says so rather than let it look effective)."""
+    monkeypatch.setenv("MEMSTORE_WRITE_MODE", "autonomous")  # a global write in review mode waits for approval
     ws = open_workspace(cwd=repo)
     fact = api.write(ws, write_req("fact", "Webhooks retry three times"))["id"]
     global_id = api.write(ws, write_req("preference", "Prefer small commits", scope="global"))["id"]
