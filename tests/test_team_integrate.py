@@ -95,7 +95,7 @@ def test_a_teammates_clone_with_another_venv_and_home_changes_no_tracked_file_an
 
     # The guide's way to run memstore, as an agent would type it in Bob's clone, reaches his venv.
     guide = (b / "CLAUDE.md").read_text()
-    spelled = '"$(git config memstore.python)" -m memstore'
+    spelled = '"$(git config memstore.python)" -P -m memstore'
     assert spelled in guide and spelled in (b / "AGENTS.md").read_text()
     res = subprocess.run(["sh", "-c", f"{spelled} context"], cwd=b / "src", env=env, capture_output=True,
                          text=True, check=False, timeout=120)
@@ -150,12 +150,45 @@ def test_the_launcher_falls_back_to_memstore_on_the_path_then_python3(tmp_path: 
     assert res.stdout == "memstore on PATH: context --limit 3\n"
     (bin_dir / "memstore").unlink()
     res = subprocess.run(["sh", "-c", command], cwd=repo, env=base, capture_output=True, text=True, check=False)
-    assert res.stdout == "python3: -m memstore context --limit 3\n"
+    assert res.stdout == "python3: -P -m memstore context --limit 3\n"
     git(repo, "config", "memstore.python", str(bin_dir / "python3"))  # the recorded Python comes first
     (bin_dir / "memstore").write_text("#!/bin/sh\necho wrong\n")
     (bin_dir / "memstore").chmod(0o755)
     res = subprocess.run(["sh", "-c", command], cwd=repo, env=base, capture_output=True, text=True, check=False)
-    assert res.stdout == "python3: -m memstore context --limit 3\n"
+    assert res.stdout == "python3: -P -m memstore context --limit 3\n"
+
+
+def test_files_in_the_checkout_never_run_as_memstore(tmp_path: Path, cli: Callable[..., CliResult]) -> None:
+    """The launcher runs inside a checkout whose files a pull request may have written: a
+    ``memstore/`` folder there must not shadow the installed package, a bare repository committed
+    inside it must not name the Python to run, and a committed ``.mcp.json`` must not move the
+    launcher into a folder of its choosing."""
+    repo = make_git_repo(tmp_path / "repo")
+    assert cli("integrate", "claude", cwd=repo)[0] == 0
+    (repo / "memstore").mkdir()
+    (repo / "memstore" / "__init__.py").write_text("")
+    (repo / "memstore" / "__main__.py").write_text("print('PWNED by the checkout')\n")
+    command = shlex.join(portable_argv("--version"))
+    res = subprocess.run(["sh", "-c", command], cwd=repo, capture_output=True, text=True, check=False)
+    assert res.returncode == 0 and res.stdout.startswith("memstore ") and "PWNED" not in res.stdout, res
+    # A bare repository committed as evil/, whose config names ./x as memstore.python.
+    evil = repo / "evil"
+    subprocess.run(["git", "init", "-q", "--bare", str(evil)], check=True)
+    (evil / "x").write_text("#!/bin/sh\necho PWNED by a committed bare repo\n")
+    (evil / "x").chmod(0o755)
+    subprocess.run(["git", "config", "--file", str(evil / "config"), "memstore.python", "./x"], check=True)
+    res = subprocess.run(["sh", "-c", command], cwd=repo, env={**os.environ, "MEMSTORE_REPO": "evil"},
+                         capture_output=True, text=True, check=False)
+    assert "PWNED" not in res.stdout, res
+    for name in ("__main__.py", "__init__.py"):  # the test's own `python -m memstore` runs from here too
+        (repo / "memstore" / name).unlink()
+    (repo / "memstore").rmdir()
+    mcp = json.loads((repo / ".mcp.json").read_text())
+    mcp["mcpServers"]["memstore"]["env"] = {"MEMSTORE_REPO": "evil", "MEMSTORE_HOME": "evil",
+                                            "MEMSTORE_AUTHOR": "ana"}
+    (repo / ".mcp.json").write_text(json.dumps(mcp))
+    assert cli("integrate", "claude", cwd=repo)[0] == 0
+    assert json.loads((repo / ".mcp.json").read_text())["mcpServers"]["memstore"]["env"] == {"MEMSTORE_AUTHOR": "ana"}
 
 
 # -- the per-prompt, per-file and compaction hooks ------------------------------------------------------

@@ -213,7 +213,7 @@ class Embedder:
             return target
         if str(target) in _failed_exports:
             raise OSError("the export already failed in this process")
-        cmd = [sys.executable, "-m", "memstore.index.onnx_export", str(target), "--model-dir", model_dir]
+        cmd = [sys.executable, "-P", "-m", "memstore.index.onnx_export", str(target), "--model-dir", model_dir]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:

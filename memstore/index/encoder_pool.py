@@ -68,7 +68,7 @@ class _Job:
 class _Worker:
     def __init__(self, model_file: Path, tokenizer_file: Path) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "memstore.index.encoder_pool", str(model_file), str(tokenizer_file)],
+            [sys.executable, "-P", "-m", "memstore.index.encoder_pool", str(model_file), str(tokenizer_file)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, close_fds=True,
         )
 

@@ -186,7 +186,7 @@ def spawn(idle_seconds: int | None = None, env: Any = None, warm: str | None = N
             if time.time() - marker.stat().st_mtime < 15:
                 return False
         marker.touch()
-        cmd = [sys.executable, "-m", "memstore", "serve"]
+        cmd = [sys.executable, "-P", "-m", "memstore", "serve"]  # -P: never a memstore/ of the cwd (a checkout)
         if idle_seconds is not None:
             cmd += ["--idle", str(int(idle_seconds))]
         if warm is not None:

@@ -76,8 +76,8 @@ This repo keeps long-term memory for coding agents in `.memory/` (Markdown files
 in pull requests), plus a per-user store in `~/.memory`. Use it through the `memstore` command;
 every verb takes one JSON request (`--json -` reads stdin) and answers one JSON object.
 Where `memstore` is not on your PATH (an install in a virtualenv), run the Python that
-`memstore integrate` recorded for this checkout instead, `"$(git config memstore.python)" -m memstore`,
-or else `python3 -m memstore`, with the same arguments.
+`memstore integrate` recorded for this checkout instead, `"$(git config memstore.python)" -P -m memstore`,
+or else `python3 -P -m memstore`, with the same arguments (`-P`: never a `memstore/` folder of the checkout).
 
 **Current code is ground truth.** Memories are optional hypotheses from earlier sessions: verify
 them against the code before relying on them, prefer what you observe now when they disagree, and
@@ -155,15 +155,19 @@ a memory by writing a new one that supersedes it, or archive it with `memstore u
 
 # How a command committed to a repo finds memstore on whichever machine runs it: the Python that
 # `integrate` recorded in this clone's git config (a venv install puts no `memstore` on an agent's
-# PATH), else `memstore` on the PATH, else `python3 -m memstore`. MEMSTORE_REPO names the checkout for
+# PATH), else `memstore` on the PATH, else `python3 -P -m memstore`. MEMSTORE_REPO names the checkout for
 # a client that starts commands elsewhere (Cursor's ${workspaceFolder}). POSIX sh; no path of this
 # machine, so the same bytes serve every clone.
 # (No ${...}: Claude Code expands those in .mcp.json, a plain $NAME it leaves to the shell.)
+# Run inside the checkout, whose files anyone with a pull request may have written: ``-P`` keeps
+# its folders off sys.path (a ``memstore/`` folder there would run as memstore), and
+# ``safe.bareRepository=explicit`` keeps git from reading the Python from a bare repository
+# committed inside it; only an absolute path is taken.
 LAUNCHER = ('[ -z "$MEMSTORE_REPO" ] || cd "$MEMSTORE_REPO" 2>/dev/null; '
-            'p=$(git config --get memstore.python 2>/dev/null); '
-            'if [ -x "$p" ]; then exec "$p" -m memstore "$@"; fi; '
+            'p=$(git -c safe.bareRepository=explicit config --get memstore.python 2>/dev/null); '
+            'case "$p" in /*) if [ -x "$p" ]; then exec "$p" -P -m memstore "$@"; fi;; esac; '
             'if command -v memstore >/dev/null 2>&1; then exec memstore "$@"; fi; '
-            'exec python3 -m memstore "$@"')
+            'exec python3 -P -m memstore "$@"')
 
 
 def portable_argv(*args: str) -> list[str]:
@@ -175,7 +179,7 @@ def mcp_server_entry(python: str | None = None, repo: Path | None = None) -> dic
     """The MCP server entry for this install, by absolute path: an agent's MCP client starts it
     without the shell's PATH, where a virtualenv's bare ``memstore`` is not found. ``repo``
     pins the checkout for clients that start the server in another folder."""
-    args = ["-m", "memstore", "mcp", *(["--repo", str(repo)] if repo is not None else [])]
+    args = ["-P", "-m", "memstore", "mcp", *(["--repo", str(repo)] if repo is not None else [])]
     return {"command": python or sys.executable, "args": args}
 
 

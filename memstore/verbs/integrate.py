@@ -4,7 +4,7 @@ reads, merged into the user's own files, and install the git hooks, so a clone n
 What it writes is meant to be committed: no file names a path of this machine. Every command runs
 ``sh -c LAUNCHER memstore ...`` (``guide.LAUNCHER``), which finds memstore on whichever machine runs
 it: the Python recorded in the clone's own git config (``git config memstore.python``, written here,
-never committed), else ``memstore`` on the PATH, else ``python3 -m memstore``. MCP servers resolve the
+never committed), else ``memstore`` on the PATH, else ``python3 -P -m memstore``. MCP servers resolve the
 repository from their working directory. So in a teammate's clone ``integrate`` finds every file as
 committed and changes none of them; it only records that clone's Python and installs the git hooks.
 
@@ -55,6 +55,7 @@ from . import workflow
 from .guide import guide_text, marked_section, portable_argv, section
 
 SERVER = "memstore"
+PLACE_VARS = frozenset({"MEMSTORE_REPO", "MEMSTORE_HOME", "MEMSTORE_STORE", "MEMSTORE_RUNTIME_DIR"})
 MAX_BYTES = 1 << 20  # an agent's settings file bigger than this is not one we should rewrite
 # Our hook commands, old (an absolute Python) and new (the launcher): `... memstore integrate <agent> --hook <event>`.
 _HOOK_RE = re.compile(r"\bmemstore integrate (?:claude|codex|cursor) --hook [a-z-]+$")
@@ -136,9 +137,11 @@ def add_mcp_json(old: str | None, setup: Setup, rel: str) -> str:
     prev = servers.get(SERVER)
     env = prev.get("env") if isinstance(prev, dict) else None
     # The person's MEMSTORE_* settings stay; nothing else does: the file may come from anyone's
-    # commit, and a PYTHONPATH or LD_PRELOAD there would run their code under our command.
-    kept = {k: v for k, v in env.items() if k.startswith("MEMSTORE_") and isinstance(v, str)} \
-        if isinstance(env, dict) else {}
+    # commit, and a PYTHONPATH or LD_PRELOAD there would run their code under our command. Nor
+    # do the variables that say where things are (a committed file could point the launcher at
+    # a folder of its own, or the global store into the checkout).
+    kept = {k: v for k, v in env.items() if k.startswith("MEMSTORE_") and k not in PLACE_VARS
+            and isinstance(v, str)} if isinstance(env, dict) else {}
     if kept:
         entry["env"] = {**kept, **entry.get("env", {})}
     if prev == entry and old is not None:
@@ -544,7 +547,7 @@ def _install(ws: Any, agent: str, repo: Path, setup: Setup, manifest: dict[str, 
     _save_manifest(manifest_path, manifest)
     return {"ok": True, "agent": agent, "action": "install", "repo": str(repo), "files": files,
             "store": {"path": ".memory/", "state": "created" if store.get("created") else "unchanged"},
-            "git_hooks": _hooks_summary(git_hooks), "command": [setup.python, "-m", "memstore"],
+            "git_hooks": _hooks_summary(git_hooks), "command": [setup.python, "-P", "-m", "memstore"],
             "undo": f"memstore integrate {agent} --remove"}
 
 
@@ -610,5 +613,5 @@ def _hooks_summary(answer: dict[str, Any]) -> dict[str, Any]:
 
 def shell_command(python: str, *args: str) -> str:
     """A command line for a person or agent to run, with this Python spelled out."""
-    return " ".join(shlex.quote(a) for a in (python, "-m", "memstore", *args))
+    return " ".join(shlex.quote(a) for a in (python, "-P", "-m", "memstore", *args))
 
