@@ -531,10 +531,13 @@ def test_workspaces_that_share_a_store_share_its_index(tmp_path: Path) -> None:
     """Every repo's workspace reads the global store, and two shells with different settings
     variables make two workspaces of one repo: each kept its own index of the same .index/, took
     the other's saves for damage and rebuilt ("keyword index was damaged"). One catalog and one
-    index per store now serve every workspace that reads it."""
+    index per store now serve every workspace that reads it, whatever BM25 constants each reads
+    with."""
     with own_daemon(tmp_path, "sharing", "zeta") as (life, repo):
         with life.environ():
             other = life.make_repo("other")
+        config = other / ".memory" / "config.yaml"  # another repo reads with other BM25 constants
+        config.write_text(config.read_text() + "read:\n  bm25_b: 0.6\n")
         notes = ["zeta-global: run ripgrep with --hidden to search dotfiles in every repository",
                  "zeta-global: format YAML with two spaces of indentation in every project",
                  "zeta-global: prefer uv for throwaway virtualenvs on laptops",

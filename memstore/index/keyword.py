@@ -223,6 +223,12 @@ class KeywordIndex:
         self.created = True
         self._take_print()
 
+    def set_bm25(self, params: BM25Params) -> None:
+        """Score with ``params``' BM25 constants from now on (the files do not depend on them)."""
+        if (params.bm25_b, params.bm25_k1) != (self.params.bm25_b, self.params.bm25_k1):
+            self.params = params
+            self._scorer = ArrayScorer(params.bm25_b, params.bm25_k1)
+
     def reset(self) -> None:
         """Throw the files away and start an empty index (the owner refills it)."""
         self.close()

@@ -825,6 +825,17 @@ class StoreIndex:
         finally:
             self._kw_inline = False
 
+    def use_bm25(self, params: BM25Params) -> None:
+        """Score with ``params``' BM25 constants: a long-lived process shares one index of a store
+        among workspaces whose ``read:`` settings may differ; the files do not depend on them."""
+        if (params.bm25_b, params.bm25_k1) == (self.params.bm25_b, self.params.bm25_k1):
+            return
+        self.params = params
+        if self.keyword is not None:
+            self.keyword.set_bm25(params)
+        if self.scan is not None:
+            self.scan.b, self.scan.k1 = params.bm25_b, params.bm25_k1
+
     def close(self) -> None:
         if self.keyword is not None:
             self.keyword.close()

@@ -59,10 +59,10 @@ def store_index(ws: Workspace, scope: str, params: ReadParams) -> StoreIndex:
     store = ws.store(scope)
     if si is None or si.store.root != store.root:
         cat = ws.catalog(scope, refresh=False)
-        si = ws.shared("index", store, lambda: StoreIndex(cat, get_embedder(), params.ranking, key=ws.key),
-                       (params.ranking.bm25_b, params.ranking.bm25_k1))
+        si = ws.shared("index", store, lambda: StoreIndex(cat, get_embedder(), params.ranking, key=ws.key))
         si.defer_saves = ws.defer_saves
         ws.indexes[scope] = si
+    si.use_bm25(params.ranking)  # one index per store, whatever BM25 constants this workspace reads with
     # Taken on every call: the daemon shortens the wait while it embeds in the background.
     si.embed_wait = ws.embed_wait
     si.progress = ws.progress

@@ -112,13 +112,15 @@ class Workspace:
                 cat.refresh_paths(own)
         return cat
 
-    def shared(self, what: str, store: Store, make: Callable[[], T], variant: Any = ()) -> T:
+    def shared(self, what: str, store: Store, make: Callable[[], T]) -> T:
         """The one ``what`` (a catalog, an index) of ``store`` in ``projections``, made by ``make``
-        the first time; ``make()`` alone without a registry. Kept apart by what makes two of them
-        differ: this user's key (what seals ``.index/``) and ``variant``."""
+        the first time; ``make()`` alone without a registry. Kept apart only by this user's key
+        (what seals ``.index/``): settings that differ between workspaces are applied by the
+        caller on each use (``StoreIndex.use_bm25``; a catalog parses under the caps of the
+        workspace using it)."""
         if self.projections is None:
             return make()
-        key = (what, str(store.root), hashlib.sha256(self.key).hexdigest(), variant)
+        key = (what, str(store.root), hashlib.sha256(self.key).hexdigest())
         obj = self.projections.get(key)
         if obj is None:
             obj = self.projections[key] = make()
