@@ -376,6 +376,11 @@ def count_commits(base: str | None, head: str, cwd: Path) -> int:
     return int(run(["rev-list", "--count", spec], cwd).stdout.strip() or 0)
 
 
+def count_merges(base: str, head: str, cwd: Path) -> int:
+    """Merge commits in ``base..head``."""
+    return int(run(["rev-list", "--merges", "--count", f"{base}..{head}"], cwd).stdout.strip() or 0)
+
+
 def changed_blobs(base: str | None, head: str, cwd: Path) -> dict[str, str]:
     """repo-relative path -> blob sha of every file ``head`` adds or changes since ``base``
     (every file of ``head`` without a base)."""

@@ -576,3 +576,29 @@ def test_an_edit_against_a_deletion_stops_and_says_how_to_agree(homes: tuple[Hom
     (b.store / "notes.txt").unlink()
     sync(b)
     assert b.head() == remote_head(remote) and not (b.store / "notes.txt").exists()
+
+
+def test_a_merge_a_sync_could_not_push_is_merged_again_never_flattened(homes: tuple[Home, Home], remote: Path,
+                                                                       tmp_path: Path) -> None:
+    """A sync that merged both machines' settings and then could not push (offline) leaves a merge
+    commit here. The next sync rebased it away and replayed the setting it had settled, which
+    clashed again on every sync, --keep or not. It now merges again."""
+    a, b = homes
+    _set(a, "stage: true ", "stage: false")
+    sync(a)
+    _set(b, "commit: false ", "commit: true  ")
+    away = tmp_path / "remote-away.git"
+    git(b.store, "config", "remote.origin.pushurl", str(away))  # B can fetch, not push
+    code, out, err = b.cli("sync")
+    assert code == 0 and out["unpushed"] >= 1, (out, err)
+    assert git(b.store, "rev-list", "--merges", "--count", "@{upstream}..HEAD").strip() == "1"
+    a.write("fact", "The staging database is reset every Sunday night by the ops cron job.")
+    sync(a)
+    git(b.store, "config", "--unset", "remote.origin.pushurl")
+    out = sync(b)
+    assert out["received"] >= 1 and out["unpushed"] == 0
+    _no_rebase_or_merge(b)
+    text = (b.store / "config.yaml").read_text()
+    assert "stage: false" in text and "commit: true" in text
+    sync(a)
+    assert a.head() == b.head() == remote_head(remote)

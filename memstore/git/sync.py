@@ -94,6 +94,10 @@ def _sync(store: Store, root: Path, up: Upstream, keep: str | None = None) -> di
         if remote_head is not None:
             before = gitops.resolve_commit("HEAD", root)
             settled = _settle_both_changed(root, up, keep)  # refuses before anything is rewritten
+            if settled is None and gitops.count_merges(up.ref, "HEAD", root):
+                # A merge an earlier sync made and could not push: a rebase would flatten it and
+                # replay the commits it settled, clashing again however --keep is given.
+                settled = {}
             with store.write_lock():
                 if settled is None:
                     conflicted = gitops.rebase(up.ref, root)
