@@ -556,14 +556,16 @@ class Store:
         try:
             self._record_in_git(paths, message)
         except BaseException as exc:
-            for path in paths:
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
+            unstaged = True
             if self.worktree is not None and self._pending is None:
                 # Staged before the commit failed (autonomous mode): out of git's index again.
                 # Removing a path needs no new object, so this fits where the add did not.
-                gitops.run(["rm", "--cached", "-q", "--ignore-unmatch", "--", *map(str, paths)], self.worktree,
-                           check=False)
+                unstaged = gitops.run(["rm", "--cached", "-q", "--ignore-unmatch", "--", *map(str, paths)],
+                                      self.worktree, check=False).returncode == 0
+            if unstaged:  # else the file stays beside its index entry: a staged file with no file is worse
+                for path in paths:
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
             full = git_disk_full(exc, self.worktree)
             if full is not None:
                 raise full from exc
