@@ -153,6 +153,9 @@ class Daemon:
         # a store has one lock however its workspaces come and go).
         self._projections: dict[tuple[Any, ...], Any] = {}
         self._store_locks: dict[str, threading.Lock] = {}
+        # The shared indexes a background thread embeds now (ids, under ``_state``): every repo's
+        # workspace holds the global store's one index, and two threads must not embed it twice.
+        self._embedding_ids: set[int] = set()
         self._stop = threading.Event()
         self._state = threading.Lock()
         self._flushing = threading.Lock()  # one flush at a time
@@ -360,7 +363,7 @@ class Daemon:
             if verb in ("read", "context"):
                 # While the background embeds, a read answers at once (partial) rather than
                 # spending its own second on a backlog it cannot finish.
-                ws.embed_wait = 0.0 if entry.embedding else entry.read_wait
+                ws.embed_wait = 0.0 if self._embedding(entry) else entry.read_wait
                 try:
                     if verb == "read":
                         return read(ws, request if isinstance(request, dict) else {}, episode=episode), 0
@@ -373,7 +376,7 @@ class Daemon:
                 from ..verbs.recall import hook
                 from .agenthooks import session_context
 
-                ws.embed_wait = 0.0 if entry.embedding else entry.read_wait
+                ws.embed_wait = 0.0 if self._embedding(entry) else entry.read_wait
                 try:
                     payload = args.get("payload")
                     return hook(ws, str(args.get("event")), payload if isinstance(payload, dict) else {},
@@ -440,6 +443,11 @@ class Daemon:
         else:
             deferred.append(work)
 
+    def _embedding(self, entry: Entry) -> bool:
+        """Is any of the workspace's indexes being embedded in the background (by any thread)?"""
+        with self._state:
+            return entry.embedding or any(id(si) in self._embedding_ids for si in list(entry.ws.indexes.values()))
+
     def embed_behind(self, entry: Entry) -> None:
         """Start embedding the workspace's memories that have no vector yet (a read or a refresh
         ran out of its wait), unless that is under way already or nothing waits."""
@@ -460,12 +468,17 @@ class Daemon:
         from ..index.embedder import EmbedderUnavailable
 
         t0 = time.monotonic()
+        claimed: set[int] = set()
         try:
             while not self._stop.is_set():
                 with entry.lock:
                     if entry.evicted:
                         return
-                    waiting = [si for si in entry.ws.indexes.values() if si.embedding_pending]
+                    pending = [si for si in entry.ws.indexes.values() if si.embedding_pending]
+                    with self._state:  # an index another workspace's thread embeds is left to it
+                        waiting = [si for si in pending if id(si) in claimed or id(si) not in self._embedding_ids]
+                        claimed.update(id(si) for si in waiting)
+                        self._embedding_ids.update(claimed)
                     work = [si.waiting_texts() for si in waiting]
                 if not waiting:
                     log.info("embedded the waiting memories in %.1f s", time.monotonic() - t0)
@@ -489,6 +502,7 @@ class Daemon:
         finally:
             with self._state:
                 entry.embedding = False
+                self._embedding_ids -= claimed
 
     def _stream(self, entry: Entry, waiting: list[Any], texts: dict[str, str]) -> None:
         if not texts:
