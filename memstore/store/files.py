@@ -146,17 +146,9 @@ def read_untrusted(path: Path, max_bytes: int = MAX_FILE_BYTES) -> str:
         if st.st_size > max_bytes:
             raise InvalidFile(f"is {st.st_size} bytes, over the {max_bytes}-byte cap on a store file "
                               "(limits.max_file_bytes); not read", code="too_large")
-        chunks: list[bytes] = []
-        left = max_bytes + 1  # the file may grow between fstat and read
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
+        data = _read_capped(fd, max_bytes)  # the file may grow between fstat and read
     finally:
         os.close(fd)
-    data = b"".join(chunks)
     if len(data) > max_bytes:
         raise InvalidFile(f"is over the {max_bytes}-byte cap on a store file (limits.max_file_bytes); not read",
                           code="too_large")
@@ -248,8 +240,10 @@ def given_text(data: bytes, what: str, *, bom: bool = False) -> str:
                              code="bad_input") from None
 
 
-# C0 controls but tab, newline and carriage return; DEL; C1 controls; lone surrogates. What a
-# write refuses (``bad_chars``) and ``check`` reports in a file written by hand.
+# C0 controls but tab, newline and carriage return; DEL; C1 controls; lone surrogates (bytes that
+# were not UTF-8). What a write refuses (``bad_chars``) and ``check`` reports in a file written by
+# hand: a memory is a Markdown file people read in diffs and terminals, where an escape sequence
+# or a NUL hides text or breaks tools, and nothing a memory says needs one.
 BAD_CHARS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
 
 

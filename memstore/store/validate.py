@@ -6,7 +6,6 @@ gate passes. The duplicate gate lives with the index (it needs embeddings).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from .. import gitops
 from ..errors import IntegrityError as LinkError
 from ..errors import InvalidRequest, NotFound, SchemaError, SecretError, SemanticError
 from .config import Config
+from .files import bad_char
 from .model import EvidenceRef, Memory, parse_evidence
 from .schemas import schema_errors
 from .secrets import find_secrets
@@ -58,31 +58,14 @@ def check_secrets(values: dict[str, str]) -> None:
             )
 
 
-# C0 controls but tab, newline and carriage return; DEL; C1 controls; lone surrogates (bytes
-# that were not UTF-8). A memory is a Markdown file people read in diffs and terminals: an
-# escape sequence or a NUL in it hides text or breaks tools, and nothing a memory says needs one.
-_BAD_CHARS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
-
-
 def check_chars(values: dict[str, str]) -> None:
-    """Refuse control characters and undecodable bytes in fields that are stored."""
-    for field, text in values.items():
-        m = _BAD_CHARS.search(text or "")
-        if m:
-            char = m.group(0)
-            what = "an undecodable byte (the input is not UTF-8)" if "\ud800" <= char <= "\udfff" else \
-                f"control character U+{ord(char):04X}"
-            raise SemanticError(f"{field} holds {what} at position {m.start()}", field=field, code="bad_chars",
-                                hint="remove it (terminal colour codes, NULs and the like do not belong in a memory)")
-
-
-def check_decodable(field: str, text: str) -> None:
-    """Refuse lone surrogates (argv or stdin bytes that were not UTF-8): nothing downstream can
-    encode them, and a search for them finds nothing anyway."""
-    m = re.search("[\ud800-\udfff]", text)
-    if m:
-        raise SemanticError(f"{field} holds an undecodable byte (the input is not UTF-8) at position {m.start()}",
-                            field=field, code="bad_chars")
+    """Refuse control characters and undecodable bytes in fields that are stored (``files.BAD_CHARS``
+    says which, and why a memory needs none of them)."""
+    found = bad_char(values)
+    if found is not None:
+        field, what = found
+        raise SemanticError(what, field=field, code="bad_chars",
+                            hint="remove it (terminal colour codes, NULs and the like do not belong in a memory)")
 
 
 def check_text(text: str, config: Config, field: str) -> None:
