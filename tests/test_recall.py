@@ -344,3 +344,43 @@ def test_a_recall_note_does_not_make_the_stop_hook_ask_early(repo: Path) -> None
     (repo / "src" / "app.py").write_text("def main():\n    return 43\n")
     code, out, _ = _hook(None, "claude", "stop", stop, repo)
     assert code == 0 and json.loads(out)["decision"] == "block"
+
+
+def test_a_budget_overrun_inside_an_index_open_is_not_taken_for_damage(repo: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hook's timer firing inside code that catches any Exception (the keyword index
+    rebuilds itself on one) still ends the hook: nothing injected, a line in hooks.log, and the
+    keyword index left as it was."""
+    import os
+    import time
+
+    from whoosh import index as whoosh_index
+
+    from memstore.surfaces import agenthooks
+
+    _write(repo, "problem", "Gunicorn workers time out after 30 s on the CSV export endpoint.")
+    payload = {"session_id": "o1", "cwd": str(repo), "prompt": "gunicorn workers time out on the CSV export"}
+    code, out, _ = _hook(None, "claude", "prompt", payload, repo)  # builds the indexes, patiently
+    assert code == 0 and "Gunicorn" in out
+    folders = [p for p in (repo / ".memory").rglob("*") if p.is_dir() and (p / "VERSION").is_file()
+               and any(p.glob("*.toc"))]
+    assert folders, "no keyword index on disk"
+    before = {p: p.stat().st_ino for f in folders for p in f.iterdir()}
+    real = whoosh_index.open_dir
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(whoosh_index, "open_dir", slow)
+    rdir = tmp_path / "run"
+    monkeypatch.setenv("MEMSTORE_RUNTIME_DIR", str(rdir))
+    monkeypatch.setenv("MEMSTORE_HOOK_BUDGET", "2")
+    monkeypatch.chdir(repo)
+    written: list[str] = []
+    monkeypatch.setattr(sys, "stdout", type("W", (), {"write": written.append, "flush": lambda self: None})())
+    assert agenthooks.run_hook("prompt", stdin=json.dumps({**payload, "session_id": "o2"})) == 0
+    assert written == []
+    assert "budget" in (rdir / "hooks.log").read_text()
+    assert {p: p.stat().st_ino for f in folders for p in f.iterdir() if p in before} == before
+    assert all(p.exists() for p in before), os.listdir(folders[0])

@@ -113,8 +113,10 @@ def session_context(ws: Any) -> str:
     return visible(render_context(context(ws)))
 
 
-class _Overrun(Exception):
-    pass
+class _Overrun(BaseException):
+    """The hook's time budget ran out. Not an Exception: raised by SIGALRM wherever the hook
+    happens to be, it must not be taken by an ``except Exception`` there (a keyword index that
+    rebuilds itself on any error would take the timeout for damage and run on past the budget)."""
 
 
 def _budget() -> float:
