@@ -334,3 +334,27 @@ def test_lines_rewritten_before_the_base_are_not_the_prs_doing() -> None:
     assert _overlaps(change(Hunk(6, 1, 5, 0), added=("line 6",)), {6, 7}, text) == []
     assert _overlaps(change(Hunk(6, 1, 5, 0)), {6, 7}, text) == [(6, 6)]
     assert _overlaps(change(Hunk(6, 1, 6, 2), added=("try:", "    line 6")), {6, 7}, text) == [(6, 6)]  # reindented
+
+
+def test_a_memory_citing_two_billion_lines_is_reviewed_by_the_lines_that_exist(
+        repo: Path, pr: dict[str, str], cli: Callable[..., CliResult]) -> None:
+    """A memory from a clone or a PR is hostile input: a huge line range is capped at the file's
+    end (not a list of two billion lines), a range past the end cites nothing."""
+    git(repo, "checkout", "-q", "main")
+    huge = _write(repo, "fact", "f5 to the end of the file", ["file:app.py#L16-L17"])
+    past = _write(repo, "fact", "past the end of the file", ["file:app.py#L30-L31"])
+    for path in (repo / ".memory").rglob("*.md"):
+        text = path.read_text()
+        path.write_text(text.replace("#L16-L17", "#L16-L2000000000").replace("#L13-L14", "#L13-L2000000000")
+                        .replace("#L30-L31", "#L90-L2000000000"))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "--no-verify", "-m", "hand-written memories")
+    git(repo, "checkout", "-q", "pr")
+    git(repo, "rebase", "-q", "main")
+    touched = {t["id"]: t for t in _review(cli, repo)["sections"]["touched"]}
+    for mid in (huge, pr["f5"]):  # f5 cited L13-L14 before the header moved it down three lines
+        (c,) = touched[mid]["citations"]
+        assert c["lines"] == [16, 32] and c["overlap"] == [[17, 17], [20, 20]], c
+    (c,) = touched[pr["f6old"]]["citations"]  # cited at an older commit: carried to the base
+    assert c["lines"] == [19, 32] and c["overlap"] == [[20, 20]], c
+    assert past not in touched and pr["f1"] not in touched

@@ -192,7 +192,13 @@ def touched(ws: Workspace, ch: Change, *, exclude: set[str] | None = None) -> li
                         revs[ref.rev] = gitops.resolve_commit(ref.rev, wt)
                     origin = revs[ref.rev]
                 origin = origin or added.get(mem.id)
+                if ref.path not in base_text:
+                    raw_text = gitops.show_file(ch.merge_base, ref.path, wt) or b""
+                    base_text[ref.path] = raw_text.decode("utf-8", "replace").split("\n")
+                text = base_text[ref.path]
+                # a memory from a clone or a PR can cite L1-L2000000000: never a list that long
                 lo, hi = ref.lines
+                hi = min(hi, len(text))
                 standing = list(range(lo, hi + 1))
                 if origin and origin != ch.merge_base:
                     key = (origin, ref.path)
@@ -200,15 +206,13 @@ def touched(ws: Workspace, ch: Change, *, exclude: set[str] | None = None) -> li
                         carried[key] = _diff(origin, ch.merge_base, wt, [ref.path])
                     between = carried[key].get(ref.path)
                     if between is not None:
+                        # the file's length at ``origin``: the base's less what the hunks since added
+                        hi = min(ref.lines[1], len(text) - sum(hk.new_count - hk.old_count for hk in between.hunks))
                         # the file was added since (its lines then were another file's) or
                         # rewritten: only the cited lines still standing at the base count
                         kept = {} if between.status == "A" else carry_lines(between.hunks, range(lo, hi + 1))
                         standing = sorted(kept.values())
                         cite.moved_before = len(standing) < hi - lo + 1
-                if ref.path not in base_text:
-                    raw_text = gitops.show_file(ch.merge_base, ref.path, wt) or b""
-                    base_text[ref.path] = raw_text.decode("utf-8", "replace").split("\n")
-                text = base_text[ref.path]
                 # a blank line carries nothing of what a memory cites: it neither keeps a citation
                 # alive nor makes one stale
                 standing = [n for n in standing if n <= len(text) and text[n - 1].strip()]
