@@ -287,6 +287,9 @@ def test_integrate_github_writes_pinned_least_privilege_workflows_and_remove_und
     assert "write" not in review.split("permissions: {}")[1]  # the job that runs PR code can write nothing
     assert "pull_request_target" not in review + post and "workflow_run:" in post
     assert "--expect-head" in post and "actions/checkout" not in post
+    # posts queue per PR head (fork and branch), not per branch name: forks share main and patch-1
+    (group,) = re.findall(r"^  group: (.*)$", post, re.M)
+    assert "workflow_run.head_repository.full_name" in group and "workflow_run.head_branch" in group
     assert "~/.cache/memstore/onnx" in review
     zizmor = _tool("zizmor")
     assert zizmor, "zizmor (test extra) is not installed"

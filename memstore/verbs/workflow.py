@@ -131,6 +131,10 @@ jobs:
 """
 
 
+POST_GROUP = ("memstore-review-comment-${{ github.event.workflow_run.head_repository.full_name }}"
+              "-${{ github.event.workflow_run.head_branch }}")
+
+
 def post_workflow(version: str) -> str:
     return f"""{HEADER}# Posts (or edits in place) the one memstore comment on a pull request, from the result
 # memstore-review.yml uploaded. It runs no code from the pull request.
@@ -145,8 +149,12 @@ on:
 
 permissions: {{}}
 
+# One post at a time per pull request, so two runs cannot both find no comment and both create
+# one (the poster's --expect-head already refuses a stale head, but not that race). Keyed by the
+# head repository and branch: the branch name alone (main, patch-1) is shared by PRs from
+# different forks, which would queue and replace each other's posts.
 concurrency:
-  group: memstore-review-comment-${{{{ github.event.workflow_run.head_branch }}}}
+  group: {POST_GROUP}
   cancel-in-progress: false
 
 jobs:
