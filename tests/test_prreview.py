@@ -361,3 +361,34 @@ def test_a_memory_citing_two_billion_lines_is_reviewed_by_the_lines_that_exist(
     (c,) = touched[pr["f6old"]]["citations"]  # cited at an older commit: carried to the base
     assert c["lines"] == [19, 32] and c["overlap"] == [[20, 20]], c
     assert past not in touched and pr["f1"] not in touched
+
+
+def test_the_review_step_takes_a_pr_title_that_starts_with_a_dash(
+        repo: Path, pr: dict[str, str], cli: Callable[..., CliResult], tmp_path: Path) -> None:
+    """The workflow passes PR data as --opt="$VALUE": a title "-WIP" is the title, not an option.
+    The Review step's script, run as written with a `memstore` on PATH."""
+    import yaml
+
+    code, _, err = cli("integrate", "github", cwd=repo)
+    assert code == 0, err
+    wf = repo / ".github" / "workflows"
+    for name in ("memstore-review.yml", "memstore-review-post.yml"):
+        assert not re.search(r'--[a-z-]+ "\$', (wf / name).read_text()), name  # every value as --opt="$X"
+    steps = yaml.safe_load((wf / "memstore-review.yml").read_text())["jobs"]["review"]["steps"]
+    (script,) = [s["run"] for s in steps if s.get("name") == "Review"]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "memstore").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m memstore "$@"\n')
+    (bin_dir / "memstore").chmod(0o755)
+    runner = tmp_path / "runner"
+    runner.mkdir()
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "RUNNER_TEMP": str(runner),
+           "BASE_SHA": git(repo, "rev-parse", "main").strip(), "PR_TITLE": "-WIP", "PR_BODY": "--body",
+           "PR_NUMBER": "3"}
+    proc = subprocess.run(["bash", "-e", "-c", script], cwd=repo, env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert pr["f5"] in proc.stdout  # the ::warning annotations
+    ans = json.loads((runner / "memstore-review" / "review.json").read_text())
+    assert pr["f5"] in {t["id"] for t in ans["sections"]["touched"]}
+    code, ans, err = cli("review", "--base", "HEAD", "--title=-WIP", "--format", "json", cwd=repo)
+    assert code == 0 and ans["nothing_to_say"] is True, err
