@@ -392,3 +392,45 @@ def test_the_review_step_takes_a_pr_title_that_starts_with_a_dash(
     assert pr["f5"] in {t["id"] for t in ans["sections"]["touched"]}
     code, ans, err = cli("review", "--base", "HEAD", "--title=-WIP", "--format", "json", cwd=repo)
     assert code == 0 and ans["nothing_to_say"] is True, err
+
+
+def test_review_reads_file_names_git_quotes_and_sql_comments_in_hunks(
+        repo: Path, cli: Callable[..., CliResult]) -> None:
+    """Names with a space (git ends them with a TAB), past ASCII or with a quote (git C-quotes
+    them), and a hunk that removes a ``-- comment`` line (``--- comment`` in the diff, not a
+    file header) are each read as the file they are."""
+    names = ["my file.py", "café.py", 'say "hi".py']
+    for name in names:
+        (repo / name).write_text("A = 1\nB = 2\n")
+    (repo / "schema.sql").write_text("-- old comment\nCREATE TABLE t (a int);\n\n\nSELECT 1;\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "files")
+    ids = {name: _write(repo, "fact", f"{name} sets A to one", [f"file:{name}#L1"]) for name in names}
+    ids["sql"] = _write(repo, "fact", "the schema ends with a probe query", ["file:schema.sql#L5"])
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "memories")
+    git(repo, "checkout", "-q", "-b", "pr")
+    for name in names:
+        (repo / name).write_text("A = 11\nB = 2\n")
+    (repo / "schema.sql").write_text("-- new comment\nCREATE TABLE t (a int);\n\n\nSELECT 2;\n")
+    git(repo, "commit", "-q", "-am", "change them")
+    touched = {t["id"]: t for t in _review(cli, repo)["sections"]["touched"]}
+    assert set(touched) == set(ids.values())
+    for name in names:
+        (c,) = touched[ids[name]]["citations"]
+        assert c["path"] == name and c["overlap"] == [[1, 1]]
+    (c,) = touched[ids["sql"]]["citations"]
+    assert c["path"] == "schema.sql" and c["overlap"] == [[5, 5]]
+
+
+def test_diff_lines_that_look_like_file_headers_are_hunk_lines() -> None:
+    from memstore.git.prreview import parse_diff
+
+    diff = ('diff --git a/s.sql b/s.sql\n--- a/s.sql\n+++ b/s.sql\n@@ -1 +1 @@\n--- old comment\n+++ counter\n'
+            '@@ -5 +5 @@\n-SELECT 1;\n+SELECT 2;\n'
+            'diff --git "a/caf\\303\\251 \\"q\\".py" "b/caf\\303\\251 \\"q\\".py"\n'
+            '--- "a/caf\\303\\251 \\"q\\".py"\n+++ "b/caf\\303\\251 \\"q\\".py"\n@@ -1 +1 @@\n-A = 1\n+A = 11\n')
+    files = parse_diff(diff)
+    assert set(files) == {"s.sql", 'café "q".py'}
+    sql = files["s.sql"]
+    assert (len(sql.hunks), sql.removed, sql.added) == (2, ["-- old comment", "SELECT 1;"], ["++ counter", "SELECT 2;"])
