@@ -434,3 +434,25 @@ def test_diff_lines_that_look_like_file_headers_are_hunk_lines() -> None:
     assert set(files) == {"s.sql", 'café "q".py'}
     sql = files["s.sql"]
     assert (len(sql.hunks), sql.removed, sql.added) == (2, ["-- old comment", "SELECT 1;"], ["++ counter", "SELECT 2;"])
+
+
+def test_a_review_answer_with_bad_line_ranges_is_refused_and_nothing_is_posted(
+        repo: Path, pr: dict[str, str], cli: Callable[..., CliResult], fake_gh: tuple[dict[str, str], Path],
+        tmp_path: Path) -> None:
+    """An artifact from a fork's job is hostile input: a line range that is not [first, last]
+    is bad_input in every format, and the post path posts nothing."""
+    env, state = fake_gh
+    good = _review(cli, repo)
+    for bad in ([5], ["x", 2], [9, 3], [True, 2]):
+        ans = json.loads(json.dumps(good))
+        for t in ans["sections"]["touched"]:
+            for c in t["citations"]:
+                c["head_lines"] = bad
+        artifact = tmp_path / "review.json"
+        artifact.write_text(json.dumps(ans))
+        for args in (("--format", "markdown"), ("--format", "github"),
+                     ("--post", "--repo", "o/r", "--pr", "9", "--expect-head", good["head_sha"])):
+            code, err, _ = cli("review", "--from", str(artifact), *args, cwd=tmp_path,
+                               env={**env, "FAKE_GH_HEAD": good["head_sha"]})
+            assert code == 2 and err["error"]["code"] == "bad_input", (bad, args, err)
+    assert [m for m, _ in _calls(state) if m != "GET"] == []  # nothing posted
