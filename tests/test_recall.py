@@ -331,6 +331,34 @@ def test_the_prompt_hook_is_answered_by_a_running_daemon(tmp_path: Path) -> None
             proc.wait(timeout=30)
 
 
+def test_a_payload_without_cwd_is_read_from_where_the_hook_runs_through_the_daemon(tmp_path: Path) -> None:
+    """An agent that sends no cwd: the hook's own directory is the payload's, so the daemon
+    (whose own directory is elsewhere) finds a relative file path in the repo."""
+    from daemonworld import Env
+
+    life = Env(tmp_path / "nocwd")
+    proc = None
+    try:
+        with life.environ():
+            repo = life.make_repo("repo")
+            (repo / "src").mkdir()
+            (repo / "src" / "billing.py").write_text("\n".join(f"line {i}" for i in range(1, 31)) + "\n")
+            mid = _write(repo, "problem", "Invoices are double-charged when the payment webhook is retried.",
+                         evidence=["file:src/billing.py#L10-L20"])
+        proc = life.start("--idle", "600")
+        payload = {"session_id": "nc1", "hook_event_name": "PreToolUse", "tool_name": "Read",
+                   "tool_input": {"file_path": "src/billing.py"}}
+        out = subprocess.run([sys.executable, "-m", "memstore", "integrate", "claude", "--hook", "file"],
+                             input=json.dumps(payload), capture_output=True, text=True, cwd=repo, env=life.env(),
+                             check=False, timeout=120)
+        assert out.returncode == 0 and mid in out.stdout, (out.stdout, out.stderr)
+        assert mid in _context_of(out.stdout)
+    finally:
+        life.cleanup()
+        if proc is not None:
+            proc.wait(timeout=30)
+
+
 def test_a_recall_note_does_not_make_the_stop_hook_ask_early(repo: Path) -> None:
     """The prompt hook notes what it injected in the session's note; a session whose note holds
     only that (no session start seen) is not asked to reflect before it changed anything."""

@@ -159,6 +159,9 @@ def _recall(event: str, stdin: str | None, agent: str) -> int:
         if not isinstance(payload, dict):
             return 0
         payload = common_payload(payload)
+        # no cwd (or a relative one): the hook's own, resolved here; the daemon's is elsewhere
+        cwd = payload.get("cwd")
+        payload = {**payload, "cwd": os.path.realpath(cwd if isinstance(cwd, str) and cwd else ".")}
         out = _through_daemon(event, payload, agent, budget)
         if out is None:
             out = _in_process(event, payload, agent, time.monotonic() + budget)
