@@ -107,3 +107,51 @@ def test_a_repo_write_in_review_mode_is_staged_as_before(repo: Path, cli: Callab
                        "--allow-duplicate", cwd=repo)
     assert rc == 0 and "pending" not in out, err
     assert out["path"] in git(repo, "diff", "--cached", "--name-only")
+
+
+def _blocked_on(lock: Path) -> int:
+    """How many processes wait for the flock on ``lock`` (Linux's /proc/locks marks a waiter ->)."""
+    inode = f":{os.stat(lock).st_ino} "
+    return sum(1 for line in Path("/proc/locks").read_text().splitlines() if "->" in line and inode in line)
+
+
+def test_approve_and_drop_of_one_proposal_never_both_succeed(repo: Path, cli: Callable[..., CliResult]) -> None:
+    """In turn: whichever comes second finds nothing. At once (both waiting on the store's write
+    lock): one wins, the other is not_found, and the store holds what the winner said."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    from memstore.store.workspace import open_workspace
+
+    first = _propose(cli, repo)
+    rc, _, err = cli("approve", first["id"], cwd=repo)
+    assert rc == 0, err
+    rc, out, _ = cli("drop", first["id"], cwd=repo)
+    assert rc == 3 and out["error"]["code"] == "not_found"
+    assert f"preferences/{Path(first['path']).name}" in _global_files()
+    second = _propose(cli, repo, "The user wants tabs, never spaces, in Makefiles.")
+    rc, _, err = cli("drop", second["id"], cwd=repo)
+    assert rc == 0, err
+    rc, out, _ = cli("approve", second["id"], cwd=repo)
+    assert rc == 3 and out["error"]["code"] == "not_found"
+    assert not any(Path(second["path"]).name in f for f in _global_files())
+
+    third = _propose(cli, repo, "The user wants commit messages in the imperative mood.")
+    store = open_workspace(cwd=repo).global_
+    with store.write_lock():
+        procs = {verb: subprocess.Popen([sys.executable, "-m", "memstore", verb, third["id"]], cwd=repo,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for verb in ("approve", "drop")}
+        deadline = time.monotonic() + 120
+        while _blocked_on(store.index_dir / "write.lock") < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    outs = {verb: p.communicate(timeout=120)[0] for verb, p in procs.items()}
+    answers = {verb: (procs[verb].returncode, json.loads(out)) for verb, out in outs.items()}
+    ok = [verb for verb, (rc, _) in answers.items() if rc == 0]
+    assert len(ok) == 1, answers
+    (loser,) = set(answers) - set(ok)
+    assert answers[loser][1]["error"]["code"] == "not_found"
+    stored = any(Path(third["path"]).name in f for f in _global_files())
+    assert stored == (ok == ["approve"])

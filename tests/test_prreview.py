@@ -287,6 +287,9 @@ def test_integrate_github_writes_pinned_least_privilege_workflows_and_remove_und
     assert "write" not in review.split("permissions: {}")[1]  # the job that runs PR code can write nothing
     assert "pull_request_target" not in review + post and "workflow_run:" in post
     assert "--expect-head" in post and "actions/checkout" not in post
+    # posts queue per PR head (fork and branch), not per branch name: forks share main and patch-1
+    (group,) = re.findall(r"^  group: (.*)$", post, re.M)
+    assert "workflow_run.head_repository.full_name" in group and "workflow_run.head_branch" in group
     assert "~/.cache/memstore/onnx" in review
     zizmor = _tool("zizmor")
     assert zizmor, "zizmor (test extra) is not installed"
@@ -334,3 +337,122 @@ def test_lines_rewritten_before_the_base_are_not_the_prs_doing() -> None:
     assert _overlaps(change(Hunk(6, 1, 5, 0), added=("line 6",)), {6, 7}, text) == []
     assert _overlaps(change(Hunk(6, 1, 5, 0)), {6, 7}, text) == [(6, 6)]
     assert _overlaps(change(Hunk(6, 1, 6, 2), added=("try:", "    line 6")), {6, 7}, text) == [(6, 6)]  # reindented
+
+
+def test_a_memory_citing_two_billion_lines_is_reviewed_by_the_lines_that_exist(
+        repo: Path, pr: dict[str, str], cli: Callable[..., CliResult]) -> None:
+    """A memory from a clone or a PR is hostile input: a huge line range is capped at the file's
+    end (not a list of two billion lines), a range past the end cites nothing."""
+    git(repo, "checkout", "-q", "main")
+    huge = _write(repo, "fact", "f5 to the end of the file", ["file:app.py#L16-L17"])
+    past = _write(repo, "fact", "past the end of the file", ["file:app.py#L30-L31"])
+    for path in (repo / ".memory").rglob("*.md"):
+        text = path.read_text()
+        path.write_text(text.replace("#L16-L17", "#L16-L2000000000").replace("#L13-L14", "#L13-L2000000000")
+                        .replace("#L30-L31", "#L90-L2000000000"))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "--no-verify", "-m", "hand-written memories")
+    git(repo, "checkout", "-q", "pr")
+    git(repo, "rebase", "-q", "main")
+    touched = {t["id"]: t for t in _review(cli, repo)["sections"]["touched"]}
+    for mid in (huge, pr["f5"]):  # f5 cited L13-L14 before the header moved it down three lines
+        (c,) = touched[mid]["citations"]
+        assert c["lines"] == [16, 32] and c["overlap"] == [[17, 17], [20, 20]], c
+    (c,) = touched[pr["f6old"]]["citations"]  # cited at an older commit: carried to the base
+    assert c["lines"] == [19, 32] and c["overlap"] == [[20, 20]], c
+    assert past not in touched and pr["f1"] not in touched
+
+
+def test_the_review_step_takes_a_pr_title_that_starts_with_a_dash(
+        repo: Path, pr: dict[str, str], cli: Callable[..., CliResult], tmp_path: Path) -> None:
+    """The workflow passes PR data as --opt="$VALUE": a title "-WIP" is the title, not an option.
+    The Review step's script, run as written with a `memstore` on PATH."""
+    import yaml
+
+    code, _, err = cli("integrate", "github", cwd=repo)
+    assert code == 0, err
+    wf = repo / ".github" / "workflows"
+    for name in ("memstore-review.yml", "memstore-review-post.yml"):
+        assert not re.search(r'--[a-z-]+ "\$', (wf / name).read_text()), name  # every value as --opt="$X"
+    steps = yaml.safe_load((wf / "memstore-review.yml").read_text())["jobs"]["review"]["steps"]
+    (script,) = [s["run"] for s in steps if s.get("name") == "Review"]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "memstore").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m memstore "$@"\n')
+    (bin_dir / "memstore").chmod(0o755)
+    runner = tmp_path / "runner"
+    runner.mkdir()
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "RUNNER_TEMP": str(runner),
+           "BASE_SHA": git(repo, "rev-parse", "main").strip(), "PR_TITLE": "-WIP", "PR_BODY": "--body",
+           "PR_NUMBER": "3"}
+    proc = subprocess.run(["bash", "-e", "-c", script], cwd=repo, env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert pr["f5"] in proc.stdout  # the ::warning annotations
+    ans = json.loads((runner / "memstore-review" / "review.json").read_text())
+    assert pr["f5"] in {t["id"] for t in ans["sections"]["touched"]}
+    code, ans, err = cli("review", "--base", "HEAD", "--title=-WIP", "--format", "json", cwd=repo)
+    assert code == 0 and ans["nothing_to_say"] is True, err
+
+
+def test_review_reads_file_names_git_quotes_and_sql_comments_in_hunks(
+        repo: Path, cli: Callable[..., CliResult]) -> None:
+    """Names with a space (git ends them with a TAB), past ASCII or with a quote (git C-quotes
+    them), and a hunk that removes a ``-- comment`` line (``--- comment`` in the diff, not a
+    file header) are each read as the file they are."""
+    names = ["my file.py", "café.py", 'say "hi".py']
+    for name in names:
+        (repo / name).write_text("A = 1\nB = 2\n")
+    (repo / "schema.sql").write_text("-- old comment\nCREATE TABLE t (a int);\n\n\nSELECT 1;\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "files")
+    ids = {name: _write(repo, "fact", f"{name} sets A to one", [f"file:{name}#L1"]) for name in names}
+    ids["sql"] = _write(repo, "fact", "the schema ends with a probe query", ["file:schema.sql#L5"])
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "memories")
+    git(repo, "checkout", "-q", "-b", "pr")
+    for name in names:
+        (repo / name).write_text("A = 11\nB = 2\n")
+    (repo / "schema.sql").write_text("-- new comment\nCREATE TABLE t (a int);\n\n\nSELECT 2;\n")
+    git(repo, "commit", "-q", "-am", "change them")
+    touched = {t["id"]: t for t in _review(cli, repo)["sections"]["touched"]}
+    assert set(touched) == set(ids.values())
+    for name in names:
+        (c,) = touched[ids[name]]["citations"]
+        assert c["path"] == name and c["overlap"] == [[1, 1]]
+    (c,) = touched[ids["sql"]]["citations"]
+    assert c["path"] == "schema.sql" and c["overlap"] == [[5, 5]]
+
+
+def test_diff_lines_that_look_like_file_headers_are_hunk_lines() -> None:
+    from memstore.git.prreview import parse_diff
+
+    diff = ('diff --git a/s.sql b/s.sql\n--- a/s.sql\n+++ b/s.sql\n@@ -1 +1 @@\n--- old comment\n+++ counter\n'
+            '@@ -5 +5 @@\n-SELECT 1;\n+SELECT 2;\n'
+            'diff --git "a/caf\\303\\251 \\"q\\".py" "b/caf\\303\\251 \\"q\\".py"\n'
+            '--- "a/caf\\303\\251 \\"q\\".py"\n+++ "b/caf\\303\\251 \\"q\\".py"\n@@ -1 +1 @@\n-A = 1\n+A = 11\n')
+    files = parse_diff(diff)
+    assert set(files) == {"s.sql", 'café "q".py'}
+    sql = files["s.sql"]
+    assert (len(sql.hunks), sql.removed, sql.added) == (2, ["-- old comment", "SELECT 1;"], ["++ counter", "SELECT 2;"])
+
+
+def test_a_review_answer_with_bad_line_ranges_is_refused_and_nothing_is_posted(
+        repo: Path, pr: dict[str, str], cli: Callable[..., CliResult], fake_gh: tuple[dict[str, str], Path],
+        tmp_path: Path) -> None:
+    """An artifact from a fork's job is hostile input: a line range that is not [first, last]
+    is bad_input in every format, and the post path posts nothing."""
+    env, state = fake_gh
+    good = _review(cli, repo)
+    for bad in ([5], ["x", 2], [9, 3], [True, 2]):
+        ans = json.loads(json.dumps(good))
+        for t in ans["sections"]["touched"]:
+            for c in t["citations"]:
+                c["head_lines"] = bad
+        artifact = tmp_path / "review.json"
+        artifact.write_text(json.dumps(ans))
+        for args in (("--format", "markdown"), ("--format", "github"),
+                     ("--post", "--repo", "o/r", "--pr", "9", "--expect-head", good["head_sha"])):
+            code, err, _ = cli("review", "--from", str(artifact), *args, cwd=tmp_path,
+                               env={**env, "FAKE_GH_HEAD": good["head_sha"]})
+            assert code == 2 and err["error"]["code"] == "bad_input", (bad, args, err)
+    assert [m for m, _ in _calls(state) if m != "GET"] == []  # nothing posted

@@ -331,6 +331,34 @@ def test_the_prompt_hook_is_answered_by_a_running_daemon(tmp_path: Path) -> None
             proc.wait(timeout=30)
 
 
+def test_a_payload_without_cwd_is_read_from_where_the_hook_runs_through_the_daemon(tmp_path: Path) -> None:
+    """An agent that sends no cwd: the hook's own directory is the payload's, so the daemon
+    (whose own directory is elsewhere) finds a relative file path in the repo."""
+    from daemonworld import Env
+
+    life = Env(tmp_path / "nocwd")
+    proc = None
+    try:
+        with life.environ():
+            repo = life.make_repo("repo")
+            (repo / "src").mkdir()
+            (repo / "src" / "billing.py").write_text("\n".join(f"line {i}" for i in range(1, 31)) + "\n")
+            mid = _write(repo, "problem", "Invoices are double-charged when the payment webhook is retried.",
+                         evidence=["file:src/billing.py#L10-L20"])
+        proc = life.start("--idle", "600")
+        payload = {"session_id": "nc1", "hook_event_name": "PreToolUse", "tool_name": "Read",
+                   "tool_input": {"file_path": "src/billing.py"}}
+        out = subprocess.run([sys.executable, "-m", "memstore", "integrate", "claude", "--hook", "file"],
+                             input=json.dumps(payload), capture_output=True, text=True, cwd=repo, env=life.env(),
+                             check=False, timeout=120)
+        assert out.returncode == 0 and mid in out.stdout, (out.stdout, out.stderr)
+        assert mid in _context_of(out.stdout)
+    finally:
+        life.cleanup()
+        if proc is not None:
+            proc.wait(timeout=30)
+
+
 def test_a_recall_note_does_not_make_the_stop_hook_ask_early(repo: Path) -> None:
     """The prompt hook notes what it injected in the session's note; a session whose note holds
     only that (no session start seen) is not asked to reflect before it changed anything."""
@@ -344,3 +372,43 @@ def test_a_recall_note_does_not_make_the_stop_hook_ask_early(repo: Path) -> None
     (repo / "src" / "app.py").write_text("def main():\n    return 43\n")
     code, out, _ = _hook(None, "claude", "stop", stop, repo)
     assert code == 0 and json.loads(out)["decision"] == "block"
+
+
+def test_a_budget_overrun_inside_an_index_open_is_not_taken_for_damage(repo: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hook's timer firing inside code that catches any Exception (the keyword index
+    rebuilds itself on one) still ends the hook: nothing injected, a line in hooks.log, and the
+    keyword index left as it was."""
+    import os
+    import time
+
+    from whoosh import index as whoosh_index
+
+    from memstore.surfaces import agenthooks
+
+    _write(repo, "problem", "Gunicorn workers time out after 30 s on the CSV export endpoint.")
+    payload = {"session_id": "o1", "cwd": str(repo), "prompt": "gunicorn workers time out on the CSV export"}
+    code, out, _ = _hook(None, "claude", "prompt", payload, repo)  # builds the indexes, patiently
+    assert code == 0 and "Gunicorn" in out
+    folders = [p for p in (repo / ".memory").rglob("*") if p.is_dir() and (p / "VERSION").is_file()
+               and any(p.glob("*.toc"))]
+    assert folders, "no keyword index on disk"
+    before = {p: p.stat().st_ino for f in folders for p in f.iterdir()}
+    real = whoosh_index.open_dir
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(whoosh_index, "open_dir", slow)
+    rdir = tmp_path / "run"
+    monkeypatch.setenv("MEMSTORE_RUNTIME_DIR", str(rdir))
+    monkeypatch.setenv("MEMSTORE_HOOK_BUDGET", "2")
+    monkeypatch.chdir(repo)
+    written: list[str] = []
+    monkeypatch.setattr(sys, "stdout", type("W", (), {"write": written.append, "flush": lambda self: None})())
+    assert agenthooks.run_hook("prompt", stdin=json.dumps({**payload, "session_id": "o2"})) == 0
+    assert written == []
+    assert "budget" in (rdir / "hooks.log").read_text()
+    assert {p: p.stat().st_ino for f in folders for p in f.iterdir() if p in before} == before
+    assert all(p.exists() for p in before), os.listdir(folders[0])

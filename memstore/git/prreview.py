@@ -78,40 +78,80 @@ def resolve(store: Store, base: str, head: str | None) -> tuple[str, str, str]:
     return shas[0], shas[1], gitops.merge_base(shas[0], shas[1], wt) or shas[0]
 
 
+_C_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
+_QUOTED = r'"(?:[^"\\]|\\.)*"'
+
+
+def unquote_path(name: str) -> str:
+    """A path as git prints it in a diff: C-quoted (``"a/caf\\303\\251.py"``) when it holds a
+    quote, a backslash or a control character (and, unless ``core.quotePath=false``, a byte
+    past ASCII), as is otherwise."""
+    if len(name) < 2 or not (name.startswith('"') and name.endswith('"')):
+        return name
+    out = bytearray()
+    body, i = name[1:-1], 0
+    while i < len(body):
+        ch = body[i]
+        if ch != "\\" or i + 1 == len(body):
+            out += ch.encode("utf-8")
+            i += 1
+        elif body[i + 1] in "01234567":
+            out.append(int(body[i + 1:i + 4], 8) & 0xFF)
+            i += 4
+        else:
+            out.append(_C_ESCAPES.get(body[i + 1], ord(body[i + 1])))
+            i += 2
+    return out.decode("utf-8", "surrogateescape")
+
+
+def _header_path(rest: str, side: str) -> str:
+    """The path of a ``--- a/x`` / ``+++ b/x`` header's ``rest``; "" for /dev/null. Git ends a
+    name that holds a space with a TAB (for patch(1)); a quoted name is unquoted first."""
+    name = unquote_path(rest[:-1] if rest.endswith("\t") else rest)
+    return name[2:] if name.startswith(side + "/") else ""
+
+
 def parse_diff(text: str) -> dict[str, FileChange]:
-    """``git diff -U0 --no-renames`` output as FileChange per path (binary files have no hunks)."""
+    """``git diff -U0 --no-renames`` output as FileChange per path (binary files have no hunks).
+    ``---``/``+++`` are headers only between a ``diff --git`` line and that file's first hunk:
+    in a hunk they are a removed ``-- comment`` or an added ``++ x``."""
     files: dict[str, FileChange] = {}
     cur: FileChange | None = None
     old_path = ""
+    header = False
     for line in text.split("\n"):
         if line.startswith("diff --git "):
             cur = None
             old_path = ""
-        elif line.startswith("--- "):
-            old_path = line[6:] if line.startswith("--- a/") else ""
-        elif line.startswith("+++ "):
-            new_path = line[6:] if line.startswith("+++ b/") else ""
+            header = True
+        elif header and line.startswith("--- "):
+            old_path = _header_path(line[4:], "a")
+        elif header and line.startswith("+++ "):
+            new_path = _header_path(line[4:], "b")
             path = new_path or old_path
             status = "A" if not old_path else "D" if not new_path else "M"
             cur = files.setdefault(path, FileChange(path, status))
-        elif line.startswith("Binary files ") and cur is None:
-            m = re.match(r"Binary files (?:a/(.+)|/dev/null) and (?:b/(.+)|/dev/null) differ", line)
+        elif header and line.startswith("Binary files ") and cur is None:
+            m = re.fullmatch(rf"Binary files ({_QUOTED}|a/.+|/dev/null) and ({_QUOTED}|b/.+|/dev/null) differ", line)
             if m:
-                path = m.group(2) or m.group(1)
-                files[path] = FileChange(path, "A" if not m.group(1) else "D" if not m.group(2) else "M")
+                old, new = _header_path(m.group(1), "a"), _header_path(m.group(2), "b")
+                path = new or old
+                files[path] = FileChange(path, "A" if not old else "D" if not new else "M")
         elif cur is not None and line.startswith("@@"):
+            header = False
             m = _HUNK.match(line)
             if m:
                 cur.hunks.append(Hunk(int(m.group(1)), int(m.group(2) or 1), int(m.group(3)), int(m.group(4) or 1)))
-        elif cur is not None and line.startswith("+"):
+        elif cur is not None and not header and line.startswith("+"):
             cur.added.append(line[1:])
-        elif cur is not None and line.startswith("-"):
+        elif cur is not None and not header and line.startswith("-"):
             cur.removed.append(line[1:])
     return files
 
 
 def _diff(old: str, new: str, wt: Path, paths: list[str] | None = None) -> dict[str, FileChange]:
-    args = ["diff", "-U0", "--no-renames", "--no-color", "--no-ext-diff", old, new]
+    # core.quotePath=false: a name past ASCII (café.py) as itself, not C-quoted octal
+    args = ["-c", "core.quotePath=false", "diff", "-U0", "--no-renames", "--no-color", "--no-ext-diff", old, new]
     proc = gitops.run([*args, "--", *paths] if paths is not None else args, wt, check=False)
     return parse_diff(proc.stdout) if proc.returncode == 0 else {}
 
@@ -192,7 +232,13 @@ def touched(ws: Workspace, ch: Change, *, exclude: set[str] | None = None) -> li
                         revs[ref.rev] = gitops.resolve_commit(ref.rev, wt)
                     origin = revs[ref.rev]
                 origin = origin or added.get(mem.id)
+                if ref.path not in base_text:
+                    raw_text = gitops.show_file(ch.merge_base, ref.path, wt) or b""
+                    base_text[ref.path] = raw_text.decode("utf-8", "replace").split("\n")
+                text = base_text[ref.path]
+                # a memory from a clone or a PR can cite L1-L2000000000: never a list that long
                 lo, hi = ref.lines
+                hi = min(hi, len(text))
                 standing = list(range(lo, hi + 1))
                 if origin and origin != ch.merge_base:
                     key = (origin, ref.path)
@@ -200,15 +246,13 @@ def touched(ws: Workspace, ch: Change, *, exclude: set[str] | None = None) -> li
                         carried[key] = _diff(origin, ch.merge_base, wt, [ref.path])
                     between = carried[key].get(ref.path)
                     if between is not None:
+                        # the file's length at ``origin``: the base's less what the hunks since added
+                        hi = min(ref.lines[1], len(text) - sum(hk.new_count - hk.old_count for hk in between.hunks))
                         # the file was added since (its lines then were another file's) or
                         # rewritten: only the cited lines still standing at the base count
                         kept = {} if between.status == "A" else carry_lines(between.hunks, range(lo, hi + 1))
                         standing = sorted(kept.values())
                         cite.moved_before = len(standing) < hi - lo + 1
-                if ref.path not in base_text:
-                    raw_text = gitops.show_file(ch.merge_base, ref.path, wt) or b""
-                    base_text[ref.path] = raw_text.decode("utf-8", "replace").split("\n")
-                text = base_text[ref.path]
                 # a blank line carries nothing of what a memory cites: it neither keeps a citation
                 # alive nor makes one stale
                 standing = [n for n in standing if n <= len(text) and text[n - 1].strip()]

@@ -113,8 +113,10 @@ def session_context(ws: Any) -> str:
     return visible(render_context(context(ws)))
 
 
-class _Overrun(Exception):
-    pass
+class _Overrun(BaseException):
+    """The hook's time budget ran out. Not an Exception: raised by SIGALRM wherever the hook
+    happens to be, it must not be taken by an ``except Exception`` there (a keyword index that
+    rebuilds itself on any error would take the timeout for damage and run on past the budget)."""
 
 
 def _budget() -> float:
@@ -157,6 +159,9 @@ def _recall(event: str, stdin: str | None, agent: str) -> int:
         if not isinstance(payload, dict):
             return 0
         payload = common_payload(payload)
+        # no cwd (or a relative one): the hook's own, resolved here; the daemon's is elsewhere
+        cwd = payload.get("cwd")
+        payload = {**payload, "cwd": os.path.realpath(cwd if isinstance(cwd, str) and cwd else ".")}
         out = _through_daemon(event, payload, agent, budget)
         if out is None:
             out = _in_process(event, payload, agent, time.monotonic() + budget)

@@ -49,6 +49,17 @@ def _get(d: Any, key: str, kind: type | tuple[type, ...], default: Any = None) -
     return v
 
 
+def _pair(d: Any, key: str) -> list[int] | None:
+    """A line range ``[lo, hi]`` of the review answer, or None when it has none. The answer can
+    come from a fork's job (``--from``): anything else is refused, as ``_get`` refuses a type."""
+    v = _get(d, key, list)
+    if not v:
+        return None
+    if not (len(v) == 2 and all(type(x) is int for x in v) and 1 <= v[0] <= v[1]):
+        raise InvalidRequest(f"the review answer's {key!r} is not a line range [first, last]", code="bad_input")
+    return list(v)
+
+
 def _link(path: str, lines: list[int] | None, sha: str, link_base: str | None) -> str:
     shown = _code(path + (f"#L{lines[0]}" + (f"-L{lines[1]}" if lines[1] != lines[0] else "") if lines else ""))
     if not link_base or not re.fullmatch(r"[0-9a-f]{40}", sha or ""):
@@ -83,8 +94,7 @@ def _touched_item(e: dict[str, Any], ans: dict[str, Any], link_base: str | None)
         else:
             status = _get(c, "file_status", str, "M")
             sha = _get(ans, "merge_base", str, "") if status == "D" else _get(ans, "head_sha", str, "")
-            head_lines = _get(c, "head_lines", list)
-            where = _link(path, head_lines if status != "D" else _get(c, "lines", list), sha, link_base)
+            where = _link(path, _pair(c, "head_lines") if status != "D" else _pair(c, "lines"), sha, link_base)
             cited = _range(_get(c, "lines", list))
             what = (f"cites {cited}; this change rewrites " + ", ".join(_range(o) for o in overlap)
                     + (" (the file is deleted)" if status == "D" else ""))
@@ -197,10 +207,10 @@ def github(ans: dict[str, Any], limit: int = MAX_ANNOTATIONS) -> str:
         text = " ".join(str(_get(e, "text", str, "")).split())[:300]
         for c in _get(e, "citations", list, []):
             path = _get(c, "path", str, "")
-            hl = _get(c, "head_lines", list)
+            hl = _pair(c, "head_lines")
             props = f"file={_escape_prop(path)}"
-            if hl and len(hl) == 2:
-                props += f",line={int(hl[0])},endLine={int(hl[1])}"
+            if hl:
+                props += f",line={hl[0]},endLine={hl[1]}"
             props += ",title=" + _escape_prop(f"memstore: memory {_get(e, 'id', str, '?')} may be stale")
             kind = _get(e, "kind", str, "?")
             notes.append(f"::warning {props}::{_escape_data(kind + ': ' + text)}")

@@ -83,9 +83,11 @@ def _find(ws: Workspace, prefix: str) -> tuple[Path, Memory]:
 
 def approve(ws: Workspace, prefix: str) -> dict[str, Any]:
     """Commit a proposal to the global store, then remove it from the pending folder."""
-    path, mem = _find(ws, prefix)
     store = ws.global_
     with store.write_lock():
+        # found under the lock: a drop of the same proposal either ran before (not found) or
+        # runs after (and finds it gone), never both answer yes
+        path, mem = _find(ws, prefix)
         if mem.id in ws.catalog("global").memories:  # approved before, interrupted before the cleanup
             stored = ws.catalog("global").memories[mem.id].path
         else:
@@ -100,7 +102,10 @@ def approve(ws: Workspace, prefix: str) -> dict[str, Any]:
 
 def drop(ws: Workspace, prefix: str) -> dict[str, Any]:
     """Discard a proposal: nothing reaches the global store."""
-    path, mem = _find(ws, prefix)
-    with ws.global_.write_lock(), contextlib.suppress(FileNotFoundError):
-        path.unlink()
+    with ws.global_.write_lock():
+        path, mem = _find(ws, prefix)  # under the lock, as approve finds it
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            raise NotFound(f"no pending memory {prefix!r}", field="id", hint="memstore pending lists them") from None
     return {"ok": True, "id": mem.id, "kind": mem.kind, "dropped": True, "text": mem.text}

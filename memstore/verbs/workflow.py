@@ -119,9 +119,10 @@ jobs:
           mkdir -p "$RUNNER_TEMP/memstore-review"
           out="$RUNNER_TEMP/memstore-review"
           printf '%s' "$PR_BODY" > "$RUNNER_TEMP/pr-body.txt"
-          memstore review --base "$BASE_SHA" --title "$PR_TITLE" --body-file "$RUNNER_TEMP/pr-body.txt" \\
+          # --opt="$VALUE": a value starting with "-" (a title "-WIP") is not read as an option
+          memstore review --base="$BASE_SHA" --title="$PR_TITLE" --body-file="$RUNNER_TEMP/pr-body.txt" \\
             --format json > "$out/review.json"
-          memstore review --from "$out/review.json" --format github
+          memstore review --from="$out/review.json" --format github
           printf '%s\\n' "$PR_NUMBER" > "$out/pr.txt"
       - uses: {UPLOAD}
         with:
@@ -129,6 +130,10 @@ jobs:
           path: ${{{{ runner.temp }}}}/memstore-review/
           retention-days: 3
 """
+
+
+POST_GROUP = ("memstore-review-comment-${{ github.event.workflow_run.head_repository.full_name }}"
+              "-${{ github.event.workflow_run.head_branch }}")
 
 
 def post_workflow(version: str) -> str:
@@ -145,8 +150,12 @@ on:
 
 permissions: {{}}
 
+# One post at a time per pull request, so two runs cannot both find no comment and both create
+# one (the poster's --expect-head already refuses a stale head, but not that race). Keyed by the
+# head repository and branch: the branch name alone (main, patch-1) is shared by PRs from
+# different forks, which would queue and replace each other's posts.
 concurrency:
-  group: memstore-review-comment-${{{{ github.event.workflow_run.head_branch }}}}
+  group: {POST_GROUP}
   cancel-in-progress: false
 
 jobs:
@@ -174,7 +183,7 @@ jobs:
           dir="$RUNNER_TEMP/memstore-review"
           pr="$(head -n 1 "$dir/pr.txt")"
           case "$pr" in ''|*[!0-9]*) echo "::error::the artifact's PR number is not a number"; exit 1;; esac
-          memstore review --from "$dir/review.json" --post --repo "$REPO" --pr "$pr" --expect-head "$HEAD_SHA"
+          memstore review --from="$dir/review.json" --post --repo="$REPO" --pr="$pr" --expect-head="$HEAD_SHA"
 """
 
 
