@@ -18,7 +18,7 @@ import anyio
 import mcp_types as types
 import pytest
 import yaml
-from conftest import CliResult, git, make_git_repo
+from conftest import REPO_ROOT, CliResult, git, make_git_repo
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -96,7 +96,7 @@ def test_claude_writes_hooks_mcp_and_guide_and_a_second_run_changes_nothing(
     assert recorded_python(repo) == PY
     for rel in (".claude/settings.json", ".mcp.json", "CLAUDE.md"):
         text = (repo / rel).read_text()
-        assert PY not in text and str(repo) not in text and "/work/" not in text, rel
+        assert PY not in text and str(repo) not in text and str(REPO_ROOT) not in text, rel
     guide = (repo / "CLAUDE.md").read_text()
     assert guide.startswith("<!-- memstore:begin") and "## Long-term memory (memstore)" in guide
     assert guide.rstrip().endswith("<!-- memstore:end -->")

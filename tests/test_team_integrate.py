@@ -18,7 +18,7 @@ from pathlib import Path
 import anyio
 import mcp_types as types
 import pytest
-from conftest import CliResult, git, make_git_repo
+from conftest import REPO_ROOT, CliResult, git, make_git_repo
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -79,7 +79,7 @@ def test_a_teammates_clone_with_another_venv_and_home_changes_no_tracked_file_an
     git(a, "commit", "-q", "-m", "memstore for our agents")
     for rel in COMMITTED:  # nothing of Alice's machine went into git
         text = (a / rel).read_text()
-        assert str(tmp_path) not in text and PY not in text and "/work/" not in text, rel
+        assert str(tmp_path) not in text and PY not in text and str(REPO_ROOT) not in text, rel
 
     b = tmp_path / "bob" / "src" / "app-clone"
     git(tmp_path, "clone", "-q", str(a), str(b))
