@@ -458,28 +458,27 @@ def rank(
     query names no identifier (``prose_query``); its keyword hits are weighed by coverage too.
     """
     p = params or RankingParams()
-    ex = _mask(exclude, len(kinds))
-    blind = None if unembedded is None or not unembedded.any() else unembedded
-    if blind is not None and ex is not None:
-        blind = blind & ~ex
-    if ex is not None:
-        keyword_hits = [(i, s) for i, s in keyword_hits if not ex[i]]
-    kw = normalize_keyword(keyword_hits)
-    kw_order = [i for i, _ in keyword_hits if i in kw]
-    ev = evidence or {}
+    by_name: Ranking | None = None
     if named and p.named_answers_all:
+        ex = _mask(exclude, len(kinds))
+        blind = None if unembedded is None or not unembedded.any() else unembedded
+        if blind is not None and ex is not None:
+            blind = blind & ~ex
+        hits = [(i, s) for i, s in keyword_hits if ex is None or not ex[i]]
+        kw = normalize_keyword(hits)
+        ev = evidence or {}
         # Holding the name: verbatim in ``code``, or every word of it in ``text`` (``httpx`` in
         # "use httpx, not requests" is a word there, not an identifier).
-        holding = [i for i in kw_order if ev.get(i, NO_EVIDENCE)[1] > 0 or ev.get(i, NO_EVIDENCE)[0] >= 1.0 - 1e-9]
+        holding = [i for i, _ in hits if i in kw and (ev.get(i, NO_EVIDENCE)[1] > 0
+                                                        or ev.get(i, NO_EVIDENCE)[0] >= 1.0 - 1e-9)]
         if holding:
             by_name = _by_name(qvec, matrix, holding, kw, kinds, p, mode, limit, ex, blind)
-            asked = _rank(qvec, matrix, keyword_hits, kinds, salient=salient, doc_freq=doc_freq, params=p, mode=mode,
-                          limit=limit, ids=ids, exclude=ex if ex is not None else (), offsets=offsets, near=near,
-                          evidence=evidence, named=named, unembedded=unembedded, prose=prose)
-            return _with_holders(asked, by_name, limit if limit is not None else int(p.for_mode(p.limit, mode)))
-    return _rank(qvec, matrix, keyword_hits, kinds, salient=salient, doc_freq=doc_freq, params=p, mode=mode,
-                 limit=limit, ids=ids, exclude=ex if ex is not None else (), offsets=offsets, near=near,
-                 evidence=evidence, named=named, unembedded=unembedded, prose=prose)
+    asked = _rank(qvec, matrix, keyword_hits, kinds, salient=salient, doc_freq=doc_freq, params=p, mode=mode,
+                  limit=limit, ids=ids, exclude=exclude, offsets=offsets, near=near, evidence=evidence,
+                  named=named, unembedded=unembedded, prose=prose)
+    if by_name is None:
+        return asked
+    return _with_holders(asked, by_name, limit if limit is not None else int(p.for_mode(p.limit, mode)))
 
 
 def _with_holders(asked: Ranking, by_name: Ranking, cap: int) -> Ranking:
