@@ -537,7 +537,8 @@ class Store:
     def batch_git(self, message: str = "memstore: add memories") -> Iterator[None]:
         """Record every file written inside the block in git with one call at the end (one
         ``git add`` is ~30 ms; a bulk import would otherwise pay it per file). Files written
-        before an error are still recorded."""
+        before an error are still recorded; when recording them fails (a full disk) they are
+        removed, as a single write's file is: none was acknowledged."""
         if self._pending is not None:  # nested: the outer block records
             yield
             return
@@ -547,7 +548,7 @@ class Store:
         finally:
             pending, self._pending = self._pending, None
             if pending:
-                self._record_in_git(pending, message)
+                self._record_or_undo(pending, message)
 
     def _record_or_undo(self, paths: list[Path], message: str) -> None:
         """Record new files in git, or leave no trace of them: a write whose staging failed is

@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import MemstoreError
+from ..errors import DiskFull, MemstoreError
 from ..store.workspace import Workspace
 from . import api
 
@@ -60,10 +60,26 @@ def import_jsonl(ws: Workspace, file: str, *, dry_run: bool, author: str | None,
     lines = _read_lines(file)
     numbered = [(n, line) for n, line in enumerate(lines, start=1) if line.strip()]
     mode = "dry_run" if dry_run else "commit"
-    written = 0
     ids: list[str] = []
     refused: list[dict[str, Any]] = []
     _prewarm(ws, numbered)
+    try:
+        written = _write_lines(ws, numbered, dry_run, author, progress, ids, refused)
+    except DiskFull as exc:
+        # The batched `git add` at the end found no room: the memories written were removed
+        # again (Store.batch_git), so the summary would name files that are gone.
+        raise DiskFull(f"no space left on the device for git to record the import: none of its "
+                       f"{len(ids)} memories was kept ({exc.message})", field=exc.field,
+                       hint="free some space and run the same import again") from exc
+    return {"ok": not refused, "written": written, "refused": refused, "ids": ids, "mode": mode,
+            "lines": len(numbered)}
+
+
+def _write_lines(ws: Workspace, numbered: list[tuple[int, str]], dry_run: bool, author: str | None,
+                 progress: Callable[[int, int], None] | None, ids: list[str],
+                 refused: list[dict[str, Any]]) -> int:
+    """Write each line, collecting ids and refusals; the number written (not dry runs)."""
+    written = 0
     with contextlib.ExitStack() as batch:
         if not dry_run:
             for store in (ws.repo, ws.global_):
@@ -90,7 +106,5 @@ def import_jsonl(ws: Workspace, file: str, *, dry_run: bool, author: str | None,
                 refused.append(_refusal(n, exc.code, exc.message, exc.field))
                 continue
             ids.append(answer["id"])
-            if answer.get("mode") == "commit":
-                written += 1
-    return {"ok": not refused, "written": written, "refused": refused, "ids": ids, "mode": mode,
-            "lines": len(numbered)}
+            written += answer.get("mode") == "commit"
+    return written

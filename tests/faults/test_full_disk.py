@@ -6,6 +6,7 @@ answer as they do once there is room again. Real CLI processes, real git."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -156,3 +157,38 @@ def test_the_daemon_answers_while_the_disk_is_full_and_saves_its_index_once_ther
             life.cleanup()
             if proc is not None:
                 proc.wait(timeout=30)
+
+
+def test_an_import_on_a_full_disk_leaves_only_what_it_reports_and_all_of_it_staged(tmp_path: Path) -> None:
+    lines = "".join(json.dumps({"memory": {"kind": "fact", "scope": "repo", "evidence_refs": ["user:said so"],
+                                           "text": f"Build step {i} of the release takes {i + 2} minutes."},
+                                "allow_duplicate": True}) + "\n" for i in range(12))
+    with _small_disk(tmp_path) as mnt:
+        repo = make_git_repo(mnt / "repo")
+        env = dict(os.environ)
+        rc, got, err = run_cli(["init"], cwd=repo, env=env)
+        assert rc == 0, err
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", "memory layout")
+        src = tmp_path / "memories.jsonl"  # off the small device: the input is always readable
+        src.write_text(lines)
+        filler = mnt / "filler"
+        outcomes = set()
+        for gap in GAPS:
+            _fill(filler, gap)
+            before = store_files(repo)
+            rc, got, err = run_cli(["import", str(src)], cwd=repo, env=env, timeout=300)
+            assert "Traceback" not in err, err
+            new = store_files(repo) - before
+            if got.get("error"):
+                assert rc == 1 and got["error"]["code"] == "disk_full", (gap, got, err)
+                assert new == set(), f"gap {gap} KiB: a failed import left {sorted(new)}"
+                outcomes.add("refused")
+            else:
+                # Each line stands alone: those written are reported and staged, the rest refused
+                # as disk_full, nothing else on disk.
+                assert len(new) == got["written"] == len(got["ids"]), (gap, got, new)
+                assert {r["code"] for r in got["refused"]} <= {"disk_full"}, got["refused"]
+                outcomes.add("partial" if got["refused"] else "whole")
+            assert _unrecorded(repo) == "", f"gap {gap} KiB: files not staged:\n{_unrecorded(repo)}"
+        assert "refused" in outcomes or "partial" in outcomes, outcomes
