@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -67,6 +68,21 @@ def test_context_task_drives_the_query_like_an_ambient_read(repo: Path, cli: Cal
     assert code == 0, err
     assert ctx["query"] == TASK and [r["id"] for r in ctx["relevant"]] == found
     assert ctx["episode"] == started["episode"]
+
+
+@pytest.mark.model
+def test_context_answers_the_shape_docs_json_documents(repo: Path, cli: Callable[..., CliResult]) -> None:
+    seed_problem(repo)
+    pref = write_req("preference", "Invoices are rendered with WeasyPrint, never wkhtmltopdf.")
+    api.write(open_workspace(cwd=repo), pref)
+    code, ctx, err = cli("context", "--task", TASK, cwd=repo)
+    assert code == 0, err
+    doc = docs_text("json.md").split("## context", 1)[1].split("## ", 1)[0]
+    sample = json.loads(re.sub(r"/\*.*?\*/", "", doc.split("```json", 1)[1].split("```", 1)[0]))
+    assert set(ctx) - {"warnings", "note"} == set(sample), set(ctx) ^ set(sample)
+    shown = [item for key in ("preferences", "facts", "failed_tactics", "open_problems") for item in ctx[key]]
+    assert shown and all(set(item) == set(sample["preferences"][0]) for item in shown), shown
+    assert ctx["failed_tactics"] == [] or ctx["failed_tactics"][0]["kind"] == "failed_tactic"
 
 
 def test_context_without_a_task_reads_for_the_branch(repo: Path, cli: Callable[..., CliResult]) -> None:
