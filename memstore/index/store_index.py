@@ -13,7 +13,6 @@ from, ``keyword_build`` the keyword index built in the background and the scan l
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable
 
@@ -106,7 +105,7 @@ class StoreIndex:
             self._load_disk()
         except Exception as exc:  # whatever the damage, the files are the truth: start empty
             self._fault("index", exc)
-            with self._lock():
+            with self.files.lock():
                 self._wipe()
                 self._load_disk()
 
@@ -165,7 +164,7 @@ class StoreIndex:
         """The keyword index's files failed a read: build it again from the catalog, now."""
         assert self.keyword is not None
         self._fault("keyword index", exc)
-        with self._lock():
+        with self.files.lock():
             self.keyword.reset()
             self.state.kw_manifest = {}
             kw, _ = self._plan(None)
@@ -176,7 +175,7 @@ class StoreIndex:
         """A keyword index held in memory (the device was full) goes back to disk once there is
         room: tried when a long-lived process saves (the daemon, idle), not on every read."""
         assert self.keyword is not None
-        with self._lock():
+        with self.files.lock():
             self.keyword.reset()
             if self.keyword.in_memory:
                 return  # still no room
@@ -204,9 +203,6 @@ class StoreIndex:
         self._dirty = True
         self._note("no space left on the device: the index is held in memory and not saved "
                    f"({exc.message}); free some space")
-
-    def _lock(self) -> contextlib.AbstractContextManager[None]:
-        return self.files.lock()
 
     # -- syncing ---------------------------------------------------------------------------------
     def refresh(self, *, walk: bool = True, budget: float | None = -1.0, first: list[str] | None = None) -> bool:
@@ -253,7 +249,7 @@ class StoreIndex:
             self._synced_catalog_gen = self.catalog.generation
             self.pending = carry
             return False
-        with self._lock():
+        with self.files.lock():
             if self.files.moved_ahead():
                 # Another process saved a newer index: start from it, it is probably closer.
                 self._load()
@@ -498,7 +494,7 @@ class StoreIndex:
         if build.error is not None:
             return True
         assert self.keyword is not None
-        with self._lock():
+        with self.files.lock():
             self.keyword.close()
             live = self.kw_builder.swap_in(build)
             self._use_keyword(KeywordIndex(live, self.params))
@@ -518,7 +514,7 @@ class StoreIndex:
     def rebuild(self) -> None:
         """Drop the projections (the embedding cache only where it fails to validate) and the
         catalog's cache, and build them again from the files."""
-        with self._lock():
+        with self.files.lock():
             self._wipe()
         self.catalog.reset()
         self._loaded = False
