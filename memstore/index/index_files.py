@@ -74,7 +74,7 @@ class IndexFiles:
             finally:
                 self._lock_depth -= 1
 
-    def outer_lock(self) -> Any:
+    def outer_lock(self) -> contextlib.AbstractContextManager[None]:
         """The index lock as a context manager of its own, for a caller that holds it across a
         return (``StoreIndex.flush_later``)."""
         return file_lock(self.dir / "index.lock")
