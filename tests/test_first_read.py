@@ -16,8 +16,9 @@ import pytest
 from daemonworld import Env, _poll, clone, commit_all, ranked
 
 from memstore import gitops
+from memstore.index.embedding import EMBED_PROBE
+from memstore.index.keyword_build import KW_DEFER
 from memstore.index.scanlane import EAGER_CHARS
-from memstore.index.store_index import EMBED_PROBE, KW_DEFER
 from memstore.read.retrieve import CANDIDATES_FIRST
 from memstore.store.ids import ALPHABET
 from memstore.store.workspace import open_workspace

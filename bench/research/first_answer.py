@@ -37,13 +37,13 @@ def main() -> int:
                     help="values of scanlane.EAGER_CHARS to compare (a store with more text is analysed as "
                          "queries need it)")
     a = ap.parse_args()
-    from memstore.index import scanlane, store_index
+    from memstore.index import keyword_build, scanlane
     from memstore.index.embedder import get_embedder
     from memstore.read import retrieve
     from memstore.store.workspace import open_workspace
 
     # The daemon starts the keyword build after the read has answered; here nothing would.
-    store_index._KeywordBuild.start = lambda self: None  # type: ignore[method-assign]
+    keyword_build.KeywordBuild.start = lambda self: None  # type: ignore[method-assign]
     get_embedder().encode(["warm up"])
     origin = git_origin(a.n)
     work = Path(tempfile.mkdtemp(prefix="msfirstans-", dir="/tmp"))

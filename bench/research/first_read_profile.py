@@ -46,11 +46,11 @@ def main() -> int:
         ws.defer_saves = True  # as the daemon opens a workspace
         ws.embed_wait = ws.config.read_wait
         if a.phases:
-            from memstore.index import store_index
+            from memstore.index import keyword_build
 
             # The daemon starts the keyword build after the read has answered (its embedding
             # thread's next refresh); a second read here would start it mid-read.
-            store_index._KeywordBuild.start = lambda self: None  # type: ignore[method-assign]
+            keyword_build.KeywordBuild.start = lambda self: None  # type: ignore[method-assign]
             t0 = time.perf_counter()
             ws.catalog("repo")
             t1 = time.perf_counter()
