@@ -12,7 +12,7 @@ from conftest import PROBLEM, SOLUTION, TACTIC, make_git_repo, reopen, store_fil
 
 from memstore.errors import DuplicateError
 from memstore.index import embedder as embedder_mod
-from memstore.read import retrieve
+from memstore.read import indexes, retrieve
 from memstore.store.workspace import Workspace, open_workspace
 from memstore.verbs import api
 
@@ -168,7 +168,7 @@ def test_deleting_index_changes_no_answer(repo: Path, ws: Workspace, populated: 
     shutil.rmtree(repo / ".memory" / ".index")
     after = answers(reopen(repo))
     assert after == before
-    full = retrieve.reindex(reopen(repo), full=True)
+    full = indexes.reindex(reopen(repo), full=True)
     assert full["stores"][0]["memories"] == len(populated)
     assert answers(reopen(repo)) == before
 
