@@ -4,8 +4,9 @@ them over the ``Scope`` that ``read`` opens once (``scope.open_scope``): no step
 the workspace.
 
 Scoring of the two lanes and the association chain lives in ``ranking`` (pure functions, tuned
-on the evaluation data in bench/); this module owns filters, links and utility. The indexes'
-upkeep outside a read (reindex, embedding ahead of a write) is ``indexes``'s.
+on the evaluation data in bench/), the explicit links in ``links``; this module owns the filters,
+utility and selection. The indexes' upkeep outside a read (reindex, embedding ahead of a write)
+is ``indexes``'s.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import dataclasses
 import operator
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -24,12 +24,23 @@ from ..errors import MemstoreError
 from ..index.embedder import EmbedderUnavailable, get_embedder
 from ..store import relations
 from ..store.graph import Graph
-from ..store.model import ATTACHING, KINDS, Memory
+from ..store.model import KINDS, Memory
 from ..store.trust import CONTENT_TRUST, UNTRUSTED_RULE
 from ..store.validate import check_chars, check_schema
 from ..store.workspace import Workspace
 from . import ranking
 from .answers import ReadAnswer, ReadResult
+from .links import (
+    Hit,
+    attach_groups,
+    attachment,
+    expand_links,
+    fold_superseded,
+    follow_relations,
+    group_key,
+    history,
+    predecessors_of,
+)
 from .longquery import condense
 from .neighbours import Neighbours
 from .rowspace import RowCache, Rows, build_rows, keyword_rows, partial_rows, update_rows
@@ -180,153 +191,6 @@ def doc_freq_fn(sc: Scope) -> Any:
     return doc_freq
 
 
-# -- explicit links -----------------------------------------------------------------------------------
-@dataclass
-class Hit:
-    mem: Memory
-    score: float
-    reasons: list[str]
-    group: str  # results in one linked group are kept together
-
-
-def expand_links(hits: dict[str, Hit], sc: Scope, ok: set[str], up: UtilityParams, *,
-                 problem_links: bool, update_links: bool) -> None:
-    """Step 5 (mandatory, deterministic): problems pull their attempts, attempts their problem,
-    memories the changes that target them, and each side of a dispute the other (a contradiction
-    shown half is a silent hypothesis). (Superseded facts were folded into their heads.)"""
-    g, mems = sc.graph, sc.memories
-    queue = list(hits.values())
-    while queue:
-        hit = queue.pop(0)
-        mem = hit.mem
-        pulled: list[tuple[str, str]] = []
-        if problem_links:
-            if mem.kind == "problem":
-                for att in g.attempts.get(mem.id, []):
-                    pulled.append((att, f"link:{mems[att].kind}_of:{mem.id}"))
-            elif mem.kind in ("solution", "failed_tactic") and mem.problem:
-                pulled.append((mem.problem, f"link:problem_of:{mem.id}"))
-        if update_links:
-            for ch in g.changes_for.get(mem.id, []):
-                pulled.append((ch, f"link:change_of:{mem.id}"))
-        for other in relations.contradicting(mem.id, g):
-            pulled.append((other, f"link:contradicts:{mem.id}"))
-        for target, why in pulled:
-            if target not in ok or target not in mems:
-                continue
-            score = hit.score * up.link_factor
-            existing = hits.get(target)
-            if existing is None:
-                new = Hit(mems[target], score, [why], hit.group)
-                hits[target] = new
-                queue.append(new)
-            else:
-                if why not in existing.reasons:
-                    existing.reasons.append(why)
-                existing.score = max(existing.score, score)
-                existing.group = min(existing.group, hit.group)
-
-
-def follow_relations(hits: dict[str, Hit], sc: Scope, ok: set[str], rp: ranking.RankingParams,
-                     hops: int) -> None:
-    """The association chain over explicit links: from the best ``rp.hop_seeds`` hits, the
-    memories their typed links name (relates_to, depends_on, elaborates_on, whichever end
-    recorded the link; contradictions are ``expand_links``'s), for ``hops`` steps, each step
-    scoring its parent's score times ``rp.hop_decay``. A memory the query found keeps its own
-    score when that is higher. What an author linked is what the chain reaches: a related
-    memory the query's words miss, never "whatever is nearest" in a store where all is near."""
-    g, mems = sc.graph, sc.memories
-    frontier = sorted(hits.values(), key=lambda h: -h.score)[: rp.hop_seeds]
-    decay = rp.hop_decay or 1.0
-    for _ in range(hops):
-        reached: list[Hit] = []
-        for hit in frontier:
-            mid = hit.mem.id
-            for kind, other in (*g.relations.get(mid, ()), *g.related_from.get(mid, ())):
-                if kind == "contradicts" or other == mid or other not in ok or other not in mems:
-                    continue
-                why = f"link:{kind}:{mid}"
-                score = hit.score * decay
-                existing = hits.get(other)
-                if existing is None:
-                    new = Hit(mems[other], score, [why], hit.group)
-                    hits[other] = new
-                    reached.append(new)
-                elif why not in existing.reasons:
-                    existing.reasons.append(why)
-                    existing.score = max(existing.score, score)
-        frontier = reached
-
-
-def fold_superseded(hits: dict[str, Hit], sc: Scope) -> None:
-    """SPEC §10: a superseded fact never outranks its replacement; it is the replacement's history.
-
-    Each matched superseded fact leaves the answer and its chain's head enters in its place,
-    with the old fact's score when that is higher (the query was worded like the old fact),
-    whatever filters the head itself would meet: the answer to a question about the old fact is
-    the current one. An archived head retires its chain (as ``snapshot`` does): nothing of it
-    is current, so nothing of it is returned. A hand-made cycle has no head: left as it is."""
-    g = sc.graph
-    for mid in [m for m, h in hits.items() if m in g.superseded_by]:
-        head = g.head(mid)
-        if head in g.superseded_by:
-            continue
-        old = hits.pop(mid)
-        if head in g.archived or head not in sc.memories:
-            continue
-        why = f"supersedes:{mid}"
-        hit = hits.get(head)
-        if hit is None:
-            mem = sc.memories[head]
-            hits[head] = Hit(mem, old.score, [why], group_key(mem))
-        else:
-            hit.score = max(hit.score, old.score)
-            hit.reasons.append(why)
-
-
-def history(fact_id: str, sc: Scope, predecessors: Mapping[str, list[str]]) -> list[dict[str, Any]]:
-    """The facts ``fact_id`` replaced, directly or down its chain, nearest first (archived ones
-    were withdrawn, not replaced: left out)."""
-    g, mems = sc.graph, sc.memories
-    out: list[dict[str, Any]] = []
-    seen = {fact_id}
-    level = [fact_id]
-    while level:
-        older: list[str] = []
-        for new in level:
-            for old in sorted(predecessors.get(new, ()), key=lambda m: mems[m].created or "", reverse=True):
-                if old in seen:
-                    continue
-                seen.add(old)
-                older.append(old)
-                if old in g.archived:
-                    continue
-                mem = mems[old]
-                succ = mems[new]
-                change = succ.links.get("via_change") if old in succ.link_list("supersedes") else None
-                if not isinstance(change, str):
-                    change = next(reversed(g.changes_for.get(old) or [None]))
-                out.append({"id": old, "scope": mem.scope, "text": mem.text, "created": mem.created,
-                            "superseded": True, "superseded_by": new, "change": change})
-        level = older
-    return out
-
-
-def predecessors_of(g: Graph) -> dict[str, list[str]]:
-    """Supersession reversed: fact -> the facts it directly replaced."""
-    out: dict[str, list[str]] = {}
-    for old, new in g.superseded_by.items():
-        out.setdefault(new, []).append(old)
-    return out
-
-
-def group_key(mem: Memory) -> str:
-    """Problems and their attempts share a group; so do facts and their changes."""
-    if mem.kind in ("solution", "failed_tactic") and mem.problem:
-        return mem.problem
-    return mem.id
-
-
 # -- utility ------------------------------------------------------------------------------------------
 def utility(mem_id: str, sc: Scope, problem_id: str | None, problem_sim: Mapping[str, float],
             up: UtilityParams) -> tuple[float, float, int]:
@@ -381,15 +245,6 @@ def select_groups(hits: list[Hit], limit: int) -> list[Hit]:
 
 
 ATTEMPT_ORDER = {"solution": 0, "failed_tactic": 1}
-
-
-def attach_groups(hits: list[Hit], graph: Graph) -> None:
-    """A memory that elaborates on or depends on another in the answer joins that one's group, so
-    selection keeps them together."""
-    by_id = {h.mem.id: h for h in hits}
-    attached = relations.anchors(by_id, graph)
-    for mid in attached:
-        by_id[mid].group = by_id[relations.root_of(mid, attached)].group
 
 
 def result_json(hit: Hit, sc: Scope, util: tuple[float, float, int],
@@ -533,7 +388,7 @@ def answer_in(sc: Scope, request: dict[str, Any], started: float) -> tuple[ReadA
     attached = relations.anchors(by_id, sc.graph)
     order = relations.place(list(by_id), attached) if attached else list(by_id)
     predecessors = predecessors_of(sc.graph) if any(h.mem.kind == "fact" for h in chosen) else {}
-    results = [result_json(by_id[mid], sc, utils[mid], predecessors, _attachment(mid, attached, sc.graph))
+    results = [result_json(by_id[mid], sc, utils[mid], predecessors, attachment(mid, attached, sc.graph))
                for mid in order]
     disputes = relations.disputes(order, sc.graph, sc.memories)
     from ..git.stale import annotate  # fills "stale" for the returned results only
@@ -559,12 +414,3 @@ def answer_in(sc: Scope, request: dict[str, Any], started: float) -> tuple[ReadA
     if warnings:
         answer["warnings"] = warnings
     return answer, problem_id
-
-
-def _attachment(mid: str, attached: Mapping[str, str], graph: Graph) -> dict[str, str] | None:
-    """``{type, id}`` of the link that placed ``mid`` after another result, or None."""
-    target = attached.get(mid)
-    if target is None:
-        return None
-    kind = next(k for k, other in graph.relations.get(mid, ()) if other == target and k in ATTACHING)
-    return {"type": kind, "id": target}
