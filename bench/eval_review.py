@@ -240,7 +240,7 @@ def main() -> int:
 
         gitops.toplevel.cache_clear()
         ws = open_workspace(cwd=clone)
-        from memstore.read.retrieve import reindex
+        from memstore.read.indexes import reindex
 
         t0 = time.perf_counter()
         reindex(ws)  # every memory embedded first: the review's read at its best, not a cold partial one

@@ -134,7 +134,7 @@ def write_store(repo: Path, n: int, data_dir: Path) -> None:
 
 
 def latency(n: int, reps: int, data_dir: Path) -> dict[str, Any]:
-    from memstore.read import retrieve
+    from memstore.read import indexes
     from memstore.store.workspace import open_workspace
     from memstore.surfaces import client
 
@@ -151,7 +151,7 @@ def latency(n: int, reps: int, data_dir: Path) -> dict[str, Any]:
     write_store(repo, n, data_dir)
     ws = open_workspace(cwd=repo, env=env)
     t0 = time.perf_counter()
-    retrieve.reindex(ws)
+    indexes.reindex(ws)
     print(f"# {n} memories indexed in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     out: dict[str, Any] = {"memories": n}
     with warm_daemon(repo, env, work) as denv:
@@ -399,7 +399,7 @@ def _spaced(items: list[str], k: int) -> list[str]:
 def file_history(repo_arg: Path, sample: int) -> dict[str, Any]:
     import eval_review
 
-    from memstore.read import retrieve
+    from memstore.read import indexes
     from memstore.store.workspace import open_workspace
 
     work = Path(tempfile.mkdtemp(prefix="mshooks-hist-", dir="/tmp"))
@@ -412,7 +412,7 @@ def file_history(repo_arg: Path, sample: int) -> dict[str, Any]:
         made = eval_review.build_memories(repo, fixes)
         os.environ.update({k: env[k] for k in ("MEMSTORE_HOME", "MEMSTORE_DAEMON")})
         ws = open_workspace(cwd=repo, env=env)
-        retrieve.reindex(ws)
+        indexes.reindex(ws)
         print(f"# {len(fixes)} fix commits, {made} memories, indexed in {time.perf_counter() - t0:.0f} s",
               file=sys.stderr)
         cites = {m.id: _cites(m.evidence) for m in ws.catalog("repo").memories.values()}

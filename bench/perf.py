@@ -345,7 +345,7 @@ def timed_cli(args: list[str], env: dict[str, str], cwd: Path, stdin: str | None
 
 def prepare(n: int, shared_emb: Path, *, cold: bool = False) -> tuple[Path, float]:
     """The store for ``n`` (generated once), its .index/ wiped, then a full rebuild timed."""
-    from memstore.read import retrieve
+    from memstore.read import indexes
     from memstore.store.workspace import open_workspace
 
     root = CACHE / f"store-{n}"
@@ -365,7 +365,7 @@ def prepare(n: int, shared_emb: Path, *, cold: bool = False) -> tuple[Path, floa
     env = {"MEMSTORE_STORE": str(root), "MEMSTORE_HOME": str(CACHE / "global"), "MEMSTORE_DAEMON": "0"}
     t0 = time.perf_counter()
     ws = open_workspace(cwd=root, env=env)
-    retrieve.reindex(ws)
+    indexes.reindex(ws)
     dt = time.perf_counter() - t0
     if not cold and cache.is_dir():
         shutil.rmtree(shared_emb, ignore_errors=True)

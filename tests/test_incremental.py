@@ -18,7 +18,7 @@ from conftest import PROBLEM, SOLUTION, TACTIC, reopen, write_req
 from watchdog.events import DirModifiedEvent, FileCreatedEvent, FileSystemEvent
 
 from memstore.index.vectors import VectorIndex
-from memstore.read import ranking, retrieve, rowspace, scopeview
+from memstore.read import indexes, ranking, retrieve, rowspace, scopeview
 from memstore.read.neighbours import Neighbours
 from memstore.store.catalog import Catalog
 from memstore.store.graph import Graph, LinkIndex
@@ -398,7 +398,7 @@ def _check(live: Workspace, repo: Path, rebuilt: list[str]) -> None:
     fresh_view = scopeview.ScopeView(view.catalogs)
     assert graph_data(view.graph) == graph_data(fresh_view.graph)
     assert view.memories == fresh_view.memories
-    cache: retrieve.RowCache = live.read_cache["rows"]
+    cache: rowspace.RowCache = live.read_cache["rows"]
     kinds, since, tags, _, who = cache.filters
     assert cache.ok == {m for m, mem in view.memories.items()
                         if retrieve.allowed(mem, view.graph, kinds, since, tags, who)}
@@ -592,7 +592,7 @@ def test_filling_neighbour_lists_ahead_changes_no_answer(ws: Workspace) -> None:
                   log_episode=False)
     near = ws.read_cache["near"]
     assert near.known() < len(near)
-    while retrieve.fill_neighbours(ws, 3):
+    while indexes.fill_neighbours(ws, 3):
         pass
     assert near.known() == len(near)
     assert _answers(ws, hops) == before
@@ -604,7 +604,7 @@ def test_filling_neighbour_lists_ahead_changes_no_answer(ws: Workspace) -> None:
     api.write(ws, write_req("fact", "Bin 12 also holds conveyor belts.", allow_duplicate=False))
     near = ws.read_cache["near"]
     known = near.known()
-    assert retrieve.fill_neighbours(ws, 100) == 0 and near.known() == known
+    assert indexes.fill_neighbours(ws, 100) == 0 and near.known() == known
 
 
 @pytest.mark.model

@@ -12,7 +12,7 @@ from conftest import PROBLEM, SOLUTION, TACTIC, make_git_repo, reopen, store_fil
 
 from memstore.errors import DuplicateError
 from memstore.index import embedder as embedder_mod
-from memstore.read import retrieve
+from memstore.read import indexes, retrieve
 from memstore.store.workspace import Workspace, open_workspace
 from memstore.verbs import api
 
@@ -115,6 +115,28 @@ def test_downvoted_memory_ranks_below_equal_upvoted_one(ws: Workspace) -> None:
     assert scores[b]["utility"]["local"] > 0 > scores[a]["utility"]["local"]
 
 
+def test_problem_id_prefix_weighs_votes_as_the_full_id(ws: Workspace) -> None:
+    """A read names its problem by a unique prefix, as every command does: the votes cast for that
+    problem then count in full. An unknown id only loses that weight, with a warning."""
+    problem = w(ws, "problem", "The nightly export job times out after 30 minutes on the orders table.")
+    fix = w(ws, "solution", "Add an index on orders.created_at so the export query stops scanning the table.",
+            {"problem_id": problem})
+    api.update(ws, {"type": "utility_vote", "memory_id": fix, "problem_id": problem, "vote": 1,
+                    "evidence_refs": ["user:that fixed it"]})
+    query = "export job timeout on orders"
+
+    def utility(answer: dict[str, Any]) -> dict[str, Any]:
+        return next(r["utility"] for r in answer["results"] if r["id"] == fix)
+
+    full = retrieve.read(reopen_ws(ws), {"query": query, "problem_id": problem})
+    short = retrieve.read(reopen_ws(ws), {"query": query, "problem_id": problem[:10]})
+    unknown = retrieve.read(reopen_ws(ws), {"query": query, "problem_id": "01zzzzzzzzzz"})
+    assert utility(short) == utility(full)
+    assert not any("problem_id" in m for m in short.get("warnings", []))
+    assert utility(unknown)["local"] < utility(full)["local"]
+    assert any("problem_id '01zzzzzzzzzz' not found" in m for m in unknown["warnings"])
+
+
 def test_firmly_negative_memory_is_dropped(ws: Workspace) -> None:
     problem = w(ws, "problem", "Webpack build runs out of memory when bundling the admin dashboard.")
     bad = w(ws, "solution", "Raise NODE_OPTIONS=--max-old-space-size to 8192 for the webpack build.",
@@ -168,7 +190,7 @@ def test_deleting_index_changes_no_answer(repo: Path, ws: Workspace, populated: 
     shutil.rmtree(repo / ".memory" / ".index")
     after = answers(reopen(repo))
     assert after == before
-    full = retrieve.reindex(reopen(repo), full=True)
+    full = indexes.reindex(reopen(repo), full=True)
     assert full["stores"][0]["memories"] == len(populated)
     assert answers(reopen(repo)) == before
 

@@ -103,7 +103,7 @@ def test_annotate_fills_read_results_in_place(repo: Path) -> None:
     ws = reopen(repo)
     results = [{"id": mem_id, "scope": "repo", "stale": None}, {"id": "01m7zzzzzzzzzzzzzzzzzzzzzz", "scope": "repo",
                                                                  "stale": None}]
-    annotate(ws, results, ws.catalog("repo").memories)
+    annotate(ws.repo, results, ws.catalog("repo").memories)
     assert results[0]["stale"]["files"] == ["src/a.py"] and results[1]["stale"] is None
 
 
@@ -136,7 +136,7 @@ def test_a_store_that_is_not_its_repos_memory_folder_is_never_stale(tmp_path: Pa
 
     ws = open_workspace(cwd=repo, store_dir=example)
     results = [{"id": "01m7qmk1513w2q09vvmz6swwa1", "scope": "repo", "stale": None}]
-    annotate(ws, results, ws.catalog("repo").memories)
+    annotate(ws.repo, results, ws.catalog("repo").memories)
     assert results[0]["stale"] is None
     rc, out, _ = cli("--store", ".memory-example", "check", cwd=repo)
     assert rc == 0 and [p for p in out["problems"] if p["code"] == "stale_evidence"] == []
@@ -147,7 +147,7 @@ def test_a_store_that_is_not_its_repos_memory_folder_is_never_stale(tmp_path: Pa
     git(repo, "commit", "-q", "-m", "adopt the store")
     (repo / "pyproject.toml").write_text("[project]\nname = 'y'\n")
     ws = open_workspace(cwd=repo)
-    annotate(ws, results, ws.catalog("repo").memories)
+    annotate(ws.repo, results, ws.catalog("repo").memories)
     assert results[0]["stale"] is not None and results[0]["stale"]["files"] == ["pyproject.toml"]
 
 
@@ -185,7 +185,7 @@ def test_one_read_s_results_are_checked_together_as_each_alone(repo: Path) -> No
     (repo / ".memory" / ".index" / "stale.json").unlink(missing_ok=True)
     ws = reopen(repo)
     results = [{"id": mem_id, "scope": "repo", "stale": None} for mem_id in ids.values()]
-    annotate(ws, results, ws.catalog("repo").memories)
+    annotate(ws.repo, results, ws.catalog("repo").memories)
     together = dict(zip(ids, (r["stale"] for r in results), strict=True))
     assert together == alone
     assert together["a"]["files"] == ["src/a.py"] and together["a"]["commits_since"] == 0

@@ -34,7 +34,9 @@ def main() -> int:
                     help="as perf.py cold's (mixed: made by a perf.py cold --corpus mixed run first)")
     a = ap.parse_args()
     from memstore.index.embedder import get_embedder
-    from memstore.read.retrieve import open_scope, params_from_config, read
+    from memstore.read.retrieve import read
+    from memstore.read.scope import open_scope
+    from memstore.read.tuning import params_from_config
     from memstore.store.workspace import open_workspace
 
     get_embedder().encode(["warm up"])

@@ -74,11 +74,11 @@ def main() -> None:
         results = [{"id": i, "scope": "repo"} for i in ids]
         _runs[0] = 0
         t = time.perf_counter()
-        stale.annotate(ws, results, memories)
+        stale.annotate(ws.repo, results, memories)
         first.append(time.perf_counter() - t)
         runs = _runs[0]
         t = time.perf_counter()
-        stale.annotate(ws, results, memories)
+        stale.annotate(ws.repo, results, memories)
         cached.append(time.perf_counter() - t)
         t = time.perf_counter()
         git("rev-parse", "HEAD")

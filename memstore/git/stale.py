@@ -23,7 +23,6 @@ from .. import gitops
 from ..store.disk import STORE_DIRNAME, Store
 from ..store.files import atomic_write
 from ..store.model import Memory
-from ..store.workspace import Workspace
 
 CACHE_NAME = "stale.json"
 CACHE_VERSION = 1
@@ -186,20 +185,20 @@ def owning_worktree(store: Store) -> Path | None:
     return store.worktree if store.root == store.worktree.resolve() / STORE_DIRNAME else None
 
 
-def checker(ws: Workspace) -> StaleChecker | None:
+def checker(store: Store | None) -> StaleChecker | None:
     """A checker for the repo store's work tree (global memories have no work tree to compare)."""
-    store = ws.repo
     if store is None or owning_worktree(store) is None or not store.exists():
         return None
     return StaleChecker(store)
 
 
-def annotate(ws: Workspace, results: list[dict[str, Any]], memories: dict[str, Memory]) -> None:
-    """Fill ``stale`` in read results in place; any git trouble leaves them as they are."""
+def annotate(repo: Store | None, results: list[dict[str, Any]], memories: dict[str, Memory]) -> None:
+    """Fill ``stale`` in read results in place, against ``repo``'s work tree (the repo store, or
+    None without one); any git trouble leaves them as they are."""
     if not any(r.get("scope") == "repo" for r in results):
         return
     with contextlib.suppress(Exception):
-        sc = checker(ws)
+        sc = checker(repo)
         if sc is None:
             return
         found = sc.check_many([m for r in results if (m := memories.get(r["id"])) is not None])

@@ -41,7 +41,7 @@ def neighbours(ws: Workspace, mem: Memory) -> list[dict[str, Any]]:
     bar = min(float(ws.config.number("duplicates", "similar")), float(ws.config.number("duplicates", "threshold")))
     try:
         from ..index.embedder import EmbedderUnavailable
-        from .retrieve import semantic_neighbours
+        from .indexes import semantic_neighbours
 
         return semantic_neighbours(ws, mem, scopes, bar)
     except (ImportError, EmbedderUnavailable):

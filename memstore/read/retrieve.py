@@ -1,8 +1,12 @@
 """The read pipeline (SPEC §4): scope -> lanes -> association -> explicit links -> merge ->
-utility-weighted threshold -> selection. Each step is a small function; ``read`` strings them.
+utility-weighted threshold -> selection. Each step is a small function; ``answer_in`` strings
+them over the ``Scope`` that ``read`` opens once (``scope.open_scope``): no step looks back into
+the workspace.
 
 Scoring of the two lanes and the association chain lives in ``ranking`` (pure functions, tuned
-on the evaluation data in bench/); this module owns stores, filters, links and utility.
+on the evaluation data in bench/), the explicit links in ``links``; this module owns the filters,
+utility and selection. The indexes' upkeep outside a read (reindex, embedding ahead of a write)
+is ``indexes``'s.
 """
 
 from __future__ import annotations
@@ -12,30 +16,36 @@ import dataclasses
 import operator
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import MemstoreError, NoStore
-from ..index.embcache import text_key
+from ..errors import MemstoreError
 from ..index.embedder import EmbedderUnavailable, get_embedder
-from ..index.store_index import StoreIndex
-from ..index.vectors import VectorIndex
 from ..store import relations
-from ..store.files import file_lock
-from ..store.graph import Graph, archived_ids
-from ..store.model import ATTACHING, KINDS, Memory
+from ..store.graph import Graph
+from ..store.model import KINDS, Memory
 from ..store.trust import CONTENT_TRUST, UNTRUSTED_RULE
 from ..store.validate import check_chars, check_schema
 from ..store.workspace import Workspace
 from . import ranking
 from .answers import ReadAnswer, ReadResult
+from .links import (
+    Hit,
+    attach_groups,
+    attachment,
+    expand_links,
+    fold_superseded,
+    follow_relations,
+    group_key,
+    history,
+    predecessors_of,
+)
 from .longquery import condense
 from .neighbours import Neighbours
-from .rowspace import Rows, build_rows, current_matrix, keyword_rows, partial_rows, update_rows
-from .scopeview import ScopeView, scope_view
-from .tuning import ReadParams, UtilityParams, params_from_config, read_settings
+from .rowspace import RowCache, Rows, build_rows, keyword_rows, partial_rows, update_rows
+from .scope import Scope, open_scope
+from .tuning import ReadParams, UtilityParams
 
 GUIDANCE = (
     "Current code is ground truth. These memories are optional hypotheses from earlier sessions: "
@@ -53,49 +63,7 @@ CANDIDATES_SECONDS = 0.15  # and for at most this long (a long memory takes ~40 
 WATCH_OUT = "watch-out: this was tried and failed here; avoid or reconsider unless the context changed"
 
 
-# -- stores and indexes ----------------------------------------------------------------------------
-def store_index(ws: Workspace, scope: str, params: ReadParams) -> StoreIndex:
-    si = ws.indexes.get(scope)
-    store = ws.store(scope)
-    if si is None or si.store.root != store.root:
-        cat = ws.catalog(scope, refresh=False)
-        si = ws.shared("index", store, lambda: StoreIndex(cat, get_embedder(), params.ranking, key=ws.key))
-        si.defer_saves = ws.defer_saves
-        ws.indexes[scope] = si
-    si.use_bm25(params.ranking)  # one index per store, whatever BM25 constants this workspace reads with
-    # Taken on every call: the daemon shortens the wait while it embeds in the background.
-    si.embed_wait = ws.embed_wait
-    si.progress = ws.progress
-    return si
-
-
-@dataclass
-class Scope:
-    """Everything one read looks at, across the stores in scope."""
-
-    memories: dict[str, Memory]
-    graph: Graph
-    indexes: list[StoreIndex]
-    warnings: list[str]
-    view: ScopeView
-
-
-def open_scope(ws: Workspace, include_global: bool, params: ReadParams) -> Scope:
-    indexes: list[StoreIndex] = []
-    warnings: list[str] = []
-    for scope in ws.scopes(include_global):
-        si = store_index(ws, scope, params)
-        ws.catalog(scope)  # the stat walk; skipped while the daemon's watcher vouches nothing changed
-        si.refresh(walk=False)
-        warnings += si.warnings
-        si.warnings.clear()
-        indexes.append(si)
-    # A long-lived process reads far more often than the files change, and they change a few
-    # at a time: the merged records and the link/utility graph follow the catalogs' deltas.
-    view = scope_view(ws.read_cache, [si.catalog for si in indexes])
-    return Scope(view.memories, view.graph, indexes, warnings, view)
-
-
+# -- scope -------------------------------------------------------------------------------------------
 class Who(NamedTuple):
     """The author / min_confidence filters (None: not asked)."""
 
@@ -119,18 +87,7 @@ def allowed(mem: Memory, graph: Graph, kinds: set[str], since: str | None, tags:
     return not tags or bool(tags & {t.lower() for t in mem.tags})
 
 
-class RowCache(NamedTuple):
-    """The last row space built, with what it was built from."""
-
-    filters: tuple[Any, ...]
-    view: ScopeView
-    vectors: list[VectorIndex]  # the stores' vector indexes (a reload replaces them)
-    state: tuple[Any, ...]  # the view's generation and each index's
-    ok: set[str]
-    rows: Rows
-
-
-def scoped_rows(ws: Workspace, sc: Scope, kinds: set[str], since: str | None, tags: set[str],
+def scoped_rows(sc: Scope, kinds: set[str], since: str | None, tags: set[str],
                 semantic: bool, who: Who = ANYONE) -> tuple[set[str], Rows]:
     """The memories in scope and the row space the ranking sees, reused while nothing in scope
     changed and the filters are the same (the common case for an agent's reads), and brought
@@ -139,7 +96,7 @@ def scoped_rows(ws: Workspace, sc: Scope, kinds: set[str], since: str | None, ta
     vectors = [si.vectors for si in sc.indexes if si.vectors is not None] if semantic else []
     state = (sc.view.generation, tuple(si.state.generation for si in sc.indexes))
     dim = get_embedder().dim
-    cached: RowCache | None = ws.read_cache.get("rows")
+    cached: RowCache | None = sc.cache.get("rows")
     if (cached is not None and cached.filters == filters and cached.view is sc.view
             and len(cached.vectors) == len(vectors) and all(map(operator.is_, cached.vectors, vectors))):
         if cached.state == state:
@@ -156,43 +113,27 @@ def scoped_rows(ws: Workspace, sc: Scope, kinds: set[str], since: str | None, ta
             rows = (update_rows(cached.rows, vectors, ok, sc.memories, changed, dim) if semantic
                     else keyword_rows(ok, sc.memories, dim))
             if rows is not None:
-                ws.read_cache["rows"] = RowCache(filters, sc.view, vectors, state, ok, rows)
+                sc.cache["rows"] = RowCache(filters, sc.view, vectors, state, ok, rows)
                 return ok, rows
     ok = {m for m, mem in sc.memories.items() if allowed(mem, sc.graph, kinds, since, tags, who)}
     rows = build_rows(vectors, ok, sc.memories, dim) if semantic else keyword_rows(ok, sc.memories, dim)
-    ws.read_cache["rows"] = RowCache(filters, sc.view, vectors, state, ok, rows)
+    sc.cache["rows"] = RowCache(filters, sc.view, vectors, state, ok, rows)
     return ok, rows
 
 
-def kept_neighbours(ws: Workspace, sc: Scope, rows: Rows, rp: ranking.RankingParams) -> Neighbours | None:
+def kept_neighbours(sc: Scope, rows: Rows, rp: ranking.RankingParams) -> Neighbours | None:
     """The rows' nearest neighbours the association chain keeps between reads (one set for
     every filter: a filter masks rows, it does not change their neighbours)."""
     bars = rp.hop_bars[: rp.semantic_hops]
     if rows.tokens is None or not bars or rp.hop_seeds <= 0:
         return None
     owner = tuple(si.vectors for si in sc.indexes if si.vectors is not None)
-    near: Neighbours | None = ws.read_cache.get("near")
+    near: Neighbours | None = sc.cache.get("near")
     if near is None or near.bar != min(bars) or not near.serves(owner):
         near = Neighbours(min(bars), owner)
-        ws.read_cache["near"] = near
+        sc.cache["near"] = near
     near.sync(rows.tokens, rows.matrix)
     return near
-
-
-def fill_neighbours(ws: Workspace, budget: int) -> int:
-    """Work ahead for the association chain in a pause (the daemon calls this when idle): fill
-    up to ``budget`` rows' kept neighbour lists for the row space of the last read. Returns how
-    many; 0 when all are filled, or when the rows changed since that read."""
-    cache: RowCache | None = ws.read_cache.get("rows")
-    near: Neighbours | None = ws.read_cache.get("near")
-    if cache is None or near is None or cache.rows.tokens is None:
-        return 0
-    if not near.serves(cache.vectors):
-        return 0
-    matrix = current_matrix(cache.rows, cache.vectors)
-    if matrix is None or not np.array_equal(near.tokens, cache.rows.tokens):
-        return 0
-    return near.fill(matrix, budget)
 
 
 # -- lanes ------------------------------------------------------------------------------------------
@@ -248,153 +189,6 @@ def doc_freq_fn(sc: Scope) -> Any:
         return sum(lane.doc_freq(term) for si in sc.indexes if (lane := si.lane) is not None)
 
     return doc_freq
-
-
-# -- explicit links -----------------------------------------------------------------------------------
-@dataclass
-class Hit:
-    mem: Memory
-    score: float
-    reasons: list[str]
-    group: str  # results in one linked group are kept together
-
-
-def expand_links(hits: dict[str, Hit], sc: Scope, ok: set[str], up: UtilityParams, *,
-                 problem_links: bool, update_links: bool) -> None:
-    """Step 5 (mandatory, deterministic): problems pull their attempts, attempts their problem,
-    memories the changes that target them, and each side of a dispute the other (a contradiction
-    shown half is a silent hypothesis). (Superseded facts were folded into their heads.)"""
-    g, mems = sc.graph, sc.memories
-    queue = list(hits.values())
-    while queue:
-        hit = queue.pop(0)
-        mem = hit.mem
-        pulled: list[tuple[str, str]] = []
-        if problem_links:
-            if mem.kind == "problem":
-                for att in g.attempts.get(mem.id, []):
-                    pulled.append((att, f"link:{mems[att].kind}_of:{mem.id}"))
-            elif mem.kind in ("solution", "failed_tactic") and mem.problem:
-                pulled.append((mem.problem, f"link:problem_of:{mem.id}"))
-        if update_links:
-            for ch in g.changes_for.get(mem.id, []):
-                pulled.append((ch, f"link:change_of:{mem.id}"))
-        for other in relations.contradicting(mem.id, g):
-            pulled.append((other, f"link:contradicts:{mem.id}"))
-        for target, why in pulled:
-            if target not in ok or target not in mems:
-                continue
-            score = hit.score * up.link_factor
-            existing = hits.get(target)
-            if existing is None:
-                new = Hit(mems[target], score, [why], hit.group)
-                hits[target] = new
-                queue.append(new)
-            else:
-                if why not in existing.reasons:
-                    existing.reasons.append(why)
-                existing.score = max(existing.score, score)
-                existing.group = min(existing.group, hit.group)
-
-
-def follow_relations(hits: dict[str, Hit], sc: Scope, ok: set[str], rp: ranking.RankingParams,
-                     hops: int) -> None:
-    """The association chain over explicit links: from the best ``rp.hop_seeds`` hits, the
-    memories their typed links name (relates_to, depends_on, elaborates_on, whichever end
-    recorded the link; contradictions are ``expand_links``'s), for ``hops`` steps, each step
-    scoring its parent's score times ``rp.hop_decay``. A memory the query found keeps its own
-    score when that is higher. What an author linked is what the chain reaches: a related
-    memory the query's words miss, never "whatever is nearest" in a store where all is near."""
-    g, mems = sc.graph, sc.memories
-    frontier = sorted(hits.values(), key=lambda h: -h.score)[: rp.hop_seeds]
-    decay = rp.hop_decay or 1.0
-    for _ in range(hops):
-        reached: list[Hit] = []
-        for hit in frontier:
-            mid = hit.mem.id
-            for kind, other in (*g.relations.get(mid, ()), *g.related_from.get(mid, ())):
-                if kind == "contradicts" or other == mid or other not in ok or other not in mems:
-                    continue
-                why = f"link:{kind}:{mid}"
-                score = hit.score * decay
-                existing = hits.get(other)
-                if existing is None:
-                    new = Hit(mems[other], score, [why], hit.group)
-                    hits[other] = new
-                    reached.append(new)
-                elif why not in existing.reasons:
-                    existing.reasons.append(why)
-                    existing.score = max(existing.score, score)
-        frontier = reached
-
-
-def fold_superseded(hits: dict[str, Hit], sc: Scope) -> None:
-    """SPEC §10: a superseded fact never outranks its replacement; it is the replacement's history.
-
-    Each matched superseded fact leaves the answer and its chain's head enters in its place,
-    with the old fact's score when that is higher (the query was worded like the old fact),
-    whatever filters the head itself would meet: the answer to a question about the old fact is
-    the current one. An archived head retires its chain (as ``snapshot`` does): nothing of it
-    is current, so nothing of it is returned. A hand-made cycle has no head: left as it is."""
-    g = sc.graph
-    for mid in [m for m, h in hits.items() if m in g.superseded_by]:
-        head = g.head(mid)
-        if head in g.superseded_by:
-            continue
-        old = hits.pop(mid)
-        if head in g.archived or head not in sc.memories:
-            continue
-        why = f"supersedes:{mid}"
-        hit = hits.get(head)
-        if hit is None:
-            mem = sc.memories[head]
-            hits[head] = Hit(mem, old.score, [why], group_key(mem))
-        else:
-            hit.score = max(hit.score, old.score)
-            hit.reasons.append(why)
-
-
-def history(fact_id: str, sc: Scope, predecessors: Mapping[str, list[str]]) -> list[dict[str, Any]]:
-    """The facts ``fact_id`` replaced, directly or down its chain, nearest first (archived ones
-    were withdrawn, not replaced: left out)."""
-    g, mems = sc.graph, sc.memories
-    out: list[dict[str, Any]] = []
-    seen = {fact_id}
-    level = [fact_id]
-    while level:
-        older: list[str] = []
-        for new in level:
-            for old in sorted(predecessors.get(new, ()), key=lambda m: mems[m].created or "", reverse=True):
-                if old in seen:
-                    continue
-                seen.add(old)
-                older.append(old)
-                if old in g.archived:
-                    continue
-                mem = mems[old]
-                succ = mems[new]
-                change = succ.links.get("via_change") if old in succ.link_list("supersedes") else None
-                if not isinstance(change, str):
-                    change = next(reversed(g.changes_for.get(old) or [None]))
-                out.append({"id": old, "scope": mem.scope, "text": mem.text, "created": mem.created,
-                            "superseded": True, "superseded_by": new, "change": change})
-        level = older
-    return out
-
-
-def predecessors_of(g: Graph) -> dict[str, list[str]]:
-    """Supersession reversed: fact -> the facts it directly replaced."""
-    out: dict[str, list[str]] = {}
-    for old, new in g.superseded_by.items():
-        out.setdefault(new, []).append(old)
-    return out
-
-
-def group_key(mem: Memory) -> str:
-    """Problems and their attempts share a group; so do facts and their changes."""
-    if mem.kind in ("solution", "failed_tactic") and mem.problem:
-        return mem.problem
-    return mem.id
 
 
 # -- utility ------------------------------------------------------------------------------------------
@@ -453,16 +247,7 @@ def select_groups(hits: list[Hit], limit: int) -> list[Hit]:
 ATTEMPT_ORDER = {"solution": 0, "failed_tactic": 1}
 
 
-def attach_groups(hits: list[Hit], graph: Graph) -> None:
-    """A memory that elaborates on or depends on another in the answer joins that one's group, so
-    selection keeps them together."""
-    by_id = {h.mem.id: h for h in hits}
-    attached = relations.anchors(by_id, graph)
-    for mid in attached:
-        by_id[mid].group = by_id[relations.root_of(mid, attached)].group
-
-
-def result_json(ws: Workspace, hit: Hit, sc: Scope, util: tuple[float, float, int],
+def result_json(hit: Hit, sc: Scope, util: tuple[float, float, int],
                 predecessors: Mapping[str, list[str]], attached_to: dict[str, str] | None = None) -> ReadResult:
     mem, g = hit.mem, sc.graph
     attempts = g.attempts.get(mem.id, [])
@@ -483,7 +268,7 @@ def result_json(ws: Workspace, hit: Hit, sc: Scope, util: tuple[float, float, in
         "evidence": mem.evidence,
         "tags": mem.tags,
         "created": mem.created,
-        "path": ws.store(mem.scope).display_path(mem.path),
+        "path": sc.stores[mem.scope].display_path(mem.path),
         "history": history(mem.id, sc, predecessors) if mem.id in predecessors else [],
     }
     if mem.kind == "failed_tactic":
@@ -501,10 +286,25 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     t0 = time.perf_counter()
     check_schema("read", request)
     check_chars({"query": request["query"]})  # an ESC or NUL in a query is a mistake or an attack
-    p, unusable = (params, []) if params is not None else read_settings(ws.config)
+    sc = open_scope(ws, request.get("include_global", True), params)  # the one look at the workspace
+    if not sc.stores:
+        return {"ok": True, "guidance": GUIDANCE, "content_trust": CONTENT_TRUST, "results": [],
+                "warnings": ["no memory store here yet"],
+                "stats": {"candidates": 0, "elapsed_ms": 0}}
+    answer, problem_id = answer_in(sc, request, t0)
+    if log_episode:  # reads during an open episode are logged so `reflect` knows what to vote on
+        from ..store.episodes import log_read
+
+        log_read(ws, {**request, "problem_id": problem_id}, answer, episode)  # the resolved full id
+    return answer
+
+
+def answer_in(sc: Scope, request: dict[str, Any], started: float) -> tuple[ReadAnswer, str | None]:
+    """The read pipeline over an opened scope: the answer to a checked ``request``, and the
+    full id of the problem it named (None: none, or not found)."""
+    p = sc.params
     mode = request.get("mode", "targeted")
     query, condensed = condense(request["query"])
-    include_global = request.get("include_global", True)
     expand = request.get("expand") or {}
     filters = request.get("filters") or {}
     rp = p.ranking
@@ -512,18 +312,12 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
         rp = dataclasses.replace(rp, semantic_hops=int(expand["semantic_hops"]))
     if "relation_hops" in expand:
         rp = dataclasses.replace(rp, relation_hops=int(expand["relation_hops"]))
-
-    if not ws.stores(include_global):
-        return {"ok": True, "guidance": GUIDANCE, "content_trust": CONTENT_TRUST, "results": [],
-                "warnings": ["no memory store here yet"],
-                "stats": {"candidates": 0, "elapsed_ms": 0}}
-    sc = open_scope(ws, include_global, p)
     kinds = set(request.get("kinds") or KINDS)
     tags = {t.lower() for t in filters.get("tags") or []}
 
-    # Settings config.yaml holds that memstore could not use: a read is where someone looks.
-    warnings = [msg for _, msg in (*ws.config.problems, *unusable)] + list(sc.warnings)
+    warnings = list(sc.warnings)
     warnings += [condensed] if condensed else []
+
     qvec: np.ndarray | None = None
     semantic = all(si.semantic_ready for si in sc.indexes)
     if semantic:
@@ -545,7 +339,7 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     # ~0.5 s at 100k memories); the daemon embeds the rest between requests.
     who = Who(filters["author"].strip().lower() if "author" in filters else None,
               float(filters["min_confidence"]) if "min_confidence" in filters else None)
-    ok, rows = scoped_rows(ws, sc, kinds, filters.get("since"), tags, semantic, who)
+    ok, rows = scoped_rows(sc, kinds, filters.get("since"), tags, semantic, who)
     if waiting:
         rows, unembedded = partial_rows(rows, waiting, ok, sc.memories, get_embedder().dim)
     limit = int(request.get("limit") or rp.for_mode(rp.limit, mode))
@@ -555,7 +349,7 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
         salient=ranking.salient_terms(query), doc_freq=doc_freq_fn(sc),
         params=rp, mode=mode, limit=limit, ids=rows.ids, offsets=row_offsets(rows, rp),
         exclude=rows.excluded if rows.excluded is not None else (),
-        near=None if waiting else kept_neighbours(ws, sc, rows, rp), unembedded=unembedded,
+        near=None if waiting else kept_neighbours(sc, rows, rp), unembedded=unembedded,
         prose=ranking.prose_query(query),
     )
     hits = {rows.ids[r.index]: Hit(sc.memories[rows.ids[r.index]], r.score, list(r.reasons),
@@ -569,7 +363,7 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     problem_id = request.get("problem_id")
     if problem_id:
         try:
-            problem_id = ws.find(problem_id, field_name="problem_id").id
+            problem_id = sc.find(problem_id, field_name="problem_id").id
         except MemstoreError:  # an unknown or ambiguous problem id only loses its utility boost
             warnings.append(f"problem_id {problem_id!r} not found; utility is weighed by the query instead")
             problem_id = None
@@ -594,12 +388,12 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     attached = relations.anchors(by_id, sc.graph)
     order = relations.place(list(by_id), attached) if attached else list(by_id)
     predecessors = predecessors_of(sc.graph) if any(h.mem.kind == "fact" for h in chosen) else {}
-    results = [result_json(ws, by_id[mid], sc, utils[mid], predecessors, _attachment(mid, attached, sc.graph))
+    results = [result_json(by_id[mid], sc, utils[mid], predecessors, attachment(mid, attached, sc.graph))
                for mid in order]
     disputes = relations.disputes(order, sc.graph, sc.memories)
     from ..git.stale import annotate  # fills "stale" for the returned results only
 
-    annotate(ws, results, sc.memories)
+    annotate(sc.stores.get("repo"), results, sc.memories)
     answer: ReadAnswer = {
         "ok": True,
         "guidance": GUIDANCE + (" " + relations.DISPUTE_RULE if disputes else ""),
@@ -608,7 +402,7 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
         "disputes": disputes,
         "stats": {
             "candidates": ranked.candidates,
-            "elapsed_ms": round((time.perf_counter() - t0) * 1000, 1),
+            "elapsed_ms": round((time.perf_counter() - started) * 1000, 1),
             "gate": {"passed": ranked.gate.passed, "top_similarity": round(ranked.gate.top_similarity, 4),
                      "bar": round(ranked.gate.bar, 4)},
         },
@@ -619,102 +413,4 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
         answer["guidance"] = f"{GUIDANCE} {PARTIAL_NOTE}"
     if warnings:
         answer["warnings"] = warnings
-    if log_episode:  # reads during an open episode are logged so `reflect` knows what to vote on
-        from ..store.episodes import log_read
-
-        log_read(ws, {**request, "problem_id": problem_id}, answer, episode)  # the resolved full id
-    return answer
-
-
-def _attachment(mid: str, attached: Mapping[str, str], graph: Graph) -> dict[str, str] | None:
-    """``{type, id}`` of the link that placed ``mid`` after another result, or None."""
-    target = attached.get(mid)
-    if target is None:
-        return None
-    kind = next(k for k, other in graph.relations.get(mid, ()) if other == target and k in ATTACHING)
-    return {"type": kind, "id": target}
-
-
-# -- duplicates and reindex ---------------------------------------------------------------------------
-def semantic_neighbours(ws: Workspace, mem: Memory, scopes: list[str], bar: float) -> list[dict[str, Any]]:
-    """The memories of any kind (archived left out) among the 50 nearest in each store whose
-    embedding is within ``bar`` cosine of ``mem``'s text, closest first: what a write is judged
-    against."""
-    p = params_from_config(ws.config)
-    out: list[dict[str, Any]] = []
-    qvec = embed_for_store(ws, mem.scope, mem.text, p)  # EmbedderUnavailable: the caller falls back
-    for scope in scopes:
-        try:
-            si = store_index(ws, scope, p)
-        except NoStore:
-            continue
-        if not si.store.exists():
-            continue
-        ws.catalog(scope)
-        si.refresh(walk=False)
-        if si.vectors is None or not si.semantic_ready:
-            continue
-        archived = archived_ids(si.catalog.events.values())
-        for mid, sim in si.vectors.search(qvec, 50):
-            other = si.catalog.memories.get(mid)
-            if other is None or mid in archived or sim < bar:
-                continue
-            out.append({"id": mid, "kind": other.kind, "scope": other.scope, "similarity": round(sim, 4),
-                        "text": other.text})
-    return sorted(out, key=lambda d: -d["similarity"])
-
-
-def embed_for_store(ws: Workspace, scope: str, text: str, p: ReadParams) -> np.ndarray:
-    """Embed ``text`` through the store's embedding cache: the memory about to be written is then
-    not embedded a second time when the index picks up its file."""
-    emb = get_embedder()
-    store = ws.store(scope)
-    if not store.exists():
-        return emb.encode([text])[0]
-    cache = store_index(ws, scope, p).embedding_cache()
-    key = text_key(text)
-    vecs, missing = cache.get_many([key])
-    if missing:
-        vecs = emb.encode([text])
-        with file_lock(store.index_dir / "index.lock"):
-            cache.put_many([key], vecs)
-    return vecs[0]
-
-
-def prewarm_embeddings(ws: Workspace, scope: str, texts: list[str]) -> int:
-    """Batch-embed texts into the store's embedding cache; returns how many were new."""
-    store = ws.store(scope)
-    if not store.exists() or not texts:
-        return 0
-    p = params_from_config(ws.config)
-    cache = store_index(ws, scope, p).embedding_cache()
-    keys = [text_key(t) for t in texts]
-    _, missing = cache.get_many(keys)
-    todo = list(dict.fromkeys(missing_key for missing_key in (keys[i] for i in missing)))
-    if not todo:
-        return 0
-    text_of = dict(zip(keys, texts, strict=True))
-    vecs = get_embedder().encode([text_of[k] for k in todo], batch_size=64)
-    with file_lock(store.index_dir / "index.lock"):
-        cache.put_many(todo, vecs)
-    return len(todo)
-
-
-def reindex(ws: Workspace, *, full: bool = False) -> dict[str, Any]:
-    p = params_from_config(ws.config)
-    out: dict[str, Any] = {"ok": True, "stores": []}
-    for scope in ws.scopes():
-        t0 = time.perf_counter()
-        si = store_index(ws, scope, p)
-        if full:
-            si.rebuild()
-        else:
-            si.refresh()
-        out["stores"].append({
-            "scope": scope, "root": str(si.store.root), "memories": len(si.catalog.memories),
-            "vectors": len(si.vectors) if si.vectors is not None else 0,
-            "invalid": len(si.catalog.invalid), "seconds": round(time.perf_counter() - t0, 3),
-            "warnings": list(si.warnings) + ([f"semantic lane unavailable: {si.semantic_error}"]
-                                            if si.semantic_error else []),
-        })
-    return out
+    return answer, problem_id

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..index.vectors import VectorIndex
 from ..store.kinds import KINDS
 from ..store.model import Memory
+from .scopeview import ScopeView
 
 _KIND_CODE = {kind: code for code, kind in enumerate(KINDS)}
 _UNKNOWN_KIND = len(KINDS)
@@ -48,6 +50,17 @@ class Rows:
         if self.codes is None:
             self.codes = _codes(self.kinds)
         return table[self.codes]
+
+
+class RowCache(NamedTuple):
+    """The last row space built, with what it was built from (kept in the read cache)."""
+
+    filters: tuple[Any, ...]
+    view: ScopeView
+    vectors: list[VectorIndex]  # the stores' vector indexes (a reload replaces them)
+    state: tuple[Any, ...]  # the view's generation and each index's
+    ok: set[str]
+    rows: Rows
 
 
 def _codes(kinds: list[str]) -> np.ndarray:

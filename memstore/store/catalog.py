@@ -12,11 +12,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..errors import InvalidFile
+from ..errors import AmbiguousId, Conflict, InvalidFile, InvalidRequest, NotFound
+from . import ids
 from .changelog import ChangeLog
 from .disk import Store
 from .files import atomic_write
@@ -376,6 +377,36 @@ class Catalog:
     # -- lookups ---------------------------------------------------------------------------------
     def match_prefix(self, prefix: str) -> list[str]:
         return [mid for mid in self.memories if mid.startswith(prefix)]
+
+
+def find(catalogs: Iterable[Catalog], prefix: str, *, field_name: str | None = None) -> Memory:
+    """Resolve a full id or a unique prefix (at least ``ids.MIN_PREFIX`` characters) across
+    ``catalogs``: the one memory it names, else a typed error (too short, claimed by two files,
+    not found, ambiguous) that names ``field_name``."""
+    if not isinstance(prefix, str) or len(prefix.strip()) < ids.MIN_PREFIX:
+        raise InvalidRequest(
+            f"id {prefix!r} is too short: give at least {ids.MIN_PREFIX} characters",
+            field=field_name, code="bad_id",
+        )
+    norm = ids.normalize_prefix(prefix)
+    hits: list[Memory] = []
+    claimed: list[str] = []
+    for cat in catalogs:
+        hits += [cat.memories[m] for m in cat.match_prefix(norm)]
+        claimed += [cat.store.display_path(p)
+                    for mid, paths in cat.conflicts.items() if mid.startswith(norm) for p in paths]
+    if not hits and claimed:
+        # Two files claim the id: serving either could serve an impostor.
+        raise Conflict(f"id {prefix!r} is claimed by {len(claimed)} files ({', '.join(claimed)}); none is "
+                       "served until only one holds it", field=field_name, code="id_conflict",
+                       hint="run `memstore check` and remove or re-id the file that is not genuine")
+    if not hits:
+        raise NotFound(f"no memory with id {prefix!r}", field=field_name)
+    if len(hits) > 1:
+        shown = ", ".join(sorted(h.id for h in hits)[:5])
+        raise AmbiguousId(f"id prefix {prefix!r} matches {len(hits)} memories: {shown}", field=field_name,
+                          hint="give more characters")
+    return hits[0]
 
 
 def _stat(path: os.PathLike[str]) -> tuple[int, int, int] | None:

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from .. import gitops
-from ..errors import AmbiguousId, Conflict, InvalidRequest, NoStore, NotFound
-from . import ids
-from .catalog import Catalog
+from ..errors import NoStore
+from .catalog import Catalog, find
 from .config import Config, load_config
 from .disk import STORE_DIRNAME, Store
 from .model import Memory
@@ -34,10 +33,10 @@ class Workspace:
     # whether a global memory waits for approval. A repo's config comes with a clone and may
     # not waive the approval of what reaches every other repo of this user.
     global_write_mode: str = "review"
-    # Index projections per store (memstore.read.retrieve owns them; kept here so a long-lived
+    # Index projections per store (memstore.read.indexes owns them; kept here so a long-lived
     # process such as the daemon reuses them across calls).
     indexes: dict[str, Any] = field(default_factory=dict)
-    read_cache: dict[str, Any] = field(default_factory=dict)  # derived views memstore.read.retrieve reuses
+    read_cache: dict[str, Any] = field(default_factory=dict)  # what a read keeps for the next (read.scope)
     # Set by a process with a file watcher (the daemon): a store's change counter, or None when
     # the store is not watched. While the counter stands where it stood at this workspace's last
     # stat walk of the store, the walk is skipped (SPEC §5: the watcher keeps the index hot so
@@ -179,34 +178,16 @@ class Workspace:
 
     def find(self, prefix: str, scopes: list[str] | None = None, *, field_name: str | None = None) -> Memory:
         """Resolve a full id or a unique prefix (≥ 6 chars) across the given stores."""
-        if not isinstance(prefix, str) or len(prefix.strip()) < ids.MIN_PREFIX:
-            raise InvalidRequest(
-                f"id {prefix!r} is too short: give at least {ids.MIN_PREFIX} characters",
-                field=field_name, code="bad_id",
-            )
-        norm = ids.normalize_prefix(prefix)
-        hits: list[Memory] = []
-        claimed: list[str] = []
-        for scope in scopes or self.scopes():
+        return find(self._refreshed(scopes or self.scopes()), prefix, field_name=field_name)
+
+    def _refreshed(self, scopes: list[str]) -> Iterator[Catalog]:
+        """The catalogs of ``scopes`` brought up to date, one at a time (lazily: ``find`` refuses
+        a short id before any store is looked at), skipping a scope with no store."""
+        for scope in scopes:
             try:
-                cat = self.catalog(scope)
+                yield self.catalog(scope)
             except NoStore:
                 continue
-            hits += [cat.memories[m] for m in cat.match_prefix(norm)]
-            claimed += [self.store(scope).display_path(p)
-                        for mid, paths in cat.conflicts.items() if mid.startswith(norm) for p in paths]
-        if not hits and claimed:
-            # Two files claim the id: serving either could serve an impostor.
-            raise Conflict(f"id {prefix!r} is claimed by {len(claimed)} files ({', '.join(claimed)}); none is "
-                           "served until only one holds it", field=field_name, code="id_conflict",
-                           hint="run `memstore check` and remove or re-id the file that is not genuine")
-        if not hits:
-            raise NotFound(f"no memory with id {prefix!r}", field=field_name)
-        if len(hits) > 1:
-            shown = ", ".join(sorted(h.id for h in hits)[:5])
-            raise AmbiguousId(f"id prefix {prefix!r} matches {len(hits)} memories: {shown}", field=field_name,
-                              hint="give more characters")
-        return hits[0]
 
 
 def global_store_path(env: Mapping[str, str]) -> Path:

@@ -117,7 +117,7 @@ def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], Render]:
             return pending.list_pending(ws), None
         return (pending.approve if a.cmd == "approve" else pending.drop)(ws, a.id), None
     if a.cmd == "reindex":
-        from ..read.retrieve import reindex
+        from ..read.indexes import reindex
 
         return reindex(ws, full=a.full), None
     if a.cmd == "integrate":

@@ -248,7 +248,8 @@ class Daemon:
     def _on_change(self, roots: set[Path]) -> None:
         """Watcher callback (debounced): refresh the catalog and indexes of every workspace that
         holds a changed store, so the next read finds nothing to do."""
-        from ..read.retrieve import params_from_config, store_index
+        from ..read.indexes import store_index
+        from ..read.tuning import params_from_config
 
         with self._entries_lock:
             entries = list(self.entries.values())
@@ -416,7 +417,8 @@ class Daemon:
         """Open the workspace a client read from (with the client's environment, which this
         process inherited, so its requests find this entry) and embed what has no vector yet:
         the in-process read that started this daemon answered partially and left it to us."""
-        from ..read.retrieve import open_scope, params_from_config
+        from ..read.scope import open_scope
+        from ..read.tuning import params_from_config
 
         try:
             entry = self.entry_for({"cwd": cwd, "env": client.forwarded_env()})
@@ -780,7 +782,7 @@ class Daemon:
         a time, stopping as soon as a request comes (it waits at most one slice). Reads then
         find every hop kept: at 100k memories a read whose seeds were never met costs ~10 ms
         more without it. Filling 100k rows takes ~40 s of CPU, once per daemon."""
-        from ..read.retrieve import fill_neighbours
+        from ..read.indexes import fill_neighbours
 
         if not self._filling.acquire(blocking=False):
             return

@@ -42,7 +42,7 @@ def _prewarm(ws: Workspace, numbered: list[tuple[int, str]]) -> None:
     if not by_scope:
         return
     from ..index.embedder import EmbedderUnavailable
-    from ..read.retrieve import prewarm_embeddings
+    from ..read.indexes import prewarm_embeddings
 
     for scope, texts in by_scope.items():
         if scope not in ("repo", "global"):
