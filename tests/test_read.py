@@ -137,6 +137,25 @@ def test_problem_id_prefix_weighs_votes_as_the_full_id(ws: Workspace) -> None:
     assert any("problem_id '01zzzzzzzzzz' not found" in m for m in unknown["warnings"])
 
 
+def test_a_read_without_the_global_store_still_weighs_votes_by_a_global_problem(ws: Workspace) -> None:
+    """A repo vote may be cast in the context of a global problem; a read that leaves the global
+    store out still resolves that problem's id and weighs the vote by it."""
+    ws.global_write_mode = "autonomous"
+    problem = api.write(ws, {"memory": {"kind": "problem", "scope": "global", "evidence_refs": ["user:seen it"],
+                                        "text": "The nightly export job times out after 30 minutes."}})["id"]
+    fix = w(ws, "solution", "Add an index on orders.created_at so the nightly export stops scanning the table.",
+            {"problem_id": problem})
+    api.update(ws, {"type": "utility_vote", "memory_id": fix, "problem_id": problem, "vote": 1,
+                    "evidence_refs": ["user:that fixed it"]})
+    query = "nightly export of orders times out"
+    everywhere = retrieve.read(reopen_ws(ws), {"query": query, "problem_id": problem[:10]})
+    repo_only = retrieve.read(reopen_ws(ws), {"query": query, "problem_id": problem[:10], "include_global": False})
+    assert problem not in ids(repo_only) and not any("problem_id" in m for m in repo_only.get("warnings", []))
+    local = {a: next(r["utility"]["local"] for r in ans["results"] if r["id"] == fix)
+             for a, ans in (("everywhere", everywhere), ("repo_only", repo_only))}
+    assert local["repo_only"] == local["everywhere"] > 0, local
+
+
 def test_firmly_negative_memory_is_dropped(ws: Workspace) -> None:
     problem = w(ws, "problem", "Webpack build runs out of memory when bundling the admin dashboard.")
     bad = w(ws, "solution", "Raise NODE_OPTIONS=--max-old-space-size to 8192 for the webpack build.",

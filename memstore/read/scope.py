@@ -33,6 +33,9 @@ class Scope:
     params: ReadParams
     warnings: list[str]  # settings memstore could not use, then the indexes' own
     cache: dict[str, Any]  # the workspace's read cache: what a read keeps for the next one
+    # Stores the read leaves out but whose ids it may be given (a repo vote's problem may be
+    # global, and a --no-global read still weighs votes by it): looked up, never read.
+    elsewhere: tuple[Catalog, ...] = ()
 
     @property
     def memories(self) -> dict[str, Memory]:
@@ -49,13 +52,15 @@ class Scope:
     def find(self, prefix: str, *, field_name: str | None = None) -> Memory:
         """The memory a full id or unique prefix names in the stores in scope (as
         ``Workspace.find``, with the same errors)."""
-        return find(self.catalogs, prefix, field_name=field_name)
+        return find([*self.catalogs, *self.elsewhere], prefix, field_name=field_name)
 
 
-def open_scope(ws: Workspace, include_global: bool = True, params: ReadParams | None = None) -> Scope:
+def open_scope(ws: Workspace, include_global: bool = True, params: ReadParams | None = None, *,
+               find_anywhere: bool = False) -> Scope:
     """The stores ``ws`` reads (the global one unless ``include_global`` is false) with their
     catalogs and indexes brought up to date, under ``params`` (None: the read settings of
-    ``ws.config``, whose unusable entries become warnings)."""
+    ``ws.config``, whose unusable entries become warnings). ``find_anywhere``: ``Scope.find``
+    also resolves ids in the stores left out."""
     p, unusable = (params, []) if params is not None else read_settings(ws.config)
     # Settings config.yaml holds that memstore could not use: a read is where someone looks.
     warnings = [msg for _, msg in (*ws.config.problems, *unusable)]
@@ -71,4 +76,5 @@ def open_scope(ws: Workspace, include_global: bool = True, params: ReadParams | 
     # A long-lived process reads far more often than the files change, and they change a few
     # at a time: the merged records and the link/utility graph follow the catalogs' deltas.
     view = scope_view(ws.read_cache, [si.catalog for si in indexes]) if indexes else ScopeView([])
-    return Scope(stores, indexes, view, p, warnings, ws.read_cache)
+    elsewhere = tuple(ws.catalog(s) for s in ws.scopes() if s not in stores) if find_anywhere else ()
+    return Scope(stores, indexes, view, p, warnings, ws.read_cache, elsewhere)
