@@ -32,8 +32,9 @@ Protocol:
    Precision: share of flagged memories that should be; recall: share of those that should be
    that are flagged. A flag on lines already rewritten before C, or on an insertion inside the
    cited block that replaces none of its lines, counts against precision here.
-5. Section 2 has no oracle: ``--judge`` (seen before) hits are printed, sampled evenly over the
-   reviewed changes that have any, for a person to accept or reject.
+5. Section 2 has no oracle: ``--judge`` reviews that have seen-before hits are printed, sampled
+   evenly over the reviewed changes that have any, each hit with why it was shown, for a person
+   to accept or reject.
 6. Also: the share of changes with nothing to say, the sizes of the Markdown comment, and the
    time per review. The last line is one JSON object.
 """
@@ -272,7 +273,7 @@ def main() -> int:
             rows.append({"sha": sha[:12], "title": title.strip()[:100], "seconds": round(dt, 3),
                          "nothing": ans["nothing_to_say"], "chars": len(md) if not ans["nothing_to_say"] else 0,
                          "flagged": len(flagged), "should": len(truth), "right": len(flagged & truth),
-                         "seen": [(s["id"], s["kind"], s["text"][:160], s["score"])
+                         "seen": [(s["id"], s["kind"], s["text"][:160], s["score"], s.get("reason"))
                                   for s in ans["sections"].get("seen_before", [])]})
             if (i + 1) % 25 == 0:
                 print(f"# {i + 1}/{len(sampled)} reviewed", flush=True)
@@ -281,8 +282,10 @@ def main() -> int:
         pick = with_seen[:: max(1, len(with_seen) // a.judge)][: a.judge] if with_seen else []
         print(f"\n## seen before: {len(pick)} of the {len(with_seen)} reviews that have any, for judging")
         for n, r in enumerate(pick, 1):
-            top = r["seen"][0]
-            print(f"{n:2d}. change {r['sha']}: {r['title']}\n    -> {top[1]} (score {top[3]}): {top[2]}")
+            print(f"{n:2d}. change {r['sha']}: {r['title']}")
+            for s in r["seen"]:
+                why = f" [{s[4]}]" if s[4] else ""
+                print(f"    -> {s[1]} (score {s[3]}){why}: {s[2]}")
 
         secs = [r["seconds"] for r in rows]
         sizes = [r["chars"] for r in rows if not r["nothing"]]

@@ -7,11 +7,13 @@ contract):
    rewrites, with the overlap and what the memory claims (``git/prreview``).
 2. ``seen_before``: past problems, solutions and failed tactics like the change, found by one
    ``read`` of the PR's title, body and changed lines through read's own precision gate (an
-   empty answer is the usual and right one). A problem or solution must also cite a file the
-   change touches: on a real project's history (bench/eval_review.py) read's gate alone let
-   something through for ~70% of changes, mostly memories sharing only a word like "fix" or
-   "docs" with them; anchored to the code, ~20%, nearly all about the same code. A failed
-   tactic needs no anchor: repeating one is the warning this section exists for.
+   empty answer is the usual and right one). A problem or solution is then shown only when it
+   is about the code being changed: its ``file:`` lines, as they stand at the base, lie within
+   ``SEEN_NEAR_LINES`` lines of a hunk, and its text shares a word with the PR's title or changed
+   lines that is neither the name of a changed file nor common in the store. On a real
+   project's history (bench/eval_review.py) sharing a file was not enough: terse memories
+   ("tox fix", "fix sessions.py") sharing a file and a word like "fix" made most of what was
+   shown. A failed tactic needs no anchor: repeating one is the warning this section exists for.
 3. ``added``: what the PR adds to ``.memory/``: ``check --base`` findings and the readable
    ``diff`` (with author and episode).
 
@@ -21,12 +23,14 @@ theirs.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
 from .. import gitops
 from ..git import prreview
 from ..git.review import branch_diff
+from ..index.terms import STOP_WORDS
 from ..read.longquery import MAX_QUERY_CHARS
 from ..store.workspace import Workspace
 from .settings import check
@@ -34,6 +38,9 @@ from .settings import check
 SEEN_KINDS = ["failed_tactic", "problem", "solution"]
 SEEN_LIMIT = 5
 SEEN_ASKED = 10  # read's results before the anchor rule keeps at most SEEN_LIMIT
+SEEN_NEAR_LINES = 20  # cited lines this close to a hunk are about the changed code (bench/eval_review.py)
+COMMON_SHARE = 0.1  # a word in more than this share of the store's memories says nothing about a change
+COMMON_MIN = 3  # ... and in at least this many (a small store has no common words)
 PR_WORDS_CHARS = 1200  # of the query: the title and body first, the changed lines fill the rest
 MARKER = "<!-- memstore-review -->"  # how the posted comment is found again
 
@@ -92,14 +99,23 @@ def _added_memory(m: dict[str, Any]) -> dict[str, Any]:
     return {k: m[k] for k in keep if k in m}
 
 
-def _anchored(evidence: list[str], ch: prreview.Change) -> bool:
-    """Whether a memory's ``file:`` evidence names a file the change touches."""
-    for raw in evidence:
-        if raw.startswith("file:"):
-            path = raw[5:].split("#", 1)[0].split("@", 1)[0]
-            if path in ch.files:
-                return True
-    return False
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}")
+
+
+def _words(text: str) -> set[str]:
+    return {w.lower() for w in _WORD.findall(text)} - STOP_WORDS
+
+
+def _common_words(ws: Workspace) -> set[str]:
+    """Words in more than COMMON_SHARE of the repo store's memories: "fix", "error", the
+    project's name. Sharing one with a change says nothing about it."""
+    mems = ws.catalog("repo").memories.values()
+    df: dict[str, int] = {}
+    for m in mems:
+        for w in _words(m.text):
+            df[w] = df.get(w, 0) + 1
+    bar = max(COMMON_MIN, COMMON_SHARE * len(mems))
+    return {w for w, n in df.items() if n > bar}
 
 
 def _seen_before(ws: Workspace, title: str | None, body: str | None, ch: prreview.Change,
@@ -118,15 +134,31 @@ def _seen_before(ws: Workspace, title: str | None, body: str | None, ch: prrevie
                log_episode=False)
     if ans.get("partial"):
         partial.append(True)
+    results = [r for r in ans["results"] if r["id"] not in exclude and r.get("scope") == "repo"]
+    mems = ws.catalog("repo").memories
+    near = prreview.distance(ws, ch, [mems[r["id"]] for r in results
+                                      if r["kind"] != "failed_tactic" and r["id"] in mems])
+    change_words: set[str] | None = None
     out = []
-    for r in ans["results"]:
-        if r["id"] in exclude or r.get("scope") != "repo":
-            continue
-        if r["kind"] != "failed_tactic" and not _anchored(r.get("evidence", []), ch):
-            continue
+    for r in results:
         if len(out) == SEEN_LIMIT:
             break
+        if r["kind"] == "failed_tactic":
+            reason = "a failed tactic like this change (shown without a code anchor)"
+        else:
+            if r["id"] not in near or near[r["id"]][1] > SEEN_NEAR_LINES:
+                continue
+            if change_words is None:
+                changed = "\n".join(line for fc in ch.files.values() for line in (*fc.added, *fc.removed))
+                path_words = {w for p in ch.files for w in _words(p)}
+                change_words = _words(f"{title or ''}\n{changed}") - path_words - _common_words(ws)
+            shared = sorted(_words(r["text"]) & change_words)
+            if not shared:
+                continue
+            path, gap = near[r["id"]]
+            where = "cites lines the change touches" if gap == 0 else f"cites lines {gap} from a hunk"
+            reason = f"{where} in {path}; shares: {', '.join(shared[:5])}"
         out.append({"id": r["id"], "kind": r["kind"], "text": r["text"], "score": round(float(r["score"]), 4),
-                    "path": r.get("path"), "problem": (r.get("links") or {}).get("problem"),
+                    "reason": reason, "path": r.get("path"), "problem": (r.get("links") or {}).get("problem"),
                     "created": r.get("created"), "evidence": r.get("evidence", [])})
     return out
