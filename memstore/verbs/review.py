@@ -39,6 +39,7 @@ SEEN_KINDS = ["failed_tactic", "problem", "solution"]
 SEEN_LIMIT = 5
 SEEN_ASKED = 10  # read's results before the anchor rule keeps at most SEEN_LIMIT
 SEEN_NEAR_LINES = 20  # cited lines this close to a hunk are about the changed code (bench/eval_review.py)
+TACTIC_WORDS = 2  # a failed tactic with no code near the change: words shared with the title AND the lines
 COMMON_SHARE = 0.1  # a word in more than this share of the store's memories says nothing about a change
 COMMON_MIN = 3  # ... and in at least this many (a small store has no common words)
 PR_WORDS_CHARS = 1200  # of the query: the title and body first, the changed lines fill the rest
@@ -100,10 +101,13 @@ def _added_memory(m: dict[str, Any]) -> dict[str, Any]:
 
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}")
+_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.I)
 
 
 def _words(text: str) -> set[str]:
-    return {w.lower() for w in _WORD.findall(text)} - STOP_WORDS
+    """Words of three letters or more, lower-cased, less stop words; a URL's pieces are not
+    words of the text ("https", "github", "com" are in every link)."""
+    return {w.lower() for w in _WORD.findall(_URL.sub(" ", text))} - STOP_WORDS
 
 
 def _common_words(ws: Workspace) -> set[str]:
@@ -136,28 +140,29 @@ def _seen_before(ws: Workspace, title: str | None, body: str | None, ch: prrevie
         partial.append(True)
     results = [r for r in ans["results"] if r["id"] not in exclude and r.get("scope") == "repo"]
     mems = ws.catalog("repo").memories
-    near = prreview.distance(ws, ch, [mems[r["id"]] for r in results
-                                      if r["kind"] != "failed_tactic" and r["id"] in mems])
-    change_words: set[str] | None = None
+    near = prreview.distance(ws, ch, [mems[r["id"]] for r in results if r["id"] in mems])
+    words: tuple[set[str], set[str]] | None = None
     out = []
     for r in results:
         if len(out) == SEEN_LIMIT:
             break
-        if r["kind"] == "failed_tactic":
-            reason = "a failed tactic like this change (shown without a code anchor)"
-        else:
-            if r["id"] not in near or near[r["id"]][1] > SEEN_NEAR_LINES:
-                continue
-            if change_words is None:
-                changed = "\n".join(line for fc in ch.files.values() for line in (*fc.added, *fc.removed))
-                path_words = {w for p in ch.files for w in _words(p)}
-                change_words = _words(f"{title or ''}\n{changed}") - path_words - _common_words(ws)
-            shared = sorted(_words(r["text"]) & change_words)
-            if not shared:
-                continue
-            path, gap = near[r["id"]]
+        if words is None:
+            changed = "\n".join(line for fc in ch.files.values() for line in (*fc.added, *fc.removed))
+            noise = {w for p in ch.files for w in _words(p)} | _common_words(ws)
+            words = _words(title or "") - noise, _words(changed) - noise
+        text = _words(r["text"])
+        in_title, in_lines = sorted(text & words[0]), sorted(text & words[1])
+        shared = sorted(set(in_title) | set(in_lines))
+        gap = near[r["id"]][1] if r["id"] in near else None
+        if shared and gap is not None and gap <= SEEN_NEAR_LINES:
+            path = near[r["id"]][0]
             where = "cites lines the change touches" if gap == 0 else f"cites lines {gap} from a hunk"
             reason = f"{where} in {path}; shares: {', '.join(shared[:5])}"
+        elif r["kind"] == "failed_tactic" and len(in_title) >= TACTIC_WORDS and len(in_lines) >= TACTIC_WORDS:
+            reason = (f"a failed tactic; the change's title shares: {', '.join(in_title[:5])}; "
+                      f"its changed lines: {', '.join(in_lines[:5])}")
+        else:
+            continue
         out.append({"id": r["id"], "kind": r["kind"], "text": r["text"], "score": round(float(r["score"]), 4),
                     "reason": reason, "path": r.get("path"), "problem": (r.get("links") or {}).get("problem"),
                     "created": r.get("created"), "evidence": r.get("evidence", [])})
