@@ -144,6 +144,26 @@ def test_seen_before_finds_a_recorded_failed_tactic(repo: Path, cli: Callable[..
     assert code == 0 and "tried before and failed here" in md
 
 
+def test_seen_before_leaves_out_a_failed_tactic_the_change_only_mentions(
+        repo: Path, cli: Callable[..., CliResult]) -> None:
+    problem = _write(repo, "problem", "Requests through the corporate proxy fail with SSLError: certificate "
+                     "verify failed", ["user:reported by ops"])
+    tactic = _write(repo, "failed_tactic", "Setting verify=False on the session to get past the proxy's SSLError "
+                    "was tried and reverted: it disabled certificate checks everywhere", ["user:review"],
+                    links={"problem_id": problem})
+    (repo / "README.txt").write_text("Sync\n====\n\nRun `sync` to fetch the day's orders.\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "readme")
+    git(repo, "checkout", "-q", "-b", "pr")
+    with (repo / "README.txt").open("a") as fh:
+        fh.write("\nBehind the corporate proxy, export HTTPS_PROXY before running `sync`.\n")
+    git(repo, "commit", "-q", "-am", "proxy docs")
+    ans = _review(cli, repo, "--title", "Document the proxy setting for sync")
+    # read finds the tactic (the proxy, a setting), but the change repeats nothing of it: its
+    # lines set no verify and disable no certificate check
+    assert tactic not in {s["id"] for s in ans["sections"].get("seen_before", [])}
+
+
 def test_a_pr_that_adds_a_memory_shows_it_with_its_author_not_as_stale(
         repo: Path, pr: dict[str, str], cli: Callable[..., CliResult]) -> None:
     new = _write(repo, "fact", "f5 now returns fifty-five", ["file:app.py#L17"])
@@ -515,7 +535,7 @@ def test_seen_before_shows_a_past_problem_about_the_changed_lines_and_why(
     reason = seen[ids["about"]]["reason"]
     assert "client.py" in reason and "readtimeout" in reason.lower()
     code, md, _ = cli("review", "--base", "main", "--title", "Fix fetch: retry on ReadTimeout as well", cwd=repo)
-    assert code == 0 and "fetch gave up at the first ReadTimeout" in md
+    assert code == 0 and "fetch gave up at the first ReadTimeout" in md and "why: cites lines" in md
 
 
 def test_seen_before_leaves_out_a_memory_sharing_only_the_file_or_far_from_the_change(
