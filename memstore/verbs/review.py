@@ -5,15 +5,17 @@ contract):
 
 1. ``touched``: memories whose ``file:`` evidence cites lines (or a whole file) the change
    rewrites, with the overlap and what the memory claims (``git/prreview``).
-2. ``seen_before``: past problems, solutions and failed tactics like the change, found by one
-   ``read`` of the PR's title, body and changed lines through read's own precision gate (an
-   empty answer is the usual and right one). A problem or solution is then shown only when it
-   is about the code being changed: its ``file:`` lines, as they stand at the base, lie within
-   ``SEEN_NEAR_LINES`` lines of a hunk, and its text shares a word with the PR's title or changed
-   lines that is neither the name of a changed file nor common in the store. On a real
-   project's history (bench/eval_review.py) sharing a file was not enough: terse memories
-   ("tox fix", "fix sessions.py") sharing a file and a word like "fix" made most of what was
-   shown. A failed tactic needs no anchor: repeating one is the warning this section exists for.
+2. ``seen_before``: past problems, solutions and failed tactics about the code the change
+   touches, found by one ``read`` of the PR's title, body and changed lines through read's own
+   precision gate, then kept only when the memory's ``file:`` lines, as they stand at the base,
+   lie within ``SEEN_NEAR_LINES`` of a hunk and its text shares a word with the title or the
+   changed lines; a failed tactic with no code that close, only when the title and the changed
+   lines each share ``TACTIC_WORDS`` words with it (the change says and does what was tried).
+   A shared word is neither a piece of a changed path or a URL nor common in the store. On real
+   histories (bench/eval_review.py) read's gate plus a shared file still showed something for a
+   quarter of changes, mostly terse memories sharing a file and "fix"; failed tactics with no
+   anchor (a history's reverts) answered half of all changes. An empty section is the usual and
+   right answer; each item says why it is shown (``reason``).
 3. ``added``: what the PR adds to ``.memory/``: ``check --base`` findings and the readable
    ``diff`` (with author and episode).
 
@@ -37,7 +39,7 @@ from .settings import check
 
 SEEN_KINDS = ["failed_tactic", "problem", "solution"]
 SEEN_LIMIT = 5
-SEEN_ASKED = 10  # read's results before the anchor rule keeps at most SEEN_LIMIT
+SEEN_ASKED = 10  # read's results before the rule below keeps at most SEEN_LIMIT
 SEEN_NEAR_LINES = 20  # cited lines this close to a hunk are about the changed code (bench/eval_review.py)
 TACTIC_WORDS = 2  # a failed tactic with no code near the change: words shared with the title AND the lines
 COMMON_SHARE = 0.1  # a word in more than this share of the store's memories says nothing about a change
