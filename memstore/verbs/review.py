@@ -148,15 +148,18 @@ def _seen_before(ws: Workspace, title: str | None, body: str | None, ch: prrevie
     for r in results:
         if len(out) == SEEN_LIMIT:
             break
-        if words is None:
+        gap = near[r["id"]][1] if r["id"] in near else None
+        close = gap is not None and gap <= SEEN_NEAR_LINES
+        if not close and r["kind"] != "failed_tactic":
+            continue
+        if words is None:  # only now: the store's common words take a pass over every memory's text
             changed = "\n".join(line for fc in ch.files.values() for line in (*fc.added, *fc.removed))
             noise = {w for p in ch.files for w in _words(p)} | _common_words(ws)
             words = _words(title or "") - noise, _words(changed) - noise
         text = _words(r["text"])
         in_title, in_lines = sorted(text & words[0]), sorted(text & words[1])
         shared = sorted(set(in_title) | set(in_lines))
-        gap = near[r["id"]][1] if r["id"] in near else None
-        if shared and gap is not None and gap <= SEEN_NEAR_LINES:
+        if shared and close and gap is not None:
             path = near[r["id"]][0]
             where = "cites lines the change touches" if gap == 0 else f"cites lines {gap} from a hunk"
             reason = f"{where} in {path}; shares: {', '.join(shared[:5])}"
