@@ -17,6 +17,13 @@ Protocol:
    six ``file:PATH@SHA#La-Lb``: the lines each hunk left in the fix commit (a pure deletion
    cites the two lines around it). Written straight into ``.memory/`` of the clone (not
    committed), dated as the commit.
+   With ``--reverts``, also every revert dated before the split (``Revert "SUBJECT"``, the
+   reverted commit found by its ``This reverts commit SHA`` line) becomes a ``problem`` (the
+   revert's subject and the first paragraph of its body that is not git's line, citing the
+   lines the revert left, as above) and a ``failed_tactic`` linked to it: the reverted commit's
+   subject and first paragraph, "tried and reverted", evidence ``commit:SHA`` of both. A
+   history's reverts are its failed tactics; section 2 shows a failed tactic with no code
+   anchor, so these show how often that is noise.
 3. Each of ``--sample`` changes from the reviewed part, evenly spaced from ``--offset``
    (deterministic; another offset is another sample, for checking a rule on changes it was not
    written from), is reviewed
@@ -32,8 +39,9 @@ Protocol:
    Precision: share of flagged memories that should be; recall: share of those that should be
    that are flagged. A flag on lines already rewritten before C, or on an insertion inside the
    cited block that replaces none of its lines, counts against precision here.
-5. Section 2 has no oracle: ``--judge`` (seen before) hits are printed, sampled evenly over the
-   reviewed changes that have any, for a person to accept or reject.
+5. Section 2 has no oracle: ``--judge`` reviews that have seen-before hits are printed, sampled
+   evenly over the reviewed changes that have any, each hit with why it was shown, for a person
+   to accept or reject.
 6. Also: the share of changes with nothing to say, the sizes of the Markdown comment, and the
    time per review. The last line is one JSON object.
 """
@@ -156,6 +164,66 @@ def build_memories(repo: Path, fixes: list[dict[str, Any]]) -> int:
     return made
 
 
+REVERTS = re.compile(r"This reverts commit ([0-9a-f]{7,40})")
+
+
+def revert_commits(repo: Path, before: int) -> list[dict[str, Any]]:
+    out = []
+    log = git(repo, "log", "--no-merges", f"--before={before}", "--format=%x01%H%x02%ct%x02%an%x02%s%x02%b")
+    for rec in log.split("\x01")[1:]:
+        sha, ts, author, subject, body = (rec.split("\x02") + [""] * 5)[:5]
+        m = REVERTS.search(body)
+        if not subject.startswith('Revert "') or m is None:
+            continue
+        reverted = git(repo, "show", "-s", "--format=%H%x02%s%x02%b", m.group(1), check=False).split("\x02")
+        if len(reverted) < 3:
+            continue
+        out.append({"sha": sha, "ts": int(ts), "author": author, "subject": subject.strip(), "body": body.strip(),
+                    "tried": reverted[0].strip(), "tried_subject": reverted[1].strip(),
+                    "tried_body": reverted[2].strip()})
+    return out
+
+
+def _para(body: str) -> str:
+    for para in body.split("\n\n"):
+        para = para.replace("\n", " ").strip()
+        if para and not REVERTS.search(para) and not para.lower().startswith(("signed-off", "co-authored")):
+            return para
+    return ""
+
+
+def build_tactics(repo: Path, reverts: list[dict[str, Any]]) -> int:
+    from memstore.store import ids as idmod
+    from memstore.store.config import Config
+    from memstore.store.disk import Store
+    from memstore.store.model import Memory
+
+    config = Config().with_overrides({"git": {"stage": False, "commit": False}})
+    store = Store(root=repo / ".memory", scope="repo", config=config, worktree=None)
+    made = 0
+    for rv in reverts:
+        files = hunks_of(repo, rv["sha"])
+        if files is None:
+            continue
+        refs = [f"file:{path}@{rv['sha'][:12]}#L{a}-L{b}" for path, hks in sorted(files.items())
+                for _o, _oc, n, nc in hks for a, b in [(n, n + nc - 1) if nc > 0 else (max(n, 1), n + 1)]]
+        created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(rv["ts"]))
+        why = _para(rv["body"])
+        problem = Memory(id=idmod.new_id(), kind="problem", text=(rv["subject"] + (f". {why}" if why else ""))[:600],
+                         scope="repo", created=created, author=rv["author"][:60] or "unknown",
+                         evidence=[f"commit:{rv['sha'][:12]}", *refs[:MAX_REFS]], links={}, tags=["from-history"])
+        store.create_memory(problem)
+        what = _para(rv["tried_body"])
+        tactic = Memory(id=idmod.new_id(), kind="failed_tactic",
+                        text=(f"Tried and reverted: {rv['tried_subject']}" + (f". {what}" if what else ""))[:600],
+                        scope="repo", created=created, author=rv["author"][:60] or "unknown",
+                        evidence=[f"commit:{rv['tried'][:12]}", f"commit:{rv['sha'][:12]}"],
+                        links={"problem": problem.id}, tags=["from-history"])
+        store.create_memory(tactic)
+        made += 1
+    return made
+
+
 # -- the oracle --------------------------------------------------------------------------------------
 def carry(old: list[str], new: list[str], lines: set[int]) -> dict[int, int]:
     """Old line number -> new line number for the lines of ``lines`` difflib keeps equal."""
@@ -211,6 +279,8 @@ def main() -> int:
                     help="start the even sample this many changes in (another sample of the same history)")
     ap.add_argument("--split", type=float, default=0.7, help="share of the history that is the past")
     ap.add_argument("--judge", type=int, default=20, help="seen-before hits printed for judging")
+    ap.add_argument("--reverts", action="store_true",
+                    help="also a problem and a failed tactic from each revert before the split")
     ap.add_argument("--json-out", metavar="FILE")
     a = ap.parse_args()
 
@@ -228,9 +298,11 @@ def main() -> int:
         fixes = fix_commits(clone, split_ts)
         t0 = time.perf_counter()
         made = build_memories(clone, fixes)
+        tactics = build_tactics(clone, revert_commits(clone, split_ts)) if a.reverts else 0
         print(f"# {len(seq)} first-parent changes; past: the first {cut} (to "
               f"{time.strftime('%Y-%m-%d', time.gmtime(split_ts))}); {len(fixes)} fix commits there, {made} memories "
-              f"({time.perf_counter() - t0:.1f} s); reviewing {len(sampled)} of the {len(later)} later changes "
+              f"({time.perf_counter() - t0:.1f} s); {tactics} reverts as failed tactics; reviewing "
+              f"{len(sampled)} of the {len(later)} later changes "
               f"(every {step}th from {a.offset})", flush=True)
 
         from memstore import gitops
@@ -272,7 +344,7 @@ def main() -> int:
             rows.append({"sha": sha[:12], "title": title.strip()[:100], "seconds": round(dt, 3),
                          "nothing": ans["nothing_to_say"], "chars": len(md) if not ans["nothing_to_say"] else 0,
                          "flagged": len(flagged), "should": len(truth), "right": len(flagged & truth),
-                         "seen": [(s["id"], s["kind"], s["text"][:160], s["score"])
+                         "seen": [(s["id"], s["kind"], s["text"][:160], s["score"], s.get("reason"))
                                   for s in ans["sections"].get("seen_before", [])]})
             if (i + 1) % 25 == 0:
                 print(f"# {i + 1}/{len(sampled)} reviewed", flush=True)
@@ -281,18 +353,22 @@ def main() -> int:
         pick = with_seen[:: max(1, len(with_seen) // a.judge)][: a.judge] if with_seen else []
         print(f"\n## seen before: {len(pick)} of the {len(with_seen)} reviews that have any, for judging")
         for n, r in enumerate(pick, 1):
-            top = r["seen"][0]
-            print(f"{n:2d}. change {r['sha']}: {r['title']}\n    -> {top[1]} (score {top[3]}): {top[2]}")
+            print(f"{n:2d}. change {r['sha']}: {r['title']}")
+            for s in r["seen"]:
+                why = f" [{s[4]}]" if s[4] else ""
+                print(f"    -> {s[1]} (score {s[3]}){why}: {s[2]}")
 
         secs = [r["seconds"] for r in rows]
         sizes = [r["chars"] for r in rows if not r["nothing"]]
         out = {
-            "repo": Path(a.repo).name, "changes": len(seq), "past": cut, "memories": made, "reviewed": len(rows),
+            "repo": Path(a.repo).name, "changes": len(seq), "past": cut, "memories": made, "failed_tactics": tactics,
+            "reviewed": len(rows),
             "touched": {"flagged": tp + fp, "should": tp + fn, "right": tp,
                         "precision": round(tp / (tp + fp), 3) if tp + fp else None,
                         "recall": round(tp / (tp + fn), 3) if tp + fn else None,
                         "reviews_with_flags": sum(1 for r in rows if r["flagged"])},
-            "seen_before": {"reviews_with_hits": len(with_seen), "hits": sum(len(r["seen"]) for r in rows)},
+            "seen_before": {"reviews_with_hits": len(with_seen), "hits": sum(len(r["seen"]) for r in rows),
+                            "failed_tactic_hits": sum(1 for r in rows for x in r["seen"] if x[1] == "failed_tactic")},
             "nothing_to_say": round(sum(1 for r in rows if r["nothing"]) / len(rows), 3) if rows else None,
             "comment_chars": {"p50": pct(sizes, 50), "p90": pct(sizes, 90), "max": max(sizes, default=0)},
             "seconds_per_review": {"p50": round(pct(secs, 50), 3), "p90": round(pct(secs, 90), 3),

@@ -134,12 +134,34 @@ def test_seen_before_finds_a_recorded_failed_tactic(repo: Path, cli: Callable[..
     body.write_text("The corporate proxy breaks TLS, so turn off verify on the session to stop the SSLError.")
     ans = _review(cli, repo, "--title", "Disable certificate verification (verify=False) behind the proxy",
                   "--body-file", str(body))
-    seen = [s["id"] for s in ans["sections"]["seen_before"]]
-    # the failed tactic is the warning; the problem shares words but cites no code the PR touches
+    seen = {s["id"]: s for s in ans["sections"]["seen_before"]}
+    # the failed tactic is the warning, shown with no code anchor; the problem shares words but
+    # cites no code the PR touches
     assert tactic in seen and problem not in seen
+    assert "failed tactic" in seen[tactic]["reason"]
     code, md, _ = cli("review", "--base", "main", "--title", "Disable certificate verification behind the proxy",
                       "--body-file", str(body), cwd=repo)
     assert code == 0 and "tried before and failed here" in md
+
+
+def test_seen_before_leaves_out_a_failed_tactic_the_change_only_mentions(
+        repo: Path, cli: Callable[..., CliResult]) -> None:
+    problem = _write(repo, "problem", "Requests through the corporate proxy fail with SSLError: certificate "
+                     "verify failed", ["user:reported by ops"])
+    tactic = _write(repo, "failed_tactic", "Setting verify=False on the session to get past the proxy's SSLError "
+                    "was tried and reverted: it disabled certificate checks everywhere", ["user:review"],
+                    links={"problem_id": problem})
+    (repo / "README.txt").write_text("Sync\n====\n\nRun `sync` to fetch the day's orders.\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "readme")
+    git(repo, "checkout", "-q", "-b", "pr")
+    with (repo / "README.txt").open("a") as fh:
+        fh.write("\nBehind the corporate proxy, export HTTPS_PROXY before running `sync`.\n")
+    git(repo, "commit", "-q", "-am", "proxy docs")
+    ans = _review(cli, repo, "--title", "Document the proxy setting for sync")
+    # read finds the tactic (the proxy, a setting), but the change repeats nothing of it: its
+    # lines set no verify and disable no certificate check
+    assert tactic not in {s["id"] for s in ans["sections"].get("seen_before", [])}
 
 
 def test_a_pr_that_adds_a_memory_shows_it_with_its_author_not_as_stale(
@@ -457,3 +479,73 @@ def test_a_review_answer_with_bad_line_ranges_is_refused_and_nothing_is_posted(
                                env={**env, "FAKE_GH_HEAD": good["head_sha"]})
             assert code == 2 and err["error"]["code"] == "bad_input", (bad, args, err)
     assert [m for m, _ in _calls(state) if m != "GET"] == []  # nothing posted
+
+
+# -- seen before: about the changed code, or not shown ----------------------------------------------------
+CLIENT = ('"""The HTTP client."""\nimport time\n\nfrom net import ReadTimeout\n\nRETRIES = 3\n\n\n'
+          "def fetch(session, url):\n"                                  # line 9
+          "    for attempt in range(RETRIES):\n"
+          "        try:\n"
+          "            return session.get(url, timeout=10)\n"
+          "        except ConnectionError:\n"                             # line 13: the PR rewrites it
+          "            time.sleep(2 ** attempt)\n"
+          "    raise ConnectionError(url)\n"
+          + "".join(f"\n\ndef helper{i}(x):\n    return x + {i}\n" for i in range(1, 21))  # to line 95
+          + "\n\ndef parse_charset(content_type):\n"                    # line 97
+          "    _, _, params = content_type.partition(';')\n"
+          "    return params.split('=')[-1].strip() or 'latin-1'\n")
+
+
+def client_pr(repo: Path, *, about: bool) -> dict[str, str]:
+    """main: client.py and past problems citing it (with or without one about the lines the PR
+    changes); branch `pr` makes fetch retry on ReadTimeout."""
+    (repo / "client.py").write_text(CLIENT)
+    (repo / "other.py").write_text("".join(f"V{i} = {i}\n" for i in range(40)))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "client")
+    ids = {
+        # beside the change, but all it shares with it is the file's name and words most memories
+        # here hold ("fix", "retry")
+        "filename": _write(repo, "problem", "Fix retry in client.py", ["file:client.py#L16-L18"]),
+        # about ReadTimeout, but of code eighty lines away
+        "far": _write(repo, "problem", "parse_charset raised on a ReadTimeout page with no charset: fix the "
+                      "fallback", ["file:client.py#L97-L99"]),
+    }
+    if about:
+        # the lines just above the changed except clause, and about what it catches
+        ids["about"] = _write(repo, "problem", "fetch gave up at the first ReadTimeout: its except clause caught "
+                              "only ConnectionError, so a slow server failed the sync instead of being retried",
+                              ["file:client.py#L9-L11"])
+    for i, what in enumerate(["the import job", "a flaky test", "the release upload", "the docs build"]):
+        _write(repo, "problem", f"Fix the retry of {what}", [f"file:other.py#L{i * 5 + 1}-L{i * 5 + 2}"])
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "memories")
+    git(repo, "checkout", "-q", "-b", "pr")
+    (repo / "client.py").write_text(CLIENT.replace("except ConnectionError:", "except (ConnectionError, ReadTimeout):"))
+    git(repo, "commit", "-q", "-am", "retry on ReadTimeout")
+    return ids
+
+
+def test_seen_before_shows_a_past_problem_about_the_changed_lines_and_why(
+        repo: Path, cli: Callable[..., CliResult]) -> None:
+    ids = client_pr(repo, about=True)
+    ans = _review(cli, repo, "--title", "Fix fetch: retry on ReadTimeout as well")
+    assert "touched" not in ans["sections"]  # the cited lines stand: nothing is made stale
+    seen = {s["id"]: s for s in ans["sections"]["seen_before"]}
+    assert ids["about"] in seen
+    reason = seen[ids["about"]]["reason"]
+    assert "client.py" in reason and "readtimeout" in reason.lower()
+    code, md, _ = cli("review", "--base", "main", "--title", "Fix fetch: retry on ReadTimeout as well", cwd=repo)
+    assert code == 0 and "fetch gave up at the first ReadTimeout" in md and "why: cites lines" in md
+
+
+def test_seen_before_leaves_out_a_memory_sharing_only_the_file_or_far_from_the_change(
+        repo: Path, cli: Callable[..., CliResult]) -> None:
+    ids = client_pr(repo, about=False)
+    # read's gate lets both through: the title names client.py, the far one holds ReadTimeout
+    ans = _review(cli, repo, "--title", "client.py: retry fetch on ReadTimeout as well")
+    seen = {s["id"] for s in ans["sections"].get("seen_before", [])}
+    # beside the change but sharing only the file's name and words most memories hold
+    assert ids["filename"] not in seen
+    # sharing ReadTimeout, but about lines eighty lines from any hunk
+    assert ids["far"] not in seen

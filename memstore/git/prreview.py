@@ -196,14 +196,63 @@ class Citation:
     file_status: str = "M"
 
 
+class _Carrier:
+    """A memory's cited lines as they stand at the change's merge-base (see the module doc)."""
+
+    def __init__(self, ws: Workspace, ch: Change, mems: list[Memory]) -> None:
+        store = ws.repo
+        assert store is not None and store.worktree is not None
+        self.wt = store.worktree
+        self.ch = ch
+        self.added = StaleChecker(store)._added_in(mems)
+        self.revs: dict[str, str | None] = {}
+        self.carried: dict[tuple[str, str], dict[str, FileChange]] = {}
+        self.base_text: dict[str, list[str]] = {}
+
+    def text(self, path: str) -> list[str]:
+        if path not in self.base_text:
+            raw_text = gitops.show_file(self.ch.merge_base, path, self.wt) or b""
+            self.base_text[path] = raw_text.decode("utf-8", "replace").split("\n")
+        return self.base_text[path]
+
+    def standing(self, mem: Memory, ref: Any) -> tuple[list[int], bool]:
+        """The non-blank cited base lines still standing, and whether some had moved on before."""
+        origin: str | None = None
+        if ref.rev:
+            if ref.rev not in self.revs:
+                self.revs[ref.rev] = gitops.resolve_commit(ref.rev, self.wt)
+            origin = self.revs[ref.rev]
+        origin = origin or self.added.get(mem.id)
+        text = self.text(ref.path)
+        # a memory from a clone or a PR can cite L1-L2000000000: never a list that long
+        lo, hi = ref.lines
+        hi = min(hi, len(text))
+        standing = list(range(lo, hi + 1))
+        moved_before = False
+        if origin and origin != self.ch.merge_base:
+            key = (origin, ref.path)
+            if key not in self.carried:
+                self.carried[key] = _diff(origin, self.ch.merge_base, self.wt, [ref.path])
+            between = self.carried[key].get(ref.path)
+            if between is not None:
+                # the file's length at ``origin``: the base's less what the hunks since added
+                hi = min(ref.lines[1], len(text) - sum(hk.new_count - hk.old_count for hk in between.hunks))
+                # the file was added since (its lines then were another file's) or
+                # rewritten: only the cited lines still standing at the base count
+                kept = {} if between.status == "A" else carry_lines(between.hunks, range(lo, hi + 1))
+                standing = sorted(kept.values())
+                moved_before = len(standing) < hi - lo + 1
+        # a blank line carries nothing of what a memory cites: it neither keeps a citation
+        # alive nor makes one stale
+        return [n for n in standing if n <= len(text) and text[n - 1].strip()], moved_before
+
+
 def touched(ws: Workspace, ch: Change, *, exclude: set[str] | None = None) -> list[dict[str, Any]]:
     """Memories whose ``file:`` evidence cites a file the change modifies: for line citations
     only when a hunk overlaps the cited lines, for file citations always (and said so)."""
     store = ws.repo
     if store is None or owning_worktree(store) is None or not ch.files:
         return []
-    assert store.worktree is not None
-    wt = store.worktree
     cat = ws.catalog("repo")
     archived = _archived(ws)
     candidates: list[tuple[Memory, list[Any]]] = []
@@ -215,10 +264,7 @@ def touched(ws: Workspace, ch: Change, *, exclude: set[str] | None = None) -> li
             candidates.append((mem, refs))
     if not candidates:
         return []
-    added = StaleChecker(store)._added_in([m for m, _ in candidates])
-    revs: dict[str, str | None] = {}
-    carried: dict[tuple[str, str], dict[str, FileChange]] = {}
-    base_text: dict[str, list[str]] = {}
+    carrier = _Carrier(ws, ch, [m for m, _ in candidates])
     out: list[dict[str, Any]] = []
     for mem, refs in candidates:
         cites: list[Citation] = []
@@ -226,43 +272,14 @@ def touched(ws: Workspace, ch: Change, *, exclude: set[str] | None = None) -> li
             fc = ch.files[ref.path]
             cite = Citation(ref.path, ref.lines, ref.raw, file_status=fc.status)
             if ref.lines is not None:
-                origin: str | None = None
-                if ref.rev:
-                    if ref.rev not in revs:
-                        revs[ref.rev] = gitops.resolve_commit(ref.rev, wt)
-                    origin = revs[ref.rev]
-                origin = origin or added.get(mem.id)
-                if ref.path not in base_text:
-                    raw_text = gitops.show_file(ch.merge_base, ref.path, wt) or b""
-                    base_text[ref.path] = raw_text.decode("utf-8", "replace").split("\n")
-                text = base_text[ref.path]
-                # a memory from a clone or a PR can cite L1-L2000000000: never a list that long
-                lo, hi = ref.lines
-                hi = min(hi, len(text))
-                standing = list(range(lo, hi + 1))
-                if origin and origin != ch.merge_base:
-                    key = (origin, ref.path)
-                    if key not in carried:
-                        carried[key] = _diff(origin, ch.merge_base, wt, [ref.path])
-                    between = carried[key].get(ref.path)
-                    if between is not None:
-                        # the file's length at ``origin``: the base's less what the hunks since added
-                        hi = min(ref.lines[1], len(text) - sum(hk.new_count - hk.old_count for hk in between.hunks))
-                        # the file was added since (its lines then were another file's) or
-                        # rewritten: only the cited lines still standing at the base count
-                        kept = {} if between.status == "A" else carry_lines(between.hunks, range(lo, hi + 1))
-                        standing = sorted(kept.values())
-                        cite.moved_before = len(standing) < hi - lo + 1
-                # a blank line carries nothing of what a memory cites: it neither keeps a citation
-                # alive nor makes one stale
-                standing = [n for n in standing if n <= len(text) and text[n - 1].strip()]
+                standing, cite.moved_before = carrier.standing(mem, ref)
                 if not standing:
                     continue  # every cited line was rewritten before this change: stale already, not by it
                 cite.lines = (standing[0], standing[-1])
                 if fc.status == "D":
                     cite.overlaps = [cite.lines]
                 else:
-                    cite.overlaps = _overlaps(fc, set(standing), text)
+                    cite.overlaps = _overlaps(fc, set(standing), carrier.text(ref.path))
                 if not cite.overlaps:
                     continue
             cites.append(cite)
@@ -270,6 +287,34 @@ def touched(ws: Workspace, ch: Change, *, exclude: set[str] | None = None) -> li
             out.append(_touched_entry(store, mem, cites, ch))
     # line overlaps first (the sharpest claim), then file-level, then by id: a stable order
     out.sort(key=lambda e: (not any(c["lines"] for c in e["citations"]), e["id"]))
+    return out
+
+
+def distance(ws: Workspace, ch: Change, mems: list[Memory]) -> dict[str, tuple[str, int]]:
+    """For each memory citing lines of a file the change modifies: (path, the fewest base lines
+    between its cited lines, as they stand at the base, and a hunk of the change), 0 when a
+    hunk touches them. A memory whose citations in the changed files are all gone (rewritten
+    before this change) or name whole files has no entry."""
+    store = ws.repo
+    if store is None or owning_worktree(store) is None or not ch.files:
+        return {}
+    cands = [(m, [r for r in m.file_evidence() if r.path in ch.files and r.lines is not None]) for m in mems]
+    cands = [(m, refs) for m, refs in cands if refs]
+    if not cands:
+        return {}
+    carrier = _Carrier(ws, ch, [m for m, _ in cands])
+    out: dict[str, tuple[str, int]] = {}
+    for mem, refs in cands:
+        for ref in refs:
+            fc = ch.files[ref.path]
+            standing, _ = carrier.standing(mem, ref)
+            if not standing or not fc.hunks:
+                continue
+            lo, hi = standing[0], standing[-1]
+            gap = min(max(hk.old_start - hi, lo - (hk.old_start + max(hk.old_count, 1) - 1), 0)
+                      for hk in fc.hunks)
+            if mem.id not in out or gap < out[mem.id][1]:
+                out[mem.id] = (ref.path, gap)
     return out
 
 

@@ -114,6 +114,9 @@ def _seen_item(e: dict[str, Any], ans: dict[str, Any], link_base: str | None) ->
     s = f"- **{label}** {_mem(e, ans, link_base)}: {inert(_get(e, 'text', str, ''))}"
     if kind == "failed_tactic":
         s += " *(tried before and failed here: is this change different?)*"
+    why = _get(e, "reason", str)
+    if why:
+        s += f"\n  - why: {inert(why, 200)}"
     return s
 
 

@@ -5,13 +5,17 @@ contract):
 
 1. ``touched``: memories whose ``file:`` evidence cites lines (or a whole file) the change
    rewrites, with the overlap and what the memory claims (``git/prreview``).
-2. ``seen_before``: past problems, solutions and failed tactics like the change, found by one
-   ``read`` of the PR's title, body and changed lines through read's own precision gate (an
-   empty answer is the usual and right one). A problem or solution must also cite a file the
-   change touches: on a real project's history (bench/eval_review.py) read's gate alone let
-   something through for ~70% of changes, mostly memories sharing only a word like "fix" or
-   "docs" with them; anchored to the code, ~20%, nearly all about the same code. A failed
-   tactic needs no anchor: repeating one is the warning this section exists for.
+2. ``seen_before``: past problems, solutions and failed tactics about the code the change
+   touches, found by one ``read`` of the PR's title, body and changed lines through read's own
+   precision gate, then kept only when the memory's ``file:`` lines, as they stand at the base,
+   lie within ``SEEN_NEAR_LINES`` of a hunk and its text shares a word with the title or the
+   changed lines; a failed tactic with no code that close, only when the title and the changed
+   lines each share ``TACTIC_WORDS`` words with it (the change says and does what was tried).
+   A shared word is neither a piece of a changed path or a URL nor common in the store. On real
+   histories (bench/eval_review.py) read's gate plus a shared file still showed something for a
+   quarter of changes, mostly terse memories sharing a file and "fix"; failed tactics with no
+   anchor (a history's reverts) answered half of all changes. An empty section is the usual and
+   right answer; each item says why it is shown (``reason``).
 3. ``added``: what the PR adds to ``.memory/``: ``check --base`` findings and the readable
    ``diff`` (with author and episode).
 
@@ -21,19 +25,25 @@ theirs.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
 from .. import gitops
 from ..git import prreview
 from ..git.review import branch_diff
+from ..index.terms import STOP_WORDS
 from ..read.longquery import MAX_QUERY_CHARS
 from ..store.workspace import Workspace
 from .settings import check
 
 SEEN_KINDS = ["failed_tactic", "problem", "solution"]
 SEEN_LIMIT = 5
-SEEN_ASKED = 10  # read's results before the anchor rule keeps at most SEEN_LIMIT
+SEEN_ASKED = 10  # read's results before the rule below keeps at most SEEN_LIMIT
+SEEN_NEAR_LINES = 20  # cited lines this close to a hunk are about the changed code (bench/eval_review.py)
+TACTIC_WORDS = 2  # a failed tactic with no code near the change: words shared with the title AND the lines
+COMMON_SHARE = 0.1  # a word in more than this share of the store's memories says nothing about a change
+COMMON_MIN = 3  # ... and in at least this many (a small store has no common words)
 PR_WORDS_CHARS = 1200  # of the query: the title and body first, the changed lines fill the rest
 MARKER = "<!-- memstore-review -->"  # how the posted comment is found again
 
@@ -92,14 +102,26 @@ def _added_memory(m: dict[str, Any]) -> dict[str, Any]:
     return {k: m[k] for k in keep if k in m}
 
 
-def _anchored(evidence: list[str], ch: prreview.Change) -> bool:
-    """Whether a memory's ``file:`` evidence names a file the change touches."""
-    for raw in evidence:
-        if raw.startswith("file:"):
-            path = raw[5:].split("#", 1)[0].split("@", 1)[0]
-            if path in ch.files:
-                return True
-    return False
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}")
+_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.I)
+
+
+def _words(text: str) -> set[str]:
+    """Words of three letters or more, lower-cased, less stop words; a URL's pieces are not
+    words of the text ("https", "github", "com" are in every link)."""
+    return {w.lower() for w in _WORD.findall(_URL.sub(" ", text))} - STOP_WORDS
+
+
+def _common_words(ws: Workspace) -> set[str]:
+    """Words in more than COMMON_SHARE of the repo store's memories: "fix", "error", the
+    project's name. Sharing one with a change says nothing about it."""
+    mems = ws.catalog("repo").memories.values()
+    df: dict[str, int] = {}
+    for m in mems:
+        for w in _words(m.text):
+            df[w] = df.get(w, 0) + 1
+    bar = max(COMMON_MIN, COMMON_SHARE * len(mems))
+    return {w for w, n in df.items() if n > bar}
 
 
 def _seen_before(ws: Workspace, title: str | None, body: str | None, ch: prreview.Change,
@@ -118,15 +140,35 @@ def _seen_before(ws: Workspace, title: str | None, body: str | None, ch: prrevie
                log_episode=False)
     if ans.get("partial"):
         partial.append(True)
+    results = [r for r in ans["results"] if r["id"] not in exclude and r.get("scope") == "repo"]
+    mems = ws.catalog("repo").memories
+    near = prreview.distance(ws, ch, [mems[r["id"]] for r in results if r["id"] in mems])
+    words: tuple[set[str], set[str]] | None = None
     out = []
-    for r in ans["results"]:
-        if r["id"] in exclude or r.get("scope") != "repo":
-            continue
-        if r["kind"] != "failed_tactic" and not _anchored(r.get("evidence", []), ch):
-            continue
+    for r in results:
         if len(out) == SEEN_LIMIT:
             break
+        gap = near[r["id"]][1] if r["id"] in near else None
+        close = gap is not None and gap <= SEEN_NEAR_LINES
+        if not close and r["kind"] != "failed_tactic":
+            continue
+        if words is None:  # only now: the store's common words take a pass over every memory's text
+            changed = "\n".join(line for fc in ch.files.values() for line in (*fc.added, *fc.removed))
+            noise = {w for p in ch.files for w in _words(p)} | _common_words(ws)
+            words = _words(title or "") - noise, _words(changed) - noise
+        text = _words(r["text"])
+        in_title, in_lines = sorted(text & words[0]), sorted(text & words[1])
+        shared = sorted(set(in_title) | set(in_lines))
+        if shared and close and gap is not None:
+            path = near[r["id"]][0]
+            where = "cites lines the change touches" if gap == 0 else f"cites lines {gap} from a hunk"
+            reason = f"{where} in {path}; shares: {', '.join(shared[:5])}"
+        elif r["kind"] == "failed_tactic" and len(in_title) >= TACTIC_WORDS and len(in_lines) >= TACTIC_WORDS:
+            reason = (f"a failed tactic; the change's title shares: {', '.join(in_title[:5])}; "
+                      f"its changed lines: {', '.join(in_lines[:5])}")
+        else:
+            continue
         out.append({"id": r["id"], "kind": r["kind"], "text": r["text"], "score": round(float(r["score"]), 4),
-                    "path": r.get("path"), "problem": (r.get("links") or {}).get("problem"),
+                    "reason": reason, "path": r.get("path"), "problem": (r.get("links") or {}).get("problem"),
                     "created": r.get("created"), "evidence": r.get("evidence", [])})
     return out
