@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
+import resource
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -48,10 +52,33 @@ def gc_state() -> dict[str, Any]:
     return {"enabled": gc.isenabled(), "frozen_objects": gc.get_freeze_count()}
 
 
+# Linux's own figures for this process: VmRSS (resident now) and VmHWM (the peak of it).
+PROC_STATUS = Path("/proc/self/status")
+
+
 def memory_mb() -> dict[str, float]:
+    """The daemon's resident memory in MiB: ``peak_rss_mb``, the most it has held, and
+    ``rss_mb``, what it holds now. Read from ``/proc/self/status`` where there is one (Linux);
+    elsewhere (macOS) the peak comes from getrusage and the figure now from ``ps``. A figure
+    that cannot be had is left out rather than guessed."""
     out: dict[str, float] = {}
     with contextlib.suppress(OSError):
-        for line in Path("/proc/self/status").read_text().splitlines():
+        for line in PROC_STATUS.read_text().splitlines():
             if line.startswith(("VmRSS:", "VmHWM:")):
                 out["rss_mb" if line.startswith("VmRSS") else "peak_rss_mb"] = round(int(line.split()[1]) / 1024, 1)
+    return out or _memory_without_proc()
+
+
+def _memory_without_proc() -> dict[str, float]:
+    """Both figures from what every Unix has. ``ru_maxrss`` is in bytes on macOS and in KiB on
+    Linux and the BSDs (getrusage(2)); ``ps -o rss=`` prints KiB on both. psutil would give the
+    same but is not worth a dependency for one status line; the ``ps`` costs a status call a
+    few milliseconds, and only where there is no /proc."""
+    out: dict[str, float] = {}
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    out["peak_rss_mb"] = round(peak / (1024 * 1024 if sys.platform == "darwin" else 1024), 1)
+    with contextlib.suppress(OSError, subprocess.SubprocessError, ValueError, IndexError):
+        ps = subprocess.run(["ps", "-o", "rss=", "-p", str(os.getpid())], capture_output=True, text=True,
+                            timeout=5, check=True, stdin=subprocess.DEVNULL)
+        out["rss_mb"] = round(int(ps.stdout.split()[0]) / 1024, 1)
     return out
