@@ -219,9 +219,11 @@ class Background:
 
     # -- idle work --------------------------------------------------------------------------------
     def flushing(self) -> bool:
+        """A flush is under way (the accept loop starts no second one)."""
         return self._flushing.locked()
 
     def idle_work(self) -> None:
+        """What a pause is for: save the projections, then fill neighbour lists until a request."""
         self.flush_all()
         self.fill_all()
 
