@@ -18,7 +18,7 @@ from daemonworld import Env, _seed
 from watchdog.events import FileCreatedEvent
 
 from memstore.store.watch import Watcher, _Handler
-from memstore.surfaces import daemon, wire
+from memstore.surfaces import daemon, daemon_status, wire
 
 # Deletes the Linux-only names at interpreter start, before memstore imports anything.
 SITECUSTOMIZE = """\
@@ -105,6 +105,24 @@ def test_macos_local_peercred_refuses_another_uid(monkeypatch: pytest.MonkeyPatc
         wire.check_peer(stranger, "/tmp/memstore-x/daemon.sock")  # type: ignore[arg-type]
     assert daemon._same_user(_XucredSocket(os.getuid()))  # type: ignore[arg-type]
     assert wire.peer_uid(_XucredSocket(os.getuid(), version=7)) is None  # type: ignore[arg-type]
+
+
+def test_daemon_status_reports_memory_without_proc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """macOS has no /proc: `memstore daemon status` still names the daemon's memory, the peak
+    (getrusage) and the figure now (ps), in the MiB that /proc's figures give on Linux."""
+    d = daemon.Daemon(tmp_path / "run", 60)
+    try:
+        linux = d.status()
+        assert set(linux) >= {"rss_mb", "peak_rss_mb"}, "this host has no /proc to compare with"
+        monkeypatch.setattr(daemon_status, "PROC_STATUS", tmp_path / "no-proc" / "status")
+        answer = d.status()
+    finally:
+        d.watcher.stop()
+    assert answer["ok"] and answer["running"]
+    # The same process a moment apart: a unit mistaken (bytes for KiB) would be 1024 times off.
+    assert abs(answer["peak_rss_mb"] - linux["peak_rss_mb"]) <= max(8.0, 0.05 * linux["peak_rss_mb"]), (answer, linux)
+    assert abs(answer["rss_mb"] - linux["rss_mb"]) <= max(8.0, 0.05 * linux["rss_mb"]), (answer, linux)
+    assert answer["rss_mb"] <= answer["peak_rss_mb"] + 2
 
 
 def test_a_change_reported_by_its_real_path_reaches_the_store_watched_through_a_link(tmp_path: Path) -> None:

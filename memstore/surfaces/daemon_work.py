@@ -1,0 +1,276 @@
+"""The daemon's work besides answering: loading the model at start, embedding in the background
+what a read or a pull left without a vector, and in pauses saving the projections and filling
+the association chain's neighbour lists.
+
+All of it yields to requests: it runs after a connection's answer is sent (``after_reply``),
+in slices under the workspace lock (a request waits at most one slice), or only while no
+request is under way. What it may not do is take the daemon down: a failure is logged and the
+next read does the work itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from . import client
+from .daemon_stores import Entry, Workspaces
+
+log = logging.getLogger("memstore.surfaces.daemon")
+
+FILL_SLICE = 32  # neighbour lists filled per step when idle: ~10 ms at 100k memories, then a look for requests
+# Embedding in the background after a clone or a big pull goes in slices of this many seconds,
+# each under the workspace lock: a request waits at most one slice for it.
+EMBED_SLICE = 0.25
+
+# Per connection thread: work (the background embedding) that starts once the answer is sent.
+_serving = threading.local()
+
+
+@contextlib.contextmanager
+def replying() -> Iterator[None]:
+    """Serve one connection in the block; the work ``after_reply`` deferred meanwhile runs when
+    it ends (the answer sent), in order."""
+    _serving.after_reply = []
+    try:
+        yield
+    finally:
+        deferred, _serving.after_reply = _serving.after_reply, None
+        for work in deferred:
+            try:
+                work()
+            except Exception:  # e.g. the background embedding: the next read starts it again
+                log.exception("work after the reply failed")
+
+
+def after_reply(work: Callable[[], None], *, first: bool = False) -> None:
+    """Run ``work`` once this connection's answer is sent (now, when not serving one)."""
+    deferred: list[Callable[[], None]] | None = getattr(_serving, "after_reply", None)
+    if deferred is None:
+        work()
+    elif first:
+        deferred.insert(0, work)
+    else:
+        deferred.append(work)
+
+
+def one_blas_thread() -> None:
+    """Run the BLAS libraries loaded so far (numpy's, faiss's) on one thread. A read's matrix
+    passes are one query against the rows (10k x 384: ~0.7 ms on one core); split over two
+    threads, each waits for its worker, which on a busy 2-core machine is often not running:
+    16 ms at the median under load 6 (0.7 ms on one thread), and idle workers spin against
+    the rest of the request. Memory bandwidth bounds the pass at 100k, so a second thread
+    buys nothing there either."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1, user_api="blas")
+
+
+def warm_up() -> None:
+    """Load the model and the heavy modules now, so the first answer is as fast as the rest."""
+    from ..index.embedder import EmbedderUnavailable, get_embedder
+    from ..read import retrieve  # noqa: F401
+    from ..store import schemas
+    from ..verbs import api  # noqa: F401
+
+    one_blas_thread()
+    schemas.warm()
+    t0 = time.perf_counter()
+    try:
+        get_embedder().encode(["warm up"])
+    except EmbedderUnavailable as exc:
+        log.warning("no embedder: reads will be keyword-only (%s)", exc)
+    log.info("model loaded in %.1f s", time.perf_counter() - t0)
+
+
+class Background:
+    """The background work over the daemon's workspaces. ``stop`` ends it at its next slice;
+    ``activity`` answers (requests under way, when the last one ended), so idle work stops as
+    soon as a request comes."""
+
+    def __init__(self, stores: Workspaces, stop: threading.Event, activity: Callable[[], tuple[int, float]]) -> None:
+        self._stores = stores
+        self._stop = stop
+        self._activity = activity
+        # Guards Entry.embedding and the shared indexes a background thread embeds now (ids):
+        # every repo's workspace holds the global store's one index, and two threads must not
+        # embed it twice.
+        self._state = threading.Lock()
+        self._embedding_ids: set[int] = set()
+        self._flushing = threading.Lock()  # one flush at a time
+        self._filling = threading.Lock()  # one idle fill at a time
+
+    # -- embedding in the background --------------------------------------------------------------
+    def warm_stores(self, cwd: str) -> None:
+        """Open the workspace a client read from (with the client's environment, which this
+        process inherited, so its requests find this entry) and embed what has no vector yet:
+        the in-process read that started this daemon answered partially and left it to us."""
+        from ..read.scope import open_scope
+        from ..read.tuning import params_from_config
+
+        try:
+            entry = self._stores.entry_for({"cwd": cwd, "env": client.forwarded_env()})
+            with entry.using():
+                entry.ws.embed_wait = 0.0  # the catalogs and keyword indexes now; vectors in slices
+                open_scope(entry.ws, True, params_from_config(entry.ws.config))
+            self.embed_behind(entry)
+        except Exception:  # only a head start: the first request opens the workspace anyway
+            log.exception("opening %s at start failed", cwd)
+
+    def embed_after_reply(self, entry: Entry) -> None:
+        """``embed_behind`` once this connection's answer is sent: started earlier, the encoder
+        (starting its worker processes, the GIL) competes with rendering the answer the agent
+        waits for."""
+        after_reply(functools.partial(self.embed_behind, entry))  # a second start finds it under way
+
+    def embedding(self, entry: Entry) -> bool:
+        """Is any of the workspace's indexes being embedded in the background (by any thread)?"""
+        with self._state:
+            return entry.embedding or any(id(si) in self._embedding_ids for si in list(entry.ws.indexes.values()))
+
+    def embed_behind(self, entry: Entry) -> None:
+        """Start embedding the workspace's memories that have no vector yet (a read or a refresh
+        ran out of its wait), unless that is under way already or nothing waits."""
+        if not any(si.embedding_pending for si in list(entry.ws.indexes.values())):
+            return
+        with self._state:
+            if entry.embedding or entry.evicted:
+                return
+            entry.embedding = True
+        threading.Thread(target=self._embed_rest, args=(entry,), daemon=True).start()
+
+    def _embed_rest(self, entry: Entry) -> None:
+        """Embed what waits: every waiting text goes to the encoder at once (the worker
+        processes, or this process's encoder, outside the workspace lock), and what comes back
+        is put into the indexes every ``EMBED_SLICE`` under the lock, so a request waits at
+        most one such step. The vectors reach the embedding cache on disk as they are put in,
+        and the index is saved in the next pause."""
+        from ..index.embedder import EmbedderUnavailable
+
+        t0 = time.monotonic()
+        claimed: set[int] = set()
+        try:
+            while not self._stop.is_set():
+                with entry.lock:
+                    if entry.evicted:
+                        return
+                    pending = [si for si in entry.ws.indexes.values() if si.embedding_pending]
+                    with self._state:  # an index another workspace's thread embeds is left to it
+                        waiting = [si for si in pending if id(si) in claimed or id(si) not in self._embedding_ids]
+                        claimed.update(id(si) for si in waiting)
+                        self._embedding_ids.update(claimed)
+                    work = [si.waiting_texts() for si in waiting]
+                if not waiting:
+                    log.info("embedded the waiting memories in %.1f s", time.monotonic() - t0)
+                    return
+                texts = {key: text for part in work for key, text in part.items()}
+                try:
+                    self._stream(entry, waiting, texts)
+                except EmbedderUnavailable:
+                    texts = {}  # a refresh of its own meets the failure and goes keyword-only
+                if not texts:
+                    # What waits is in the embedding cache already (or the encoder failed): a
+                    # slice of refresh takes it from there.
+                    with entry.lock:
+                        for si in waiting:
+                            if not entry.evicted and si.embedding_pending:
+                                si.refresh(walk=False, budget=EMBED_SLICE)
+                while self._take_ready(entry, waiting):
+                    time.sleep(0.005)  # the lock is not fair: a request waiting for it gets it now
+        except Exception:  # reads embed what they meet themselves; the daemon lives on
+            log.exception("embedding in the background failed")
+        finally:
+            with self._state:
+                entry.embedding = False
+                self._embedding_ids -= claimed
+
+    def _stream(self, entry: Entry, waiting: list[Any], texts: dict[str, str]) -> None:
+        if not texts:
+            return
+        keys, values = list(texts), list(texts.values())
+        parts = waiting[0].embedder.encode_parts(values)
+        put_at = time.monotonic()
+        try:
+            for idx, vecs in parts:
+                part = [keys[i] for i in idx]
+                for si in waiting:
+                    si.offer(part, vecs)
+                if self._stop.is_set() or entry.evicted:
+                    return
+                if time.monotonic() - put_at >= EMBED_SLICE:
+                    self._take_ready(entry, waiting)
+                    put_at = time.monotonic()
+        finally:
+            parts.close()
+
+    def _take_ready(self, entry: Entry, waiting: list[Any]) -> bool:
+        """One step of putting offered vectors into the indexes; False when none are left."""
+        with entry.lock:
+            if entry.evicted:
+                return False
+            more = False
+            for si in waiting:
+                more = si.take_ready() or more
+            return more
+
+    # -- idle work --------------------------------------------------------------------------------
+    def flushing(self) -> bool:
+        """A flush is under way (the accept loop starts no second one)."""
+        return self._flushing.locked()
+
+    def idle_work(self) -> None:
+        """What a pause is for: save the projections, then fill neighbour lists until a request."""
+        self.flush_all()
+        self.fill_all()
+
+    def flush_all(self) -> None:
+        """Save the projections held in memory, so a process without the daemon starts warm."""
+        with self._flushing:
+            for entry in self._stores.all():
+                # What to save is taken under the workspace lock; the writing (seconds at 100k
+                # memories) happens without it, so a request arriving meanwhile is not held up.
+                with entry.lock:
+                    try:
+                        saves = entry.ws.flush_later()
+                    except Exception:  # a projection that fails to save is rebuilt by the next reader
+                        log.exception("flush failed")
+                        continue
+                for save in saves:
+                    try:
+                        save()
+                    except Exception:
+                        log.exception("flush failed")
+
+    def fill_all(self) -> None:
+        """Idle work: fill the association chain's neighbour lists of every workspace a slice at
+        a time, stopping as soon as a request comes (it waits at most one slice). Reads then
+        find every hop kept: at 100k memories a read whose seeds were never met costs ~10 ms
+        more without it. Filling 100k rows takes ~40 s of CPU, once per daemon."""
+        from ..read.indexes import fill_neighbours
+
+        if not self._filling.acquire(blocking=False):
+            return
+        done, t0 = 0, time.monotonic()
+        try:
+            _, since = self._activity()
+            for entry in self._stores.all():
+                while True:
+                    active, last = self._activity()
+                    if active or last != since or self._stop.is_set():
+                        return
+                    with entry.lock:
+                        n = 0 if entry.evicted else fill_neighbours(entry.ws, FILL_SLICE)
+                    if not n:
+                        break
+                    done += n
+        except Exception:  # idle work must never take the daemon down; reads fill lists themselves
+            log.exception("filling neighbour lists failed")
+        finally:
+            self._filling.release()
+            if done:
+                log.info("filled %d neighbour lists in %.1f s", done, time.monotonic() - t0)
