@@ -118,12 +118,18 @@ def test_comment_stays_under_its_budget_and_annotations_are_capped() -> None:
     assert len(gh) == 51 and gh[-1].startswith("::notice title=memstore::355 more")
 
 
-def test_seen_before_finds_a_recorded_failed_tactic(repo: Path, cli: Callable[..., CliResult]) -> None:
+def _proxy_tactic(repo: Path) -> tuple[str, str]:
+    """A problem behind the corporate proxy and the failed tactic recorded for it: (problem, tactic)."""
     problem = _write(repo, "problem", "Requests through the corporate proxy fail with SSLError: certificate "
                      "verify failed", ["user:reported by ops"])
     tactic = _write(repo, "failed_tactic", "Setting verify=False on the session to get past the proxy's SSLError "
                     "was tried and reverted: it disabled certificate checks everywhere", ["user:review"],
                     links={"problem_id": problem})
+    return problem, tactic
+
+
+def test_seen_before_finds_a_recorded_failed_tactic(repo: Path, cli: Callable[..., CliResult]) -> None:
+    problem, tactic = _proxy_tactic(repo)
     (repo / "net.py").write_text("import requests\n\nSESSION = requests.Session()\n")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "net")
@@ -146,11 +152,7 @@ def test_seen_before_finds_a_recorded_failed_tactic(repo: Path, cli: Callable[..
 
 def test_seen_before_leaves_out_a_failed_tactic_the_change_only_mentions(
         repo: Path, cli: Callable[..., CliResult]) -> None:
-    problem = _write(repo, "problem", "Requests through the corporate proxy fail with SSLError: certificate "
-                     "verify failed", ["user:reported by ops"])
-    tactic = _write(repo, "failed_tactic", "Setting verify=False on the session to get past the proxy's SSLError "
-                    "was tried and reverted: it disabled certificate checks everywhere", ["user:review"],
-                    links={"problem_id": problem})
+    _, tactic = _proxy_tactic(repo)
     (repo / "README.txt").write_text("Sync\n====\n\nRun `sync` to fetch the day's orders.\n")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "readme")

@@ -63,14 +63,20 @@ def _read(repo: Path, query: str) -> tuple[list[str], list[str]]:
     return [r["id"] for r in got["results"]], got.get("warnings", [])
 
 
+def _store_on(mnt: Path) -> tuple[Path, dict[str, str]]:
+    """A git repo on the small device with its memory store initialised and committed."""
+    repo = make_git_repo(mnt / "repo")
+    env = dict(os.environ)
+    rc, _, err = run_cli(["init"], cwd=repo, env=env)
+    assert rc == 0, err
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "memory layout")
+    return repo, env
+
+
 def test_a_full_disk_fails_each_write_as_disk_full_leaving_nothing_and_reads_answer(tmp_path: Path) -> None:
     with _small_disk(tmp_path) as mnt:
-        repo = make_git_repo(mnt / "repo")
-        env = dict(os.environ)
-        rc, got, err = run_cli(["init"], cwd=repo, env=env)
-        assert rc == 0, err
-        git(repo, "add", "-A")
-        git(repo, "commit", "-q", "-m", "memory layout")
+        repo, env = _store_on(mnt)
         rc, first, err = run_cli([*FACT, "The staging deploy runs at noon on weekdays."], cwd=repo, env=env)
         assert rc == 0 and first["ok"], (first, err)
         _read(repo, "when does the staging deploy run")  # the index is on disk
@@ -164,12 +170,7 @@ def test_an_import_on_a_full_disk_leaves_only_what_it_reports_and_all_of_it_stag
                                            "text": f"Build step {i} of the release takes {i + 2} minutes."},
                                 "allow_duplicate": True}) + "\n" for i in range(12))
     with _small_disk(tmp_path) as mnt:
-        repo = make_git_repo(mnt / "repo")
-        env = dict(os.environ)
-        rc, got, err = run_cli(["init"], cwd=repo, env=env)
-        assert rc == 0, err
-        git(repo, "add", "-A")
-        git(repo, "commit", "-q", "-m", "memory layout")
+        repo, env = _store_on(mnt)
         src = tmp_path / "memories.jsonl"  # off the small device: the input is always readable
         src.write_text(lines)
         filler = mnt / "filler"
