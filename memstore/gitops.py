@@ -397,8 +397,3 @@ def changed_blobs(base: str | None, head: str, cwd: Path) -> dict[str, str]:
 def changed_names(base: str, head: str, cwd: Path) -> list[str]:
     out = run(["diff", "--name-only", "-z", "--no-renames", base, head], cwd).stdout
     return [p for p in out.split("\0") if p]
-
-
-def subjects(rev: str, limit: int, cwd: Path) -> list[str]:
-    """The subjects of the last ``limit`` commits reachable from ``rev``, newest first."""
-    return run(["log", "--format=%s", f"--max-count={limit}", rev], cwd).stdout.splitlines()

@@ -44,8 +44,6 @@ SEEN_NEAR_LINES = 20  # cited lines this close to a hunk are about the changed c
 TACTIC_WORDS = 2  # a failed tactic with no code near the change: words shared with the title AND the lines
 COMMON_SHARE = 0.1  # a word in more than this share of the store's memories says nothing about a change
 COMMON_MIN = 3  # ... and in at least this many (a small store has no common words)
-SUBJECT_SHARE = 0.005  # a word in more than this share of the project's commit subjects is the project's vocabulary
-SUBJECT_LIMIT = 5000  # the last commits of the base whose subjects are counted
 PR_WORDS_CHARS = 1200  # of the query: the title and body first, the changed lines fill the rest
 MARKER = "<!-- memstore-review -->"  # how the posted comment is found again
 
@@ -126,21 +124,6 @@ def _common_words(ws: Workspace) -> set[str]:
     return {w for w, n in df.items() if n > bar}
 
 
-def _project_words(ws: Workspace, ch: prreview.Change) -> set[str]:
-    """Words in more than SUBJECT_SHARE of the base's last SUBJECT_LIMIT commit subjects (and
-    more than COMMON_MIN): what the project talks about all the time, which a small store cannot
-    know is common."""
-    wt = ws.store("repo").worktree
-    assert wt is not None
-    subs = gitops.subjects(ch.merge_base, SUBJECT_LIMIT, wt)
-    df: dict[str, int] = {}
-    for s in subs:
-        for w in _words(s):
-            df[w] = df.get(w, 0) + 1
-    bar = max(COMMON_MIN, SUBJECT_SHARE * len(subs))
-    return {w for w, n in df.items() if n > bar}
-
-
 def _seen_before(ws: Workspace, title: str | None, body: str | None, ch: prreview.Change,
                  exclude: set[str], partial: list[bool]) -> list[dict[str, Any]]:
     from ..read.retrieve import read
@@ -171,7 +154,7 @@ def _seen_before(ws: Workspace, title: str | None, body: str | None, ch: prrevie
             continue
         if words is None:  # only now: the store's common words take a pass over every memory's text
             changed = "\n".join(line for fc in ch.files.values() for line in (*fc.added, *fc.removed))
-            noise = {w for p in ch.files for w in _words(p)} | _common_words(ws) | _project_words(ws, ch)
+            noise = {w for p in ch.files for w in _words(p)} | _common_words(ws)
             words = _words(title or "") - noise, _words(changed) - noise
         text = _words(r["text"])
         in_title, in_lines = sorted(text & words[0]), sorted(text & words[1])
