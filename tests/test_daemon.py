@@ -337,6 +337,24 @@ def test_stale_socket_autostart_version_restart_idle_exit(tmp_path: Path) -> Non
         life.cleanup()
 
 
+def test_daemon_start_starts_one_leaves_a_running_one_and_restart_replaces_it(tmp_path: Path) -> None:
+    life = Env(tmp_path / "start")
+    try:
+        rc, out, err = life.cli("daemon", "start", cwd=life.home)
+        assert rc == 0 and out["ok"] and out["was_running"] is False, (out, err)
+        first = life.status()
+        assert first["running"] and out["pid"] == first["pid"]
+        rc, again, err = life.cli("daemon", "start", cwd=life.home)
+        assert rc == 0 and again["was_running"] is True and again["pid"] == first["pid"], (again, err)
+        rc, fresh, err = life.cli("daemon", "restart", cwd=life.home)
+        assert rc == 0 and fresh["was_running"] is True and fresh["pid"] != first["pid"], (fresh, err)
+        rc, stopped, err = life.cli("daemon", "stop", cwd=life.home)
+        assert rc == 0 and stopped["stopped"], (stopped, err)
+        assert not client.daemon_running(life.env())
+    finally:
+        life.cleanup()
+
+
 def test_daemon_off_never_spawns(tmp_path: Path) -> None:
     life = Env(tmp_path / "off")
     try:

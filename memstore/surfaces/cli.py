@@ -159,9 +159,11 @@ def _daemon_command(a: argparse.Namespace) -> int:
     elif a.action == "stop":
         answer = client.stop()
     else:
-        stopped = client.stop()
-        client.spawn()
-        answer = {"ok": client.wait_until_up(), "was_running": stopped.get("was_running", False)}
+        # start: one is enough (a running daemon is left as it is); restart: a fresh one
+        was_running = client.daemon_running() if a.action == "start" else client.stop().get("was_running", False)
+        if a.action == "restart" or not was_running:
+            client.spawn()
+        answer = {"ok": client.wait_until_up(), "was_running": was_running}
         if answer["ok"]:
             answer.update({k: v for k, v in client.status().items() if k not in answer})
     output.emit(answer, as_json=True)

@@ -361,7 +361,7 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
     s.add_argument("--warm", metavar="DIR", help="open the stores seen from DIR at start and embed their memories "
                    "that have no vector yet (the CLI passes this after a read it answered partially)")
     s = sub.add_parser("daemon", help="status, stop or restart the background daemon")
-    s.add_argument("action", choices=("status", "stop", "restart"))
+    s.add_argument("action", choices=("status", "start", "stop", "restart"))
     s = sub.add_parser("mcp", help="serve memory_read/write/update, episodes and the guide as MCP tools over stdio")
     s.add_argument("--repo", metavar="DIR", help="resolve the repository from DIR instead of the working directory")
 
