@@ -166,13 +166,20 @@ def test_the_daemon_answers_while_the_disk_is_full_and_saves_its_index_once_ther
 
 
 def test_an_import_on_a_full_disk_leaves_only_what_it_reports_and_all_of_it_staged(tmp_path: Path) -> None:
-    lines = "".join(json.dumps({"memory": {"kind": "fact", "scope": "repo", "evidence_refs": ["user:said so"],
-                                           "text": f"Build step {i} of the release takes {i + 2} minutes."},
-                                "allow_duplicate": True}) + "\n" for i in range(12))
+    """Twelve repo lines and two global ones (the global store is on another, roomy device, and
+    in review mode a global memory waits as a proposal): whatever the room left, what the import
+    reports as written or kept is on disk and staged, and nothing else is."""
+    def line(scope: str, text: str) -> str:
+        return json.dumps({"memory": {"kind": "fact", "scope": scope, "evidence_refs": ["user:said so"],
+                                      "text": text}, "allow_duplicate": True}) + "\n"
+    repo_lines = {n: f"Build step {n} of the release takes {n + 2} minutes." for n in range(1, 13)}
+    global_lines = {13: "The team's release train leaves every other Tuesday.",
+                    14: "Release notes are written in the PR that bumps the version."}
     with _small_disk(tmp_path) as mnt:
         repo, env = _store_on(mnt)
         src = tmp_path / "memories.jsonl"  # off the small device: the input is always readable
-        src.write_text(lines)
+        src.write_text("".join(line("repo", t) for t in repo_lines.values())
+                       + "".join(line("global", t) for t in global_lines.values()))
         filler = mnt / "filler"
         outcomes = set()
         for gap in GAPS:
@@ -182,14 +189,21 @@ def test_an_import_on_a_full_disk_leaves_only_what_it_reports_and_all_of_it_stag
             assert "Traceback" not in err, err
             new = store_files(repo) - before
             if got.get("error"):
-                assert rc == 1 and got["error"]["code"] == "disk_full", (gap, got, err)
+                error = got["error"]
+                assert rc == 1 and error["code"] == "disk_full", (gap, got, err)
                 assert new == set(), f"gap {gap} KiB: a failed import left {sorted(new)}"
+                # the repo's lines were removed again; the global proposals were kept, and say so
+                assert {r["line"] for r in error["removed"]} <= set(repo_lines) and error["removed"], error
+                assert {k["line"] for k in error["kept"]} == set(global_lines), error
                 outcomes.add("refused")
             else:
-                # Each line stands alone: those written are reported and staged, the rest refused
-                # as disk_full, nothing else on disk.
-                assert len(new) == got["written"] == len(got["ids"]), (gap, got, new)
+                # Each line stands alone: the repo lines written are on disk and staged, the rest
+                # refused as disk_full, nothing else on disk.
+                refused = {r["line"] for r in got["refused"]}
                 assert {r["code"] for r in got["refused"]} <= {"disk_full"}, got["refused"]
-                outcomes.add("partial" if got["refused"] else "whole")
+                assert len(new) == len(set(repo_lines) - refused), (gap, got, new)
+                assert not refused & set(global_lines), got["refused"]
+                outcomes.add("partial" if refused else "whole")
             assert _unrecorded(repo) == "", f"gap {gap} KiB: files not staged:\n{_unrecorded(repo)}"
-        assert "refused" in outcomes or "partial" in outcomes, outcomes
+        # the case this is about: the lines fitted and the one `git add` at the end did not
+        assert "refused" in outcomes, outcomes
