@@ -5,12 +5,15 @@ starts its own in a separate runtime directory. Every wait is a bounded poll."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
+import os
 import shutil
 import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -351,6 +354,23 @@ def test_daemon_start_starts_one_leaves_a_running_one_and_restart_replaces_it(tm
         rc, stopped, err = life.cli("daemon", "stop", cwd=life.home)
         assert rc == 0 and stopped["stopped"], (stopped, err)
         assert not client.daemon_running(life.env())
+    finally:
+        life.cleanup()
+
+
+def test_daemon_start_waits_out_a_daemon_on_its_way_out(tmp_path: Path) -> None:
+    """A daemon that is exiting holds its lifetime lock after its socket is gone, while it saves:
+    `daemon start` then starts one as soon as the lock is free, not never."""
+    life = Env(tmp_path / "leaving")
+    try:
+        rdir = client.ensure_runtime_dir(life.env())
+        fd = os.open(rdir / client.LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # the leaving daemon's lock, and no socket
+        threading.Timer(3.0, os.close, (fd,)).start()
+        t0 = time.monotonic()
+        rc, out, err = life.cli("daemon", "start", cwd=life.home)
+        assert rc == 0 and out["ok"] and out["was_running"] is True and out["pid"], (out, err)
+        assert time.monotonic() - t0 < 40, "it waited for its whole timeout"
     finally:
         life.cleanup()
 

@@ -158,14 +158,14 @@ def _daemon_command(a: argparse.Namespace) -> int:
         answer = client.status()
     elif a.action == "stop":
         answer = client.stop()
+    elif a.action == "start":  # one is enough: a running daemon of this version is left as it is
+        answer = client.start()
     else:
-        # start: one is enough (a running daemon is left as it is); restart: a fresh one
-        was_running = client.daemon_running() if a.action == "start" else client.stop().get("was_running", False)
-        if a.action == "restart" or not was_running:
-            client.spawn()
-        answer = {"ok": client.wait_until_up(), "was_running": was_running}
-        if answer["ok"]:
-            answer.update({k: v for k, v in client.status().items() if k not in answer})
+        stopped = client.stop()
+        client.spawn()
+        answer = {"ok": client.wait_until_up(), "was_running": stopped.get("was_running", False)}
+    if a.action in ("start", "restart") and answer["ok"]:
+        answer.update({k: v for k, v in client.status().items() if k not in answer})
     output.emit(answer, as_json=True)
     return 0 if answer.get("ok") else 1
 

@@ -220,6 +220,26 @@ def status(env: Any = None) -> dict[str, Any]:
     return answer
 
 
+def start(timeout: float = 60.0, env: Any = None) -> dict[str, Any]:
+    """A daemon of this code version serving, started if none is (``memstore daemon start``).
+
+    A daemon on its way out holds its lifetime lock after its socket is gone, while it saves
+    (seconds at a large store): the lock is watched until it is free, then one is spawned. A
+    daemon of another version answers a ping but would hand over at the first real request,
+    paying the model load this call is meant to pay in advance: it is replaced now."""
+    was_running = daemon_running(env)
+    deadline = time.monotonic() + timeout
+    up = False
+    while not up and time.monotonic() < deadline:
+        if not daemon_running(env):
+            spawn(env=env)
+        up = wait_until_up(min(2.0, max(0.1, deadline - time.monotonic())), env=env)
+        if up and status(env).get("version") not in (None, code_version()):
+            stop(env=env)
+            up = False
+    return {"ok": up, "was_running": was_running}
+
+
 def stop(timeout: float = 10.0, env: Any = None) -> dict[str, Any]:
     """Ask the daemon to exit and wait until its lifetime lock is free."""
     try:
