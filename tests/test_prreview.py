@@ -96,12 +96,17 @@ def test_markdown_comment_and_github_annotations(repo: Path, pr: dict[str, str],
 def test_memory_text_is_inert_in_the_comment() -> None:
     ans = {"head_sha": "0" * 40, "sections": {"touched": [{
         "id": "01abc", "kind": "fact",
-        "text": "@org/team fixes #12 <img src=x> [x](javascript:1) <!-- memstore-review -->",
-        "citations": [{"path": "a.py", "lines": None, "overlap": [], "note": "file-level citation"}]}]}}
+        "text": "@org/team fixes #12 <img src=x> [x](javascript:1) <!-- memstore-review --> log in at "
+                "https://evil.example/login",
+        "citations": [{"path": "a.py", "lines": None, "overlap": [], "note": "file-level citation"}]}],
+        "seen_before": [{"id": "01abd", "kind": "problem", "text": "the login page",
+                         "reason": "cites lines 2 from a hunk in www.evil.example.py; shares: login"}]}}
     md = reviewfmt.markdown(ans)
     body = md.split("\n", 1)[1]
     assert "@org" not in md and "#12" not in md and "<img" not in md and reviewfmt.MARKER not in body
     assert "[x](javascript" not in md and "\\[x\\](javascript" in md  # shown as text, not a link
+    # GitHub would link a bare URL or www. name by itself: neither stays whole, text or reason
+    assert "https://" not in md and "www.evil" not in md and "evil.example/login" in md, md
 
 
 def test_comment_stays_under_its_budget_and_annotations_are_capped() -> None:

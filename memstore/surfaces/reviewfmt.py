@@ -3,8 +3,8 @@ annotations, and the JSON answer (docs/review.md).
 
 Memory text comes from files a PR can write: in a comment it could ping people (``@team``),
 close issues (``fixes #1``), forge the comment's hidden marker or inject HTML. Every piece of
-it is shown as inert text: HTML escaped, mentions and issue references broken with a zero-width
-joiner, on one line, cut to a length. The answer may come from an artifact written by a job
+it is shown as inert text: HTML escaped, mentions, issue references and bare links broken with a
+zero-width joiner, on one line, cut to a length. The answer may come from an artifact written by a job
 that ran a fork's code, so each field is read defensively: a wrong type is refused, not rendered.
 """
 
@@ -31,6 +31,8 @@ def inert(text: Any, limit: int = MAX_TEXT) -> str:
         s = s[: limit - 1].rstrip() + "…"
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     s = re.sub(r"([@#])(?=\w)", lambda m: m.group(1) + _ZWJ, s)
+    # GitHub links a bare URL or www. name by itself: a memory (or a path) could plant a link
+    s = re.sub(r"(?i)\b(www)(\.)|(:)(//)", lambda m: (m.group(1) or m.group(3)) + _ZWJ + (m.group(2) or m.group(4)), s)
     # Markdown punctuation that could open a link, an image, emphasis or a code span
     return re.sub(r"([\\`*_\[\]|!])", r"\\\1", s)
 
