@@ -36,10 +36,10 @@ def run(
     return proc
 
 
-def _run_retrying(args: list[str], cwd: Path) -> None:
+def _run_retrying(args: list[str], cwd: Path, input_text: str | None = None) -> None:
     """git refuses to work while another process holds index.lock; concurrent writers take turns."""
     for attempt in range(_LOCK_RETRIES):
-        proc = run(args, cwd, check=False)
+        proc = run(args, cwd, check=False, input_text=input_text)
         if proc.returncode == 0:
             return
         if "index.lock" not in proc.stderr or attempt == _LOCK_RETRIES - 1:
@@ -92,16 +92,33 @@ def init(path: Path) -> None:
     run(["init", "-q"], path)
 
 
+# Paths go to git on stdin, NUL-separated: an import of ~17k memories would pass the system's
+# limit on a command line's arguments (ARG_MAX, 2 MB here) as absolute paths.
+_PATHS_FROM_STDIN = ["--pathspec-from-file=-", "--pathspec-file-nul"]
+
+
+def _pathspec(paths: list[Path]) -> str:
+    return "".join(f"{p}\0" for p in paths)
+
+
 def stage(paths: list[Path], cwd: Path) -> None:
     if paths:
-        _run_retrying(["add", "--", *[str(p) for p in paths]], cwd)
+        _run_retrying(["add", *_PATHS_FROM_STDIN], cwd, _pathspec(paths))
+
+
+def unstage(paths: list[Path], cwd: Path) -> bool:
+    """Take ``paths`` out of git's index again (their files stay); False when git could not."""
+    if not paths:
+        return True
+    return run(["rm", "--cached", "-q", "--ignore-unmatch", *_PATHS_FROM_STDIN], cwd, check=False,
+               input_text=_pathspec(paths)).returncode == 0
 
 
 def commit(paths: list[Path], message: str, cwd: Path) -> None:
     """Commit exactly ``paths``; works with no user identity configured (a store is often new)."""
     stage(paths, cwd)
-    args = [*ident_args(cwd), "commit", "-q", "--no-verify", "-m", message, "--", *map(str, paths)]
-    _run_retrying(args, cwd)
+    args = [*ident_args(cwd), "commit", "-q", "--no-verify", "-m", message, *_PATHS_FROM_STDIN]
+    _run_retrying(args, cwd, _pathspec(paths))
 
 
 def ident_args(cwd: Path) -> list[str]:

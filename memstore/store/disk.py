@@ -561,8 +561,7 @@ class Store:
             if self.worktree is not None and self._pending is None:
                 # Staged before the commit failed (autonomous mode): out of git's index again.
                 # Removing a path needs no new object, so this fits where the add did not.
-                unstaged = gitops.run(["rm", "--cached", "-q", "--ignore-unmatch", "--", *map(str, paths)],
-                                      self.worktree, check=False).returncode == 0
+                unstaged = gitops.unstage(paths, self.worktree)
             if unstaged:  # else the file stays beside its index entry: a staged file with no file is worse
                 for path in paths:
                     with contextlib.suppress(OSError):
