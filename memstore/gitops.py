@@ -92,33 +92,39 @@ def init(path: Path) -> None:
     run(["init", "-q"], path)
 
 
-# Paths go to git on stdin, NUL-separated: an import of ~17k memories would pass the system's
-# limit on a command line's arguments (ARG_MAX, 2 MB here) as absolute paths.
-_PATHS_FROM_STDIN = ["--pathspec-from-file=-", "--pathspec-file-nul"]
+# A long list of paths goes to git on stdin, NUL-separated: an import of ~17k memories passed the
+# system's limit on a command line (ARG_MAX, 2 MB on Linux) as absolute paths. A short one stays
+# on the command line, which every git takes (--pathspec-from-file needs 2.25, for rm 2.26).
+_ARGS_CHARS = 100_000
 
 
-def _pathspec(paths: list[Path]) -> str:
-    return "".join(f"{p}\0" for p in paths)
+def _pathspec(paths: list[Path]) -> tuple[list[str], str | None]:
+    """(arguments, stdin) that hand git exactly ``paths``."""
+    names = [str(p) for p in paths]
+    if sum(len(n) + 1 for n in names) < _ARGS_CHARS:
+        return ["--", *names], None
+    return ["--pathspec-from-file=-", "--pathspec-file-nul"], "".join(f"{n}\0" for n in names)
 
 
 def stage(paths: list[Path], cwd: Path) -> None:
     if paths:
-        _run_retrying(["add", *_PATHS_FROM_STDIN], cwd, _pathspec(paths))
+        args, stdin = _pathspec(paths)
+        _run_retrying(["add", *args], cwd, stdin)
 
 
 def unstage(paths: list[Path], cwd: Path) -> bool:
     """Take ``paths`` out of git's index again (their files stay); False when git could not."""
     if not paths:
         return True
-    return run(["rm", "--cached", "-q", "--ignore-unmatch", *_PATHS_FROM_STDIN], cwd, check=False,
-               input_text=_pathspec(paths)).returncode == 0
+    args, stdin = _pathspec(paths)
+    return run(["rm", "--cached", "-q", "--ignore-unmatch", *args], cwd, check=False, input_text=stdin).returncode == 0
 
 
 def commit(paths: list[Path], message: str, cwd: Path) -> None:
     """Commit exactly ``paths``; works with no user identity configured (a store is often new)."""
     stage(paths, cwd)
-    args = [*ident_args(cwd), "commit", "-q", "--no-verify", "-m", message, *_PATHS_FROM_STDIN]
-    _run_retrying(args, cwd, _pathspec(paths))
+    spec, stdin = _pathspec(paths)
+    _run_retrying([*ident_args(cwd), "commit", "-q", "--no-verify", "-m", message, *spec], cwd, stdin)
 
 
 def ident_args(cwd: Path) -> list[str]:
