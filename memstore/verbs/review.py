@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Collection
 from typing import Any
 
 from .. import gitops
@@ -34,6 +35,7 @@ from ..git import prreview
 from ..git.review import branch_diff
 from ..index.terms import STOP_WORDS
 from ..read.longquery import MAX_QUERY_CHARS
+from ..store.model import Memory
 from ..store.workspace import Workspace
 from .settings import check
 
@@ -112,10 +114,9 @@ def _words(text: str) -> set[str]:
     return {w.lower() for w in _WORD.findall(_URL.sub(" ", text))} - STOP_WORDS
 
 
-def _common_words(ws: Workspace) -> set[str]:
+def _common_words(mems: Collection[Memory]) -> set[str]:
     """Words in more than COMMON_SHARE of the repo store's memories: "fix", "error", the
     project's name. Sharing one with a change says nothing about it."""
-    mems = ws.catalog("repo").memories.values()
     df: dict[str, int] = {}
     for m in mems:
         for w in _words(m.text):
@@ -141,7 +142,7 @@ def _seen_before(ws: Workspace, title: str | None, body: str | None, ch: prrevie
     if ans.get("partial"):
         partial.append(True)
     results = [r for r in ans["results"] if r["id"] not in exclude and r.get("scope") == "repo"]
-    mems = ws.catalog("repo").memories
+    mems = ws.catalog("repo", refresh=False).memories  # the read just brought it up to date
     near = prreview.distance(ws, ch, [mems[r["id"]] for r in results if r["id"] in mems])
     words: tuple[set[str], set[str]] | None = None
     out = []
@@ -154,7 +155,7 @@ def _seen_before(ws: Workspace, title: str | None, body: str | None, ch: prrevie
             continue
         if words is None:  # only now: the store's common words take a pass over every memory's text
             changed = "\n".join(line for fc in ch.files.values() for line in (*fc.added, *fc.removed))
-            noise = {w for p in ch.files for w in _words(p)} | _common_words(ws)
+            noise = {w for p in ch.files for w in _words(p)} | _common_words(mems.values())
             words = _words(title or "") - noise, _words(changed) - noise
         text = _words(r["text"])
         in_title, in_lines = sorted(text & words[0]), sorted(text & words[1])
