@@ -32,7 +32,7 @@ def inert(text: Any, limit: int = MAX_TEXT) -> str:
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     s = re.sub(r"([@#])(?=\w)", lambda m: m.group(1) + _ZWJ, s)
     # GitHub links a bare URL or www. name by itself: a memory (or a path) could plant a link
-    s = re.sub(r"(?i)\b(www)(\.)|(:)(//)", lambda m: (m.group(1) or m.group(3)) + _ZWJ + (m.group(2) or m.group(4)), s)
+    s = re.sub(r"(?i)\b(www)\.", rf"\1{_ZWJ}.", s).replace("://", f":{_ZWJ}//")
     # Markdown punctuation that could open a link, an image, emphasis or a code span
     return re.sub(r"([\\`*_\[\]|!])", r"\\\1", s)
 
