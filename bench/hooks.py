@@ -157,14 +157,7 @@ def latency(n: int, reps: int, data_dir: Path) -> dict[str, Any]:
     with warm_daemon(repo, env, work) as denv:
 
         def hook(event: str, payload: dict[str, Any]) -> tuple[float, str]:
-            t = time.perf_counter()
-            p = subprocess.run([sys.executable, "-m", "memstore", "integrate", "claude", "--hook", event],
-                               input=json.dumps(payload), capture_output=True, text=True, env=denv, cwd=repo,
-                               check=False)
-            dt = time.perf_counter() - t
-            if p.returncode != 0:
-                raise RuntimeError(p.stderr)
-            return dt, p.stdout
+            return run_hook(event, payload, denv, repo)
 
         def bare() -> float:
             t = time.perf_counter()
@@ -214,6 +207,17 @@ def latency(n: int, reps: int, data_dir: Path) -> dict[str, Any]:
         out["file_p95_over_python_ms"] = round(out["file_hook_ms"]["p95"] - out["python_c_pass_ms"]["p95"], 1)
     shutil.rmtree(work, ignore_errors=True)
     return out
+
+
+def run_hook(event: str, payload: dict[str, Any], env: dict[str, str], repo: Path) -> tuple[float, str]:
+    """One Claude Code hook call as the agent makes it (a new interpreter): (seconds, stdout)."""
+    t = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "memstore", "integrate", "claude", "--hook", event],
+                       input=json.dumps(payload), capture_output=True, text=True, env=env, cwd=repo, check=False)
+    dt = time.perf_counter() - t
+    if p.returncode != 0:
+        raise RuntimeError(p.stderr)
+    return dt, p.stdout
 
 
 @contextlib.contextmanager
@@ -452,14 +456,7 @@ def file_history(repo_arg: Path, sample: int) -> dict[str, Any]:
                 payload = {"session_id": f"hist-{i}", "cwd": str(repo), "hook_event_name": "PreToolUse",
                            "tool_name": call["tool"],
                            "tool_input": {"file_path": str(repo / call["file"]), **call["input"]}}
-                t = time.perf_counter()
-                p = subprocess.run([sys.executable, "-m", "memstore", "integrate", "claude", "--hook", "file"],
-                                   input=json.dumps(payload), capture_output=True, text=True, env=denv, cwd=repo,
-                                   check=False)
-                dt = time.perf_counter() - t
-                if p.returncode != 0:
-                    raise RuntimeError(p.stderr)
-                return dt, p.stdout
+                return run_hook("file", payload, denv, repo)
 
             run(-1, calls[0])  # warm: the workspace opens in the daemon
             for i, call in enumerate(calls):
