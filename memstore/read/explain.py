@@ -51,7 +51,7 @@ def _explain_result(mid: str, reasons: list[str], sc: Scope, t: dict[str, Any]) 
     return out
 
 
-def _sims(t: dict[str, Any]) -> np.ndarray | None:
+def similarities(t: dict[str, Any]) -> np.ndarray | None:
     """Every row's cosine with the query, NaN for rows out of scope or without a vector yet
     (computed once per explained read)."""
     if "sims" in t:
@@ -77,7 +77,7 @@ def lanes(mid: str, t: dict[str, Any]) -> dict[str, Any]:
     row = rows.pos.get(mid) if rows is not None else None
     rp = t.get("params")
     vector = keyword = None
-    sims = _sims(t)
+    sims = similarities(t)
     if row is not None and sims is not None and not np.isnan(sims[row]):
         s = float(sims[row])
         vector = {"similarity": round(s, 4), "rank": int(np.sum(sims > s)) + 1,

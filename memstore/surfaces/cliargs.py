@@ -325,6 +325,13 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
     s.add_argument("--expect", metavar="ID", action="append",
                    help="a memory you expected (repeatable): say where it came back or what left it out")
 
+    s = sub.add_parser("eval", help="measure the store on its own problems: recall@1/5/10, MRR and abstention "
+                       "of reads, beside the keyword and vector lanes alone")
+    s.add_argument("--set", metavar="read.NAME=VALUE", action="append",
+                   help="also measure with this read setting changed (repeatable)")
+    s.add_argument("--global", dest="global_store", action="store_true",
+                   help="read the global store too (default: the repo store alone, the same for the whole team)")
+
     s = sub.add_parser("show", help="one memory with its links, utility and state")
     s.add_argument("id", help="a full id or a unique prefix (>= 6 chars)")
 

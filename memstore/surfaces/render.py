@@ -259,3 +259,38 @@ def read_expected(entries: list[dict[str, Any]]) -> list[str]:
         if not e["returned"]:
             out.append(_wrap96(e["detail"]))
     return out
+
+
+# -- eval (memstore eval) ----------------------------------------------------------------------------
+_SYSTEM_NAMES = {"memstore": "memstore read", "keyword_only": "keyword lane alone", "vector_only": "vector lane alone"}
+
+
+def _settings(overrides: dict[str, Any]) -> list[str]:
+    return [f"read.{k}.{kk}={vv}" for k, v in overrides.items() if isinstance(v, dict) for kk, vv in v.items()] + [
+        f"read.{k}={v}" for k, v in overrides.items() if not isinstance(v, dict)]
+
+
+def evaluation(answer: dict[str, Any]) -> str:
+    n = answer["queries"]
+    if not n:
+        return f"0 queries: {answer['message']}\n"
+    src = answer["sources"]
+    out = [f"memstore eval: {n} quer{'y' if n == 1 else 'ies'} (problems' texts; {src['links']} with linked "
+           f"solutions or failed tactics, {src['votes']} with memories voted up), "
+           f"{answer['expected_answers']} expected answers"]
+    ks = answer["k"]
+    for run in answer["runs"]:
+        label = ", ".join(_settings(run["overrides"])) or "the settings in force"
+        out.append(f"\n{label}:")
+        out.append(f"  {'':<20}" + "".join(f"{'recall@' + str(k):>10}" for k in ks)
+                   + f"{'MRR':>8}{'empty':>8}{'n':>6}")
+        for name, m in run["systems"].items():
+            if m is None:
+                out.append(f"  {_SYSTEM_NAMES.get(name, name):<20}  (not available)")
+                continue
+            out.append(f"  {_SYSTEM_NAMES.get(name, name):<20}" + "".join(f"{m[f'recall@{k}']:>10.2f}" for k in ks)
+                       + f"{m['mrr']:>8.2f}{m['abstained']:>8}{m['n']:>6}")
+    if n < 20:
+        out.append(f"\nOnly {n} quer{'y' if n == 1 else 'ies'}: one query moves recall by {1 / n:.2f}; "
+                   "read the figures as a smoke test, not a verdict.")
+    return "\n".join(out) + "\n"
