@@ -62,10 +62,13 @@ def evaluate(ws: Workspace, *, overrides: Sequence[str] = (), include_global: bo
         if not cases:
             out["message"] = NOTHING
             return out
-        judged = [_judge(sc, c) for c in cases]
+        warnings: list[str] = []
+        judged = [_judge(sc, c, warnings) for c in cases]
         out["runs"].append({"settings": label, "overrides": changed,
                             "systems": {s: _score([j[s] for j in judged], [c["expected"] for c in cases])
                                         for s in SYSTEMS}})
+        if warnings:
+            out["warnings"] = list(dict.fromkeys([*out.get("warnings", []), *warnings]))
         if label == "current":
             out["per_query"] = [{"problem": c["problem"], "expected": sorted(c["expected"]),
                                  "from": sorted(c["from"]),
@@ -99,13 +102,14 @@ def _sources(cases: list[dict[str, Any]]) -> dict[str, int]:
     return {src: sum(1 for c in cases if src in c["from"]) for src in ("links", "votes")}
 
 
-def _judge(sc: Scope, case: dict[str, Any]) -> dict[str, list[str] | None]:
+def _judge(sc: Scope, case: dict[str, Any], warnings: list[str]) -> dict[str, list[str] | None]:
     """The ranked ids each system answers for one case, its own problem set aside (None: that
-    lane could not run, e.g. no embedder)."""
+    lane could not run, e.g. no embedder; the read's warnings say why, added to ``warnings``)."""
     trace: dict[str, Any] = {}
     # One more than the deepest cut, so ten remain when the problem itself comes back.
     request = {"query": case["query"], "limit": max(KS) + 1}
     answer, _ = answer_in(sc, request, time.perf_counter(), trace)
+    warnings += answer.get("warnings", [])
     me = case["problem"]
     got = [r["id"] for r in answer["results"] if r["id"] != me]
     rows = trace.get("rows")
