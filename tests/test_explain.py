@@ -110,7 +110,19 @@ def test_expect_names_the_step_that_left_each_memory_out(
     assert not any(e["returned"] for e in ans["expected"][1:])
 
 
-def test_expect_names_the_filter_and_the_limit(ws: Workspace, store: dict[str, str]) -> None:
+def test_expect_names_the_filter_the_scope_the_gate_and_the_limit(ws: Workspace, store: dict[str, str]) -> None:
+    ws.global_write_mode = "autonomous"
+    elsewhere = api.write(ws, {"memory": {"kind": "fact", "scope": "global", "evidence_refs": ["user:seen it"],
+                                          "text": "alembic upgrade head runs every migration in order."}})["id"]
+    repo_only = retrieve.read(reopen(ws.repo.worktree), {"query": QUERY, "include_global": False,  # type: ignore[union-attr]
+                                                         "expect": [elsewhere]})
+    assert repo_only["expected"][0]["why"] == "out_of_scope" and "global" in repo_only["expected"][0]["detail"]
+    refused = retrieve.read(reopen(ws.repo.worktree), {  # type: ignore[union-attr]
+        "query": "how long should sourdough bread proof in a cold oven", "expect": [store["problem"]]})
+    assert refused["results"] == []
+    gate = refused["expected"][0]
+    assert gate["why"] == "query_gate" and not gate["gate"]["passed"]
+    assert gate["gate"]["top_similarity"] < gate["gate"]["bar"]
     by_kind = retrieve.read(reopen(ws.repo.worktree), {"query": QUERY, "kinds": ["problem"],  # type: ignore[union-attr]
                                                        "expect": [store["solution"]]})
     filtered = by_kind["expected"][0]
