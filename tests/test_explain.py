@@ -162,8 +162,10 @@ def test_expect_of_an_unknown_id_is_a_clear_error_and_logs_nothing(
 
 def test_explain_on_a_terminal_reads_as_text(repo: Path, store: dict[str, str]) -> None:
     git(repo, "add", "-A")
-    code, shown, err = run_on_tty(["read", QUERY, "--explain", "--expect", store["pref"][:12]], cwd=repo)
+    code, shown, err = run_on_tty(["read", QUERY, "--explain", "--expect", store["pref"][:12],
+                                   "--expect", store["problem"][:12]], cwd=repo)
     assert code == 0, err
     text = shown.decode()
     assert "lanes: vector" in text and "gates: query best" in text and "brought by:" in text
     assert f"expected preference {store['pref'][:10]}: not returned (archived)" in text
+    assert f"expected problem {store['problem'][:10]}: returned at position " in text

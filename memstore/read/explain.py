@@ -29,9 +29,8 @@ from .scope import Scope
 def explain(answer: ReadAnswer, sc: Scope, request: Mapping[str, Any], trace: dict[str, Any]) -> None:
     """Add ``explain`` to each result (``request["explain"]``) and the ``expected`` list
     (``request["expect"]``) to ``answer``. An expected id that names no memory in any store
-    raises the lookup's error (NotFound, AmbiguousId), as ``--problem`` would."""
-    if "rows" not in trace:  # the answer came before the pipeline ran (no store here)
-        trace = {}
+    raises the lookup's error (NotFound, AmbiguousId): the question was about that memory, and
+    a typo must not read as "not returned"."""
     if request.get("explain"):
         for result in answer["results"]:
             result["explain"] = _explain_result(result["id"], result["reasons"], sc, trace)
@@ -134,7 +133,7 @@ def _gates(mid: str, sc: Scope, t: dict[str, Any]) -> list[dict[str, Any]]:
                     "how": "brought by a link: a linked memory scores its parent's score times the link factor, "
                            "past the per-result floor"})
     gap = t.get("gap")
-    if gap is not None:
+    if gap is not None and floor is not None:  # the gap ends the ranking's list; links come after it
         out.append({"gate": "relative_gap", "passed": True, "drop": round(float(gap[0]), 4)})
     if mid in t.get("chosen", ()):
         out.append({"gate": "limit", "passed": True, "position": t["chosen"].index(mid) + 1,

@@ -254,7 +254,8 @@ def read_expected(entries: list[dict[str, Any]]) -> list[str]:
     """The lines ``read --expect`` adds after the results."""
     out = []
     for e in entries:
-        state = "returned" if e["returned"] else f"not returned ({e['why'].replace('_', ' ')})"
+        state = (f"returned at position {e['position']}" if e["returned"]
+                 else f"not returned ({e['why'].replace('_', ' ')})")
         out.append(f"\nexpected {e['kind']} {e['id'][:10]}: {state}")
         if not e["returned"]:
             out.append(_wrap96(e["detail"]))
