@@ -35,6 +35,37 @@ class ReadResult(TypedDict, total=False):
     path: str
     history: list[dict[str, Any]]
     note: str
+    explain: Explanation  # with ``explain: true`` only
+
+
+class Explanation(TypedDict):
+    """Why one result came back (``read --explain``; docs/json.md)."""
+
+    lanes: dict[str, Any]  # {"vector", "keyword", "fused", "keyword_weight"}
+    gates: list[dict[str, Any]]  # the query gate, the per-result bar, the relative gap, the limit
+    steps: list[dict[str, Any]]  # the lanes, association hops and links that brought it
+    scores: dict[str, float]  # {"ranked", "after_links", "final"}
+    votes: dict[str, Any]  # the votes on it and the factor they gave its score
+
+
+class Expected(TypedDict, total=False):
+    """One id of ``read --expect``: where it came back, or the step that left it out."""
+
+    id: str
+    kind: str
+    returned: bool
+    why: str  # returned, out_of_scope, archived, superseded, filtered, not_indexed, query_gate, ...
+    detail: str
+    position: int
+    lanes: dict[str, Any]
+    score: float
+    bar: float
+    drop: float
+    limit: int
+    gate: dict[str, Any]
+    votes: dict[str, Any]
+    superseded_by: str
+    head: str
 
 
 class DisputeSide(TypedDict):
@@ -61,7 +92,8 @@ class Partial(TypedDict):
 
 class ReadAnswer(TypedDict, total=False):
     """``ok``, ``guidance``, ``content_trust``, ``results``, ``disputes`` and ``stats`` always;
-    ``partial`` while vectors are missing; ``warnings`` when something was degraded or cut."""
+    ``partial`` while vectors are missing; ``warnings`` when something was degraded or cut;
+    ``expected`` when the request names memories it expected."""
 
     ok: bool
     guidance: str
@@ -71,3 +103,4 @@ class ReadAnswer(TypedDict, total=False):
     stats: dict[str, Any]
     partial: Partial
     warnings: list[str]
+    expected: list[Expected]  # with ``expect`` only

@@ -387,9 +387,10 @@ def select(
     params: RankingParams,
     mode: str = "targeted",
     limit: int | None = None,
+    trace: dict[str, Any] | None = None,
 ) -> list[Ranked]:
     """Apply the per-result floor and the relative cut (kind-adjusted), sort, end the list at a
-    relative drop, cap at the limit."""
+    relative drop, cap at the limit. ``trace``: see ``rank``."""
     floor = float(params.for_mode(params.result_floor, mode))
     if params.relative_floor > 0 and scored:
         floor = max(floor, params.relative_floor * max(s for s, _ in scored.values()))
@@ -403,7 +404,11 @@ def select(
     if params.relative_gap < 1.0 and len(kept) > 1:
         drop = params.relative_gap * max(s for s, _ in scored.values())
         end = next((n for n in range(1, len(kept)) if kept[n - 1].score - kept[n].score >= drop), len(kept))
+        if trace is not None:
+            trace["gap"] = (drop, [r.index for r in kept[end:]])
         kept = kept[:end]
+    if trace is not None:
+        trace.update(scored=scored, floor=floor, cap=cap)
     return kept[:cap]
 
 
@@ -437,6 +442,7 @@ def rank(
     named: bool = False,
     unembedded: np.ndarray | None = None,
     prose: bool = False,
+    trace: dict[str, Any] | None = None,
 ) -> Ranking:
     """The whole scoring path for one scope: gate -> lanes -> association -> fuse -> select.
 
@@ -456,6 +462,8 @@ def rank(
     of the rows whose vector is not made yet (their matrix rows are placeholders): they enter
     through the keyword lane alone, with a stand-in similarity (``_stand_in``). ``prose``: the
     query names no identifier (``prose_query``); its keyword hits are weighed by coverage too.
+    ``trace``: when given (an explained read, ``read/explain``), what the ranking computed on
+    the way is noted in it; a plain read passes None and notes nothing.
     """
     p = params or RankingParams()
     by_name: Ranking | None = None
@@ -475,7 +483,9 @@ def rank(
             by_name = _by_name(qvec, matrix, holding, kw, kinds, p, mode, limit, ex, blind)
     asked = _rank(qvec, matrix, keyword_hits, kinds, salient=salient, doc_freq=doc_freq, params=p, mode=mode,
                   limit=limit, ids=ids, exclude=exclude, offsets=offsets, near=near, evidence=evidence,
-                  named=named, unembedded=unembedded, prose=prose)
+                  named=named, unembedded=unembedded, prose=prose, trace=trace)
+    if trace is not None and by_name is not None:
+        trace["by_name"] = [r.index for r in by_name.results]
     if by_name is None:
         return asked
     return _with_holders(asked, by_name, limit if limit is not None else int(p.for_mode(p.limit, mode)))
@@ -516,6 +526,7 @@ def _rank(
     named: bool = False,
     unembedded: np.ndarray | None = None,
     prose: bool = False,
+    trace: dict[str, Any] | None = None,
 ) -> Ranking:
     """``rank`` for a question: gate -> lanes -> association -> fuse -> select."""
     p = params
@@ -526,6 +537,8 @@ def _rank(
     if ex is not None:
         keyword_hits = [(i, s) for i, s in keyword_hits if not ex[i]]
     kw = normalize_keyword(keyword_hits)
+    if trace is not None:
+        trace["kw"] = kw
     kw_order = [i for i, _ in keyword_hits if i in kw]
     ev = evidence or {}
     verbatim = [i for i in kw_order if i in ev and rare(ev[i][1], ev[i][2], p.rare_share)]
@@ -540,7 +553,7 @@ def _rank(
         degraded = {i: (kw[i] / (1.0 + p.keyword_weight), [f"keyword:{kw[i]:.2f}"]) for i in covered}
         _prefer_verbatim(degraded, verbatim, named, p.named_holders_only)
         gate = GateDecision(bool(degraded), 0.0, 0.0, "keyword only (no embeddings)")
-        return Ranking(select(degraded, kinds, p, mode, limit), gate, len(degraded))
+        return Ranking(select(degraded, kinds, p, mode, limit, trace), gate, len(degraded))
 
     sims = cosine_all(qvec, matrix)
     if ex is not None:
@@ -578,10 +591,12 @@ def _rank(
         scored = fuse(_stand_in(sims, blind, kw), [], kw, [], p, extra=[*verbatim, *covering, *alone])
         _prefer_verbatim(scored, verbatim, named, p.named_holders_only)
         _mark_unembedded(scored, blind)
-        return Ranking(select(scored, kinds, p, mode, limit), gate, len(scored))
+        return Ranking(select(scored, kinds, p, mode, limit, trace), gate, len(scored))
 
     if prose and p.prose_coverage > 0:
         kw = prose_keyword(kw, ev, p.prose_coverage)
+        if trace is not None:
+            trace["kw"] = kw
     if p.prf_weight > 0:
         first = fuse(_stand_in(sims, blind, kw), top_k(sims, p.semantic_pool), kw, kw_order, p)
         top = sorted(first, key=lambda i: -first[i][0])[: p.prf_docs]
@@ -608,7 +623,7 @@ def _rank(
                 scored[i] = (rel, [why])
     _prefer_verbatim(scored, verbatim, named, p.named_holders_only)
     _mark_unembedded(scored, blind)
-    return Ranking(select(scored, kinds, p, mode, limit), gate, len(scored))
+    return Ranking(select(scored, kinds, p, mode, limit, trace), gate, len(scored))
 
 
 def _by_name(qvec: np.ndarray | None, matrix: np.ndarray, holding: Sequence[int], kw: Mapping[int, float],

@@ -287,12 +287,18 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     check_schema("read", request)
     check_chars({"query": request["query"]})  # an ESC or NUL in a query is a mistake or an attack
     sc = open_scope(ws, request.get("include_global", True), params,  # the one look at the workspace
-                    find_anywhere=bool(request.get("problem_id")))
+                    find_anywhere=bool(request.get("problem_id") or request.get("expect")))
     if not sc.stores:
         return {"ok": True, "guidance": GUIDANCE, "content_trust": CONTENT_TRUST, "results": [],
                 "warnings": ["no memory store here yet"],
                 "stats": {"candidates": 0, "elapsed_ms": 0}}
-    answer, problem_id = answer_in(sc, request, t0)
+    # Only an explained read keeps what the pipeline computed; a plain one passes None down.
+    trace: dict[str, Any] | None = {} if request.get("explain") or request.get("expect") else None
+    answer, problem_id = answer_in(sc, request, t0, trace)
+    if trace is not None:
+        from .explain import explain  # raises on an --expect id no store holds: nothing is logged
+
+        explain(answer, sc, request, trace)
     if log_episode:  # reads during an open episode are logged so `reflect` knows what to vote on
         from ..store.episodes import log_read
 
@@ -300,9 +306,11 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     return answer
 
 
-def answer_in(sc: Scope, request: dict[str, Any], started: float) -> tuple[ReadAnswer, str | None]:
+def answer_in(sc: Scope, request: dict[str, Any], started: float,
+              trace: dict[str, Any] | None = None) -> tuple[ReadAnswer, str | None]:
     """The read pipeline over an opened scope: the answer to a checked ``request``, and the
-    full id of the problem it named (None: none, or not found)."""
+    full id of the problem it named (None: none, or not found). ``trace``: a dict the steps
+    note what they computed in, for ``explain`` (None: a plain read, nothing noted)."""
     p = sc.params
     mode = request.get("mode", "targeted")
     query, condensed = condense(request["query"])
@@ -351,10 +359,13 @@ def answer_in(sc: Scope, request: dict[str, Any], started: float) -> tuple[ReadA
         params=rp, mode=mode, limit=limit, ids=rows.ids, offsets=row_offsets(rows, rp),
         exclude=rows.excluded if rows.excluded is not None else (),
         near=None if waiting else kept_neighbours(sc, rows, rp), unembedded=unembedded,
-        prose=ranking.prose_query(query),
+        prose=ranking.prose_query(query), trace=trace,
     )
     hits = {rows.ids[r.index]: Hit(sc.memories[rows.ids[r.index]], r.score, list(r.reasons),
                                    group_key(sc.memories[rows.ids[r.index]])) for r in ranked.results}
+    if trace is not None:
+        trace.update(rows=rows, qvec=qvec, lane_b=lane_b, ranked=ranked, ok=ok, waiting=set(waiting),
+                     limit=limit, params=rp, found={m: h.score for m, h in hits.items()})
     fold_superseded(hits, sc)
     if hits and rp.relation_hops > 0 and rp.hop_seeds > 0:
         follow_relations(hits, sc, ok, rp, rp.relation_hops)
@@ -371,6 +382,8 @@ def answer_in(sc: Scope, request: dict[str, Any], started: float) -> tuple[ReadA
     wanted = {v.problem for mid in hits for v in sc.graph.votes.get(mid, []) if v.problem}
     psim = problem_similarities(sc, rows, qvec, wanted)
     up = p.utility
+    if trace is not None:
+        trace["linked"] = {m: h.score for m, h in hits.items()}
     scored: list[Hit] = []
     utils: dict[str, tuple[float, float, int]] = {}
     for mid, hit in hits.items():
@@ -385,6 +398,9 @@ def answer_in(sc: Scope, request: dict[str, Any], started: float) -> tuple[ReadA
         scored.append(hit)
     attach_groups(scored, sc.graph)
     chosen = select_groups(scored, limit)
+    if trace is not None:
+        trace.update(utils=utils, problem_id=problem_id, psim=psim,
+                     weighed={h.mem.id: h.score for h in scored}, chosen=[h.mem.id for h in chosen])
     by_id = {h.mem.id: h for h in chosen}
     attached = relations.anchors(by_id, sc.graph)
     order = relations.place(list(by_id), attached) if attached else list(by_id)

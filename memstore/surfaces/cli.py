@@ -84,6 +84,10 @@ def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], Render]:
         if "partial" in answer and not a.store:
             _warm_dir.append(os.getcwd())
         return answer, "read"
+    if a.cmd == "eval":
+        from ..verbs.evaluate import evaluate
+
+        return evaluate(ws, overrides=a.set or [], include_global=a.global_store), render.evaluation
     if a.cmd == "show":
         return api.show(ws, (args or {})["id"]), "show"
     if a.cmd == "list":

@@ -210,6 +210,10 @@ def _read_request(a: argparse.Namespace, src: Inputs) -> dict[str, Any]:
         filters["min_confidence"] = a.min_confidence
     if filters:
         req["filters"] = filters
+    if a.explain:
+        req["explain"] = True
+    if a.expect:
+        req["expect"] = a.expect
     expand = {k: v for k, v in (("relation_hops", a.hops), ("semantic_hops", a.semantic_hops)) if v is not None}
     if expand:
         req["expand"] = expand
@@ -316,6 +320,17 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
                    help="only memories written with a confidence of at least X (0-1)")
     s.add_argument("--hops", type=int, help="steps along typed links from the best matches (default 2)")
     s.add_argument("--semantic-hops", type=int, help="hops of 'most similar other memory' (default 0: off)")
+    s.add_argument("--explain", action="store_true",
+                   help="say why each result came back: lane scores, bars cleared, links, votes")
+    s.add_argument("--expect", metavar="ID", action="append",
+                   help="a memory you expected (repeatable): say where it came back or what left it out")
+
+    s = sub.add_parser("eval", help="measure the store on its own problems: recall@1/5/10, MRR and abstention "
+                       "of reads, beside the keyword and vector lanes alone")
+    s.add_argument("--set", metavar="read.NAME=VALUE", action="append",
+                   help="also measure with this read setting changed (repeatable)")
+    s.add_argument("--global", dest="global_store", action="store_true",
+                   help="read the global store too (default: the repo store alone, the same for the whole team)")
 
     s = sub.add_parser("show", help="one memory with its links, utility and state")
     s.add_argument("id", help="a full id or a unique prefix (>= 6 chars)")

@@ -10,6 +10,8 @@ import textwrap
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from .render import read_expected, read_explain
+
 # Text from memory files (and their authors, dates, tags, paths) is untrusted: raw, a control
 # character (ESC, CSI, OSC ...) could clear the screen, hide text, retitle the window or plant a
 # hyperlink, and a bidi control could make text read differently from what it is. On a terminal
@@ -172,6 +174,8 @@ def pretty(answer: dict[str, Any], render: Render) -> str:
             out.append(f"\n{tag}{r['kind']} {r['id'][:10]}  score {r['score']:.2f}{sup}{stale}{placed}")
             out.append(_wrap(r["text"]))
             out.append(f"    why: {', '.join(r.get('reasons', []))}")
+            if r.get("explain"):
+                out += read_explain(r["explain"])
             for h in r.get("history", []):
                 via = f", change {h['change'][:10]}" if h.get("change") else ""
                 out.append(f"    history: superseded {h['id'][:10]} (replaced by {h['superseded_by'][:10]}{via})")
@@ -182,6 +186,7 @@ def pretty(answer: dict[str, Any], render: Render) -> str:
                 out.append(f"  {sd['kind']} {sd['id'][:10]} by {sd.get('author') or '?'}, {sd.get('created') or '?'}, "
                            f"evidence: {', '.join(sd.get('evidence', [])) or '-'}")
                 out.append(_wrap(sd["text"], indent="      "))
+        out += read_expected(answer.get("expected", []))
         st = answer.get("stats", {})
         out.append(f"\n{len(answer['results'])} result(s) from {st.get('candidates', 0)} candidates "
                    f"in {st.get('elapsed_ms', 0)} ms")

@@ -201,3 +201,97 @@ def sync(answer: dict[str, Any]) -> str:
         lines.append(f"  {sync_part['unpushed']} commit(s) wait for the next sync")
     lines += [f"  warning: {w}" for w in sync_part.get("warnings", [])]
     return "\n".join(lines) + "\n"
+
+
+# -- read --explain / --expect ----------------------------------------------------------------------
+def _gate_text(g: dict[str, Any]) -> str:
+    if g["gate"] == "query":
+        return f"query best {g['top_similarity']:.2f} vs bar {g['bar']:.2f} ({g['how']})"
+    if g["gate"] == "result_floor":
+        return f"score {g['score']:.2f} >= bar {g['bar']:.2f}"
+    if g["gate"] == "relative_gap":
+        return f"no drop of {g['drop']:.2f} before it"
+    if g["gate"] == "limit":
+        return f"position {g['position']} of limit {g['limit']}"
+    return str(g.get("how", g["gate"]))
+
+
+def read_explain(ex: dict[str, Any]) -> list[str]:
+    """The lines ``read --explain`` adds under one result."""
+    ln, out = ex["lanes"], []
+    parts = []
+    if ln.get("vector"):
+        v = ln["vector"]
+        parts.append(f"vector {v['similarity']:.2f} (#{v['rank']})")
+    if ln.get("keyword"):
+        k = ln["keyword"]
+        cover = f", covers {k['coverage']:.0%} of the query" if k.get("coverage") is not None else ""
+        parts.append(f"keyword {k['bm25']:.2f} of best (#{k['rank']}{cover})")
+    if ln.get("fused") is not None:
+        parts.append(f"fused {ln['fused']:.2f}")
+    out.append(f"    lanes: {' · '.join(parts) or 'none (brought by a link)'}")
+    out.append(f"    gates: {' · '.join(_gate_text(g) for g in ex['gates'])}")
+    steps = []
+    for s in ex["steps"]:
+        if s["step"] == "link":
+            steps.append(f"link {s['type']} from {s['from'][:10]}")
+        elif s["step"] == "association":
+            steps.append(f"association from {s['from'][:10]} ({s['similarity']:.2f})")
+        elif s["step"] == "supersedes":
+            steps.append(f"replaces {s['replaces'][:10]}")
+        else:
+            steps.append(s["step"])
+    out.append(f"    brought by: {', '.join(steps)}")
+    v, sc = ex["votes"], ex.get("scores", {})
+    if v["count"]:
+        moved = f" ({sc['after_links']:.2f} -> {sc['final']:.2f})" if "final" in sc and "after_links" in sc else ""
+        out.append(f"    votes: {v['count']} vote(s), U_local {v['local']:+.2f}, U_global {v['global']:+.2f}: "
+                   f"score x{v['factor']:.2f}{moved}")
+    return out
+
+
+def read_expected(entries: list[dict[str, Any]]) -> list[str]:
+    """The lines ``read --expect`` adds after the results."""
+    out = []
+    for e in entries:
+        state = (f"returned at position {e['position']}" if e["returned"]
+                 else f"not returned ({e['why'].replace('_', ' ')})")
+        out.append(f"\nexpected {e['kind']} {e['id'][:10]}: {state}")
+        if not e["returned"]:
+            out.append(_wrap96(e["detail"]))
+    return out
+
+
+# -- eval (memstore eval) ----------------------------------------------------------------------------
+_SYSTEM_NAMES = {"memstore": "memstore read", "keyword_only": "keyword lane alone", "vector_only": "vector lane alone"}
+
+
+def _settings(overrides: dict[str, Any]) -> list[str]:
+    return [f"read.{k}.{kk}={vv}" for k, v in overrides.items() if isinstance(v, dict) for kk, vv in v.items()] + [
+        f"read.{k}={v}" for k, v in overrides.items() if not isinstance(v, dict)]
+
+
+def evaluation(answer: dict[str, Any]) -> str:
+    n = answer["queries"]
+    if not n:
+        return f"0 queries: {answer['message']}\n"
+    src = answer["sources"]
+    out = [f"memstore eval: {n} quer{'y' if n == 1 else 'ies'} (problems' texts; {src['links']} with linked "
+           f"solutions or failed tactics, {src['votes']} with memories voted up), "
+           f"{answer['expected_answers']} expected answers"]
+    ks = answer["k"]
+    for run in answer["runs"]:
+        label = ", ".join(_settings(run["overrides"])) or "the settings in force"
+        out.append(f"\n{label}:")
+        out.append(f"  {'':<20}" + "".join(f"{'recall@' + str(k):>10}" for k in ks)
+                   + f"{'MRR':>8}{'empty':>8}{'n':>6}")
+        for name, m in run["systems"].items():
+            if m is None:
+                out.append(f"  {_SYSTEM_NAMES.get(name, name):<20}  (not available)")
+                continue
+            out.append(f"  {_SYSTEM_NAMES.get(name, name):<20}" + "".join(f"{m[f'recall@{k}']:>10.2f}" for k in ks)
+                       + f"{m['mrr']:>8.2f}{m['abstained']:>8}{m['n']:>6}")
+    if n < 20:
+        out.append(f"\nOnly {n} quer{'y' if n == 1 else 'ies'}: one query moves recall by {1 / n:.2f}; "
+                   "read the figures as a smoke test, not a verdict.")
+    return "\n".join(out) + "\n"
