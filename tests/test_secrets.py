@@ -345,8 +345,9 @@ def test_shortest_tokens_and_the_end_of_an_assigned_value(text: str, kind: str, 
 
 
 @pytest.mark.parametrize(("text", "found"), [
-    ("password: " + "Xk9vQ2mZ7r", True),  # ten characters: the shortest assigned value taken for a secret
-    ("password: " + "Xk9vQ2mZ7", False),  # nine: too short to tell from a word
+    ("password: " + "Xk9vQ2mZ", True),  # eight characters mixing letters and digits: a chosen password
+    ("password: " + "Xk9vQ2m", False),  # seven: too short to tell from a word or a version
+    ("password: " + "Xk9vQ2mZ7r", True),  # ten: random enough on its own
     ("api_key: " + "3a9f0c7e3a1d9a4f", True),  # sixteen hex digits, 3.3 bits/char: a key
     ("api_key: " + "3a9f0c7e3a1d9a", False),  # fourteen: a short commit id, not a key
     ("auth_token: https://auth.example.com/" + "Xk9vQ2mZ7rTw", False),  # where a token comes from
@@ -367,7 +368,9 @@ def test_assigned_values_length_hex_paths_and_prose(text: str, found: bool) -> N
     ('curl -H "Authorization: Basic ' + "YWRtaW46YWRtaW4=" + '"', []),  # admin:admin, a local default
     ("Authorization: Bearer " + "abcdefghijklmnopqrstuvwxyz", []),  # one character class: the alphabet
     ("Authorization: Bearer " + "3f2a9c1e8b7d6a5f4e3d2c1b", ["bearer_token"]),  # hex: digits and one case
-    ("password: " + "Ab1Ab2Cd1Cd2Ef3G", []),  # sixteen characters in a pattern (3.25 bits/char)
+    # A pattern (3.25 bits/char) is not random, but given to a password it is a literal one a person chose.
+    ("password: " + "Ab1Ab2Cd1Cd2Ef3G", ["secret_assignment"]),
+    ("api_key: " + "Ab1Ab2Cd1Cd2Ef3G", ["secret_assignment"]),
 ])
 def test_encoded_headers_and_randomness_edges(text: str, kinds: list[str]) -> None:
     assert [f.kind for f in find_secrets(text)] == kinds

@@ -25,10 +25,14 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass
+from itertools import pairwise
 
-__all__ = ["Finding", "assert_no_secrets", "find_secrets", "redact", "shannon_entropy"]
+__all__ = [
+    "Finding", "assert_no_secrets", "find_secrets", "normalise", "redact", "shannon_entropy", "without_secrets",
+]
 
 
 @dataclass(frozen=True)
@@ -85,7 +89,8 @@ _FILLER_RE = re.compile(r"(.)\1{5}")
 # An AWS secret access key is 40 base64 characters with no prefix of its own; only where the
 # line speaks of AWS or a secret access key is such a run taken for one (hashes are hex, and
 # stand-alone base64 runs are too common to refuse).
-_AWS_SECRET_RE = re.compile(r"(?<![A-Za-z0-9/+=])(?P<s>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])")
+# A dot before the run makes it a piece of a host and path (docs.aws.amazon.com/AmazonS3/...).
+_AWS_SECRET_RE = re.compile(r"(?<![A-Za-z0-9/+=.])(?P<s>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])")
 _AWS_CONTEXT_RE = re.compile(r"aws|amazon|secret[ _-]?access|access[ _-]?secret", re.IGNORECASE)
 # Passwords on a command line: mysql -pSECRET (no space: with one, mysql prompts), and .netrc.
 _CLI_PASSWORD_RE = re.compile(
@@ -94,9 +99,45 @@ _CLI_PASSWORD_RE = re.compile(
 _NETRC_RE = re.compile(
     r"\b(?:machine[ \t]+\S+|default)\s+(?:login[ \t]+\S+\s+)?password[ \t]+(?P<s>\S+)"
 )
-# Zero-width characters split a token for the eye and for regexes alike; they are dropped
-# before scanning (a token never holds one).
-_INVISIBLE_RE = re.compile("[\u200b\u200c\u200d\u2060\ufeff\u00ad]")
+# A value given to a command-line flag. The flag says what the value is, so the value only has
+# to be a literal that looks like a password (see _password_like), not a random token:
+#   --password VALUE, --db-password=VALUE, --token, --api-key, --client-secret, --pass;
+_LONG_FLAG_RE = re.compile(
+    r"(?<![\w-])--(?P<name>[A-Za-z0-9-]{0,32}?(?:passw(?:or)?d|passwd|pwd|token|secret|api-?key|access-?key)"
+    r"[A-Za-z0-9-]{0,32}|pass)(?:=|[ \t]+)(?P<q>['\"]?)(?P<s>[^\s'\"]{1,256})(?P=q)(?![^\s'\"])",
+    re.IGNORECASE,
+)
+#   -u USER:PASSWORD and --user USER:PASSWORD (curl, wget, httpie's -a too), -uUSER:PASSWORD;
+_USER_PASSWORD_RE = re.compile(
+    r"(?<![\w-])(?:-[ua][ \t]*|--user(?:=|[ \t]+)|--auth(?:=|[ \t]+))(?P<q>['\"]?)"
+    r"(?P<user>[^\s:'\"]{1,128}):(?P<s>[^\s'\"]{1,256})(?P=q)(?![^\s'\"])"
+)
+#   -p VALUE where the command is sshpass or a user was named first (mongo -u app -p ..., docker
+#   login -u me -p ...): elsewhere -p is a port (ssh, docker run), a parent (mkdir) or a plugin.
+_SHORT_P_RE = re.compile(r"(?<![\w-])-p(?:[ \t]+|(?=[^\s-]))(?P<q>['\"]?)(?P<s>[^\s'\"]{1,256})(?P=q)(?![^\s'\"])")
+_P_CONTEXT_RE = re.compile(r"\bsshpass\b|(?<![\w-])(?:-u|-U|-l|--user(?:name)?)(?:[ \t=]|(?=\w))")
+# A vendor token broken over a space or a line (a wrapped log, a pasted terminal): its known
+# prefix, with at most a few pieces of the rest after whitespace; the pieces are re-joined and
+# tried against the vendor's pattern.
+_SPLIT_HEAD_RE = re.compile(
+    r"(?<![A-Za-z0-9_])(?:(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{0,15}|(?:gh[pousr]_|github_pat_|glpat-|xox[abposre]-"
+    r"|(?:sk|rk)_(?:live|test)_|AIza|sk-ant-|npm_|hf_)[A-Za-z0-9_-]{0,80})"
+    r"(?=[ \t]{0,4}(?:\r?\n)?[ \t]{0,8}[A-Za-z0-9])"
+)
+_SPLIT_PIECE_RE = re.compile(r"[ \t]{0,4}(?:\r?\n)?[ \t]{0,8}(?P<piece>[A-Za-z0-9_-]{1,255})")
+_SPLIT_MAX_PIECES = 4
+# Tokens pasted encoded: as hex (one byte, two digits; \xNN escapes too) or percent-encoded.
+# Both are decoded and the result searched for a vendor token, so hashes and ids, which decode to
+# no text, are never flagged.
+_HEX_RUN_RE = re.compile(r"(?<![0-9A-Za-z])(?:[0-9A-Fa-f]{2}){20,2048}(?![0-9A-Za-z])|(?:\\x[0-9A-Fa-f]{2}){20,2048}")
+_PERCENT_RUN_RE = re.compile(r"(?:%[0-9A-Fa-f]{2}|[A-Za-z0-9_.~+-]){20,4096}")
+# What the scanner reads is the text as a terminal or a tool would hand it on: NFKC folds
+# fullwidth and other compatibility forms back to ASCII (ｇｈｐ＿... is a working ghp_ token once a
+# shell or an API normalises it), and combining marks and format characters (zero-width space and
+# joiners, soft hyphen, BOM, bidi controls) are dropped: each splits a token for the eye and for a
+# regex alike, and no token holds one.
+_NON_ASCII_RE = re.compile(r"[^\x00-\x7f]+")
+_DROPPED_CATEGORIES = frozenset({"Mn", "Mc", "Me", "Cf"})
 # A base64 run long enough to hide a vendor token (ghp_ + 36 is 56 characters encoded).
 _BASE64_RUN_RE = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/]{24,}={0,2}(?![A-Za-z0-9+/=_-])")
 _BASE64_MAX = 4096
@@ -123,7 +164,9 @@ _KEYWORD = (
 # name: value, name = value, "name": "value", NAME := value, name => value, and `db password = ...`.
 _ASSIGNMENT_RE = re.compile(
     # Bounded repetitions: unbounded ones go quadratic on a long a_b_c_... chain.
-    r"(?<![A-Za-z0-9])(?P<name>(?:[A-Za-z0-9]{1,32}[_.-]){0,6}(?:" + _KEYWORD + r")(?:[_-][A-Za-z0-9]{1,32}){0,4})"
+    # The keyword may be glued to the words around it: PGPASSWORD, dbPassword, authToken, max_tokens.
+    r"(?<![A-Za-z0-9])(?P<name>(?:[A-Za-z0-9]{1,32}[_.-]){0,6}[A-Za-z0-9]{0,32}?(?:" + _KEYWORD
+    + r")[A-Za-z0-9]{0,32}(?:[_-][A-Za-z0-9]{1,32}){0,4})"
     r"[\"']?[ \t]*(?P<sep>:=|=>|==|=|:)[ \t]*"
     # Bounded values: a rejected value is scanned again for an assignment inside it.
     r"(?:\"(?P<dq>[^\"\n]{0,512})\"|'(?P<sq>[^'\n]{0,512})'|`(?P<bq>[^`\n]{0,512})`|(?P<bare>[^\s\"'`,;]{1,512}))",
@@ -182,16 +225,67 @@ def redact(text: str) -> tuple[str, list[Finding]]:
     return "".join(out), [finding for _, _, finding in spans]
 
 
+def without_secrets(text: str) -> str:
+    """``text`` with every likely secret cut out (a space in its place), for what is made from a
+    memory's text and travels with it: its file name."""
+    spans = _scan(text)
+    if not spans:
+        return text
+    out: list[str] = []
+    pos = 0
+    for start, end, _finding in spans:
+        if start >= pos:
+            out.append(text[pos:start])
+            out.append(" ")
+            pos = end
+    out.append(text[pos:])
+    return "".join(out)
+
+
 def _scan(text: str) -> list[tuple[int, int, Finding]]:
-    """(start, end, finding) of each likely secret, in order of appearance."""
+    """(start, end, finding) of each likely secret, in order of appearance; spans index ``text``
+    as given, though the scan reads its normalised form."""
     if not text:
         return []
-    if _INVISIBLE_RE.search(text) is None:
+    normal, origin = normalise(text)
+    if origin is None:
         return _scan_visible(text)
-    kept = [i for i, c in enumerate(text) if not _INVISIBLE_RE.match(c)]
-    # Spans map back to the text as given; no invisible character is a newline, so lines hold.
-    return [(kept[start], kept[end - 1] + 1, finding)
-            for start, end, finding in _scan_visible("".join(text[i] for i in kept))]
+    # Each normalised character knows the one it came from; no newline is dropped or made, so lines hold.
+    return [(origin[start], origin[end - 1] + 1, finding) for start, end, finding in _scan_visible(normal)]
+
+
+def normalise(text: str) -> tuple[str, list[int] | None]:
+    """``text`` NFKC-folded, with combining marks and format characters dropped, and the index in
+    ``text`` of each character of the result (None when nothing changed: ASCII, most prose).
+
+    Folded one character at a time, so that every character of the result points back to one of
+    the original: a redaction cuts the original span, whatever width its characters had."""
+    if text.isascii():
+        return text, None
+    out: list[str] = []
+    origin: list[int] = []
+    pos = 0
+    changed = False
+    for m in _NON_ASCII_RE.finditer(text):
+        out.append(text[pos:m.start()])
+        origin.extend(range(pos, m.start()))
+        for i in range(m.start(), m.end()):
+            char = text[i]
+            if unicodedata.category(char) in _DROPPED_CATEGORIES:
+                changed = True
+                continue
+            folded = unicodedata.normalize("NFKC", char)
+            if folded != char:
+                changed = True
+                folded = "".join(c for c in folded if unicodedata.category(c) not in _DROPPED_CATEGORIES)
+            out.append(folded)
+            origin.extend([i] * len(folded))
+        pos = m.end()
+    if not changed:
+        return text, None
+    out.append(text[pos:])
+    origin.extend(range(pos, len(text)))
+    return "".join(out), origin
 
 
 def _scan_visible(text: str) -> list[tuple[int, int, Finding]]:
@@ -212,6 +306,11 @@ def _scan_visible(text: str) -> list[tuple[int, int, Finding]]:
                 add(kind, m.start("s"), m.end("s"), _redact(m.group("s")))
             else:
                 add(kind, m.start(), m.end(), m.group(0))
+    for m in _SPLIT_HEAD_RE.finditer(text):
+        split = _split_token(text, m)
+        if split is not None:
+            kind, end, joined = split
+            add(kind, m.start(), end, _redact(joined))
     aws_lines: dict[int, bool] = {}  # line start -> whether that line speaks of AWS (once per line)
     for m in _AWS_SECRET_RE.finditer(text):
         secret = m.group("s")
@@ -226,6 +325,19 @@ def _scan_visible(text: str) -> list[tuple[int, int, Finding]]:
                                                                 else line_end))
         if aws_lines[line_start]:
             add("aws_secret_key", m.start("s"), m.end("s"), _redact(secret))
+    for regex in (_LONG_FLAG_RE, _USER_PASSWORD_RE, _SHORT_P_RE):
+        for m in regex.finditer(text):
+            value = m.group("s")
+            if regex is _LONG_FLAG_RE and (_METADATA_SUFFIX_RE.search(m.group("name"))
+                                           or m.group("name").lower().startswith("no-")):
+                continue  # --token-file PATH, --password-stdin, --no-password
+            if regex is _USER_PASSWORD_RE and value == m.group("user"):
+                continue  # -u app:app is a user and its group (docker run), not a password
+            if regex is _SHORT_P_RE and not _P_CONTEXT_RE.search(text, text.rfind("\n", 0, m.start()) + 1,
+                                                                  m.start()):
+                continue
+            if _password_like(value, min_length=6):
+                add("cli_password", m.start("s"), m.end("s"), _redact(value))
     for kind, regex in (("cli_password", _CLI_PASSWORD_RE), ("netrc_password", _NETRC_RE)):
         for m in regex.finditer(text):
             password = m.group("s")
@@ -233,9 +345,19 @@ def _scan_visible(text: str) -> list[tuple[int, int, Finding]]:
                     or _published_or_filler(password)):
                 add(kind, m.start("s"), m.end("s"), _redact(password))
     for m in _BASE64_RUN_RE.finditer(text):
-        hidden = _token_in_base64(m.group(0))
+        hidden = _token_in(_decode_base64(m.group(0)))
         if hidden is not None:
             add(f"base64_{hidden}", m.start(), m.end(), _redact(m.group(0)))
+    for m in _HEX_RUN_RE.finditer(text):
+        hidden = _token_in(_decode_hex(m.group(0)))
+        if hidden is not None:
+            add(f"hex_{hidden}", m.start(), m.end(), _redact(m.group(0)))
+    if "%" in text:
+        for m in _PERCENT_RUN_RE.finditer(text):
+            if "%" in m.group(0):
+                hidden = _token_in(_decode_percent(m.group(0)))
+                if hidden is not None:
+                    add(f"urlencoded_{hidden}", m.start(), m.end(), _redact(m.group(0)))
     for m in _OPENAI_RE.finditer(text):
         if _random_enough(m.group("s")[3:], min_length=20):
             add("openai_key", m.start("s"), m.end("s"), _redact(m.group("s")))
@@ -262,7 +384,7 @@ def _scan_visible(text: str) -> list[tuple[int, int, Finding]]:
         value = m.group(group)
         start, end = m.start(group), m.end(group)
         if group == "bare":
-            stripped = value.rstrip(".)]}>")  # sentence or bracket punctuation after a bare value
+            stripped = value.rstrip(".)]}>:")  # sentence or bracket punctuation after a bare value
             end -= len(value) - len(stripped)
             value = stripped
         if not _METADATA_SUFFIX_RE.search(name) and _secret_value(value) and not _prose_label(text, m, value):
@@ -300,11 +422,14 @@ def shannon_entropy(value: str) -> float:
 
 
 def _secret_value(value: str) -> bool:
-    """Whether a value assigned to a secret-sounding name is a real secret, not code or a placeholder."""
-    if len(value) < 10 or "://" in value or value.startswith(("/", "./", "~/")):
-        return False
+    """Whether a value assigned to a secret-sounding name is a real secret, not code or a placeholder:
+    a password a person chose (_password_like) or a random token."""
     if "(" in value or re.search(r"=[^=]", value):
         return False  # code: a call, a nested assignment (cheap tests first: a rejected value is rescanned)
+    if _password_like(value, min_length=8):
+        return True
+    if len(value) < 10 or "://" in value or value.startswith(("/", "./", "~/")):
+        return False
     if _PLACEHOLDER_RE.search(value) or len(set(value)) <= 3:
         return False
     if _IDENTIFIER_RE.fullmatch(value):
@@ -312,6 +437,31 @@ def _secret_value(value: str) -> bool:
     if _HEX_RE.fullmatch(value):
         return len(value) >= 16 and shannon_entropy(value) >= 3.0
     return _random_enough(value, min_length=10)
+
+
+def _password_like(value: str, *, min_length: int) -> bool:
+    """Whether a literal given where a password goes (a flag, a secret-named key) is one a person
+    chose: no variable, path or placeholder, and not a word or a name from code, but letters mixed
+    with digits the way passwords are (s3cr3tp4ss, Xk9vQ2mZ, hunter2hunter2!). A version
+    (python3.11), a charset (utf8mb4) or a port (8080:80) is none of these."""
+    if not min_length <= len(value) <= 256 or value[0] in "$<{%[(*#-":
+        return False
+    if "://" in value or value.startswith(("/", "./", "~/")) or "=" in value:
+        return False
+    if _PLACEHOLDER_RE.search(value) or value.lower() in _DEV_PASSWORDS or _published_or_filler(value):
+        return False
+    if _IDENTIFIER_RE.fullmatch(value) or _HEX_RE.fullmatch(value) or _WORDY_RE.fullmatch(value):
+        return False
+    letters = sum(c.isalpha() for c in value)
+    digits = sum(c.isdigit() for c in value)
+    if not letters or not digits:
+        return False
+    if any(not c.isalnum() and c not in "_-.:" for c in value):
+        return True  # letters, digits and a symbol: hunter2hunter2!
+    # Letters and digits interleaved: s3cr3tp4ss switches 6 times, python3 or utf8mb4 fewer.
+    switches = sum(a.isdigit() != b.isdigit() for a, b in pairwise(value) if a.isalnum() and b.isalnum())
+    mixed_case = any(c.isupper() for c in value) and any(c.islower() for c in value)
+    return switches >= 5 or (mixed_case and (switches >= 3 or _random_enough(value, min_length=12)))
 
 
 # Words and numbers joined by _ - or . ("Build_2024_final"): a name a person chose, not a random value.
@@ -336,22 +486,67 @@ def _published_or_filler(secret: str) -> bool:
     return "EXAMPLE" in secret or secret in _PUBLISHED_KEYS or _FILLER_RE.search(secret) is not None
 
 
-def _token_in_base64(run: str) -> str | None:
-    """The kind of vendor token a base64 run decodes to (a token pasted encoded), if any."""
+def _decode_base64(run: str) -> str | None:
     import base64
     import binascii
 
     if len(run) > _BASE64_MAX:
         return None
     try:
-        decoded = base64.b64decode(run + "=" * (-len(run) % 4), validate=True).decode("utf-8")
+        return base64.b64decode(run + "=" * (-len(run) % 4), validate=True).decode("utf-8")
     except (binascii.Error, UnicodeDecodeError):
         return None  # not base64, or bytes that are no text (an image, a hash): no token to find
+
+
+def _decode_hex(run: str) -> str | None:
+    try:
+        return bytes.fromhex(run.replace("\\x", "")).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return None  # a hash or an id: bytes that are no text
+
+
+def _decode_percent(run: str) -> str | None:
+    from urllib.parse import unquote
+
+    return unquote(run, errors="strict") if "%" in run else None
+
+
+def _token_in(decoded: str | None) -> str | None:
+    """The kind of vendor token in a decoded run (a token pasted encoded), if any."""
+    if not decoded:
+        return None
     for kind, pattern in _TOKEN_PATTERNS:
         for inner in pattern.finditer(decoded):
             if "s" not in pattern.groupindex or not _published_or_filler(inner.group("s")):
                 return kind
     return None
+
+
+def _split_token(text: str, head: re.Match[str]) -> tuple[str, int, str] | None:
+    """(kind, end, token) of a vendor token whose prefix ``head`` found, re-joined over the
+    whitespace that splits it: the fewest pieces that make a whole token under a vendor pattern,
+    so a word after a complete token is never taken into it."""
+    joined = head.group(0)
+    pos = head.end()
+    for _ in range(_SPLIT_MAX_PIECES):
+        piece = _SPLIT_PIECE_RE.match(text, pos)
+        if piece is None or piece.start("piece") == pos:
+            return None  # no whitespace before it: the token simply goes on (the vendor rules judge it)
+        joined += piece.group("piece")
+        pos = piece.end()
+        for kind, pattern in _TOKEN_PATTERNS:
+            whole = pattern.fullmatch(joined)
+            if whole is not None and "s" in pattern.groupindex:
+                secret = whole.group("s")
+                if not _published_or_filler(secret) and _split_body_random(secret):
+                    return kind, pos, secret
+    return None
+
+
+def _split_body_random(token: str) -> bool:
+    """Pieces of a real token hold digits and look random; words of prose after a prefix
+    ("ghp_ tokens are ...") hold no digit."""
+    return any(c.isdigit() for c in token) and shannon_entropy(token) >= 3.5
 
 
 def _is_basic_credentials(encoded: str) -> bool:
