@@ -27,6 +27,7 @@ import math
 import re
 import unicodedata
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -129,7 +130,8 @@ _SPLIT_MAX_PIECES = 4
 # Tokens pasted encoded: as hex (one byte, two digits; \xNN escapes too) or percent-encoded.
 # Both are decoded and the result searched for a vendor token, so hashes and ids, which decode to
 # no text, are never flagged.
-_HEX_RUN_RE = re.compile(r"(?<![0-9A-Za-z])(?:[0-9A-Fa-f]{2}){20,2048}(?![0-9A-Za-z])|(?:\\x[0-9A-Fa-f]{2}){20,2048}")
+_HEX_RUN_RE = re.compile(r"(?<![0-9A-Za-z])[0-9A-Fa-f]{40,4096}(?![0-9A-Za-z])")
+_HEX_ESCAPES_RE = re.compile(r"(?:\\x[0-9A-Fa-f]{2}){20,2048}")
 _PERCENT_RUN_RE = re.compile(r"(?:%[0-9A-Fa-f]{2}|[A-Za-z0-9_.~+-]){20,4096}")
 # What the scanner reads is the text as a terminal or a tool would hand it on: NFKC folds
 # fullwidth and other compatibility forms back to ASCII (ｇｈｐ＿... is a working ghp_ token once a
@@ -162,15 +164,21 @@ _KEYWORD = (
     r"|client[_-]?secret|auth[_-]?key|credentials?|session[_-]?key|signing[_-]?key|encryption[_-]?key"
 )
 # name: value, name = value, "name": "value", NAME := value, name => value, and `db password = ...`.
-_ASSIGNMENT_RE = re.compile(
+# Found from the keyword out: the keyword first (a plain search), then the name around it, which
+# may glue the keyword to other words (PGPASSWORD, dbPassword, authToken, max_tokens), then the
+# separator and the value. One regex that tried every name start was three times slower.
+# Searched in the lower-cased text: case-sensitive, the regex engine skips ahead by first
+# character, which an IGNORECASE alternation cannot (ten times slower on a long memory).
+_KEYWORD_RE = re.compile(_KEYWORD)
+_KEYWORD_ANY_CASE_RE = re.compile(_KEYWORD, re.IGNORECASE)
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+_NAME_MAX = 64
+_ASSIGNMENT_TAIL_RE = re.compile(
     # Bounded repetitions: unbounded ones go quadratic on a long a_b_c_... chain.
-    # The keyword may be glued to the words around it: PGPASSWORD, dbPassword, authToken, max_tokens.
-    r"(?<![A-Za-z0-9])(?P<name>(?:[A-Za-z0-9]{1,32}[_.-]){0,6}[A-Za-z0-9]{0,32}?(?:" + _KEYWORD
-    + r")[A-Za-z0-9]{0,32}(?:[_-][A-Za-z0-9]{1,32}){0,4})"
+    r"(?P<tail>[A-Za-z0-9]{0,32}(?:[_-][A-Za-z0-9]{1,32}){0,4})"
     r"[\"']?[ \t]*(?P<sep>:=|=>|==|=|:)[ \t]*"
     # Bounded values: a rejected value is scanned again for an assignment inside it.
     r"(?:\"(?P<dq>[^\"\n]{0,512})\"|'(?P<sq>[^'\n]{0,512})'|`(?P<bq>[^`\n]{0,512})`|(?P<bare>[^\s\"'`,;]{1,512}))",
-    re.IGNORECASE,
 )
 # Names that describe a secret rather than hold one: token_id, password_file, secret_name, ...
 _METADATA_SUFFIX_RE = re.compile(
@@ -209,8 +217,18 @@ def redact(text: str) -> tuple[str, list[Finding]]:
     keeping it would carry the secret into git. A private key loses everything up to its END
     line, not only the header the detector recognises."""
     spans = _scan(text)
+    return _cut(text, spans, lambda finding: REDACTED.format(kind=finding.kind)), [f for _, _, f in spans]
+
+
+def without_secrets(text: str) -> str:
+    """``text`` with every likely secret cut out (a space in its place), for what is made from a
+    memory's text and travels with it: its file name."""
+    return _cut(text, _scan(text), lambda _finding: " ")
+
+
+def _cut(text: str, spans: list[tuple[int, int, Finding]], replacement: Callable[[Finding], str]) -> str:
     if not spans:
-        return text, []
+        return text
     out: list[str] = []
     pos = 0
     for start, end, finding in spans:
@@ -219,25 +237,8 @@ def redact(text: str) -> tuple[str, list[Finding]]:
         if finding.kind == "private_key":
             end = _PEM_END_RE.search(text, end).end()  # type: ignore[union-attr]  # \Z always matches
         out.append(text[pos:start])
-        out.append(REDACTED.format(kind=finding.kind))
+        out.append(replacement(finding))
         pos = end
-    out.append(text[pos:])
-    return "".join(out), [finding for _, _, finding in spans]
-
-
-def without_secrets(text: str) -> str:
-    """``text`` with every likely secret cut out (a space in its place), for what is made from a
-    memory's text and travels with it: its file name."""
-    spans = _scan(text)
-    if not spans:
-        return text
-    out: list[str] = []
-    pos = 0
-    for start, end, _finding in spans:
-        if start >= pos:
-            out.append(text[pos:start])
-            out.append(" ")
-            pos = end
     out.append(text[pos:])
     return "".join(out)
 
@@ -352,6 +353,11 @@ def _scan_visible(text: str) -> list[tuple[int, int, Finding]]:
         hidden = _token_in(_decode_hex(m.group(0)))
         if hidden is not None:
             add(f"hex_{hidden}", m.start(), m.end(), _redact(m.group(0)))
+    if "\\x" in text:
+        for m in _HEX_ESCAPES_RE.finditer(text):
+            hidden = _token_in(_decode_hex(m.group(0).replace("\\x", "")))
+            if hidden is not None:
+                add(f"hex_{hidden}", m.start(), m.end(), _redact(m.group(0)))
     if "%" in text:
         for m in _PERCENT_RUN_RE.finditer(text):
             if "%" in m.group(0):
@@ -377,9 +383,22 @@ def _scan_visible(text: str) -> list[tuple[int, int, Finding]]:
     for m in _BASIC_RE.finditer(text):
         if _is_basic_credentials(m.group("s")):
             add("basic_auth_header", m.start("s"), m.end("s"), _redact(m.group("s")))
-    pos = 0
-    while (m := _ASSIGNMENT_RE.search(text, pos)) is not None:
-        name = m.group("name")
+    pos = 0  # keywords before this were read as part of a name, or of a value taken for a secret
+    lowered = text.lower()
+    keywords = (_KEYWORD_RE.finditer(lowered) if len(lowered) == len(text)  # lower() may lengthen: İ
+                else _KEYWORD_ANY_CASE_RE.finditer(text))
+    for keyword in keywords:
+        if keyword.start() < pos:
+            continue
+        m = _ASSIGNMENT_TAIL_RE.match(text, keyword.end())
+        if m is None:
+            continue
+        name_start = keyword.start()
+        while name_start > 0 and keyword.start() - name_start < _NAME_MAX and text[name_start - 1] in _NAME_CHARS:
+            name_start -= 1
+        while text[name_start] in "_.-":
+            name_start += 1
+        name = text[name_start:keyword.end()] + m.group("tail")
         group = next(g for g in ("dq", "sq", "bq", "bare") if m.group(g) is not None)
         value = m.group(group)
         start, end = m.start(group), m.end(group)
@@ -387,7 +406,8 @@ def _scan_visible(text: str) -> list[tuple[int, int, Finding]]:
             stripped = value.rstrip(".)]}>:")  # sentence or bracket punctuation after a bare value
             end -= len(value) - len(stripped)
             value = stripped
-        if not _METADATA_SUFFIX_RE.search(name) and _secret_value(value) and not _prose_label(text, m, value):
+        if (not _METADATA_SUFFIX_RE.search(name) and _secret_value(value)
+                and not _prose_label(text, name_start, name, m.group("sep"), value)):
             add("secret_assignment", start, end, f"{name}={_redact(value)}")
             pos = m.end()
         else:
@@ -469,14 +489,14 @@ _WORDY_RE = re.compile(r"(?:[A-Za-z][a-z]+|[0-9]+)(?:[_.-](?:[A-Za-z][a-z]+|[0-9
 _PROSE_BEFORE_RE = re.compile(r"[A-Za-z]+[ \t]+$")
 
 
-def _prose_label(text: str, m: re.Match[str], value: str) -> bool:
+def _prose_label(text: str, name_start: int, name: str, sep: str, value: str) -> bool:
     """A secret-sounding word used in a sentence ("The secret: Build_2024_final"): a plain word
     after another word, a colon, and a value made of words and numbers."""
-    line_start = text.rfind("\n", 0, m.start()) + 1
+    line_start = text.rfind("\n", 0, name_start) + 1
     return (
-        m.group("sep") == ":"
-        and m.group("name").isalpha()
-        and _PROSE_BEFORE_RE.search(text, line_start, m.start()) is not None
+        sep == ":"
+        and name.isalpha()
+        and _PROSE_BEFORE_RE.search(text, line_start, name_start) is not None
         and _WORDY_RE.fullmatch(value) is not None
     )
 
@@ -500,9 +520,9 @@ def _decode_base64(run: str) -> str | None:
 
 def _decode_hex(run: str) -> str | None:
     try:
-        return bytes.fromhex(run.replace("\\x", "")).decode("utf-8")
+        return bytes.fromhex(run).decode("utf-8")
     except (ValueError, UnicodeDecodeError):
-        return None  # a hash or an id: bytes that are no text
+        return None  # an odd length, or a hash or an id: bytes that are no text
 
 
 def _decode_percent(run: str) -> str | None:
