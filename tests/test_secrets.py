@@ -508,3 +508,42 @@ def test_a_redaction_cuts_the_original_characters_of_a_folded_secret() -> None:
     text = f"push {fullwidth} and {combining} done"
     assert redact(text)[0] == "push [REDACTED:github_token] and [REDACTED:github_token] done"
     assert without_secrets(text) == "push   and   done"
+
+
+@pytest.mark.parametrize(("form", "redacted"), [
+    ("aws_split_space", "the key [REDACTED:aws_access_key] was in the log"),
+    ("aws_split_newline", "aws_access_key_id = [REDACTED:aws_access_key]\n"),
+    ("github_split_newline", "token: [REDACTED:github_token]\n"),
+])
+def test_a_split_token_is_cut_whole_and_not_a_word_further(form: str, redacted: str) -> None:
+    assert redact(BY_ID[form]["text"])[0] == redacted
+
+
+PASSWORD = "Qm8v" + "T3xZ7kL2"
+
+
+@pytest.mark.parametrize(("text", "found"), [
+    (f"docker login -u me -p {PASSWORD} registry.example.com", True),
+    (f"sshpass -p {PASSWORD} ssh deploy@host", True),
+    (f"mongosh --username=app -p{PASSWORD}", True),  # attached to the flag
+    (f"docker run -p {PASSWORD}", False),  # no user named: -p is a port or a plugin elsewhere
+    (f"mysql -p {PASSWORD} -u app", False),  # the user comes after: not read as its password
+    (f"login -u me\nthen -p {PASSWORD}", False),  # the user is on another line
+    ("docker login -u me -p $REGISTRY_PASSWORD", False),
+])
+def test_a_short_p_is_a_password_only_after_sshpass_or_a_user_flag_on_its_line(text: str, found: bool) -> None:
+    assert bool(find_secrets(text)) is found
+
+
+@pytest.mark.parametrize(("text", "found"), [
+    (f"--password {PASSWORD}", True),
+    (f"--client-secret={PASSWORD}", True),
+    (f"--token-file {PASSWORD}", False),  # describes where a token is
+    (f"--no-password {PASSWORD}", False),
+    (f"curl -u admin:{PASSWORD}", True),
+    ("curl -u admin:admin", False),  # a local default
+    (f"curl -u {PASSWORD}:{PASSWORD}", False),  # user and group, as docker run -u takes them
+    ("uv venv --python-token python3.11", False),  # a version, not a chosen password
+])
+def test_long_flags_and_user_password_pairs(text: str, found: bool) -> None:
+    assert bool(find_secrets(text)) is found

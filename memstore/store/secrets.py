@@ -133,9 +133,20 @@ _P_CONTEXT_RE = re.compile(r"\bsshpass\b|(?<![\w-])(?:-u|-U|-l|--user(?:name)?)(
 # A vendor token broken over a space or a line (a wrapped log, a pasted terminal): its known
 # prefix, with at most a few pieces of the rest after whitespace; the pieces are re-joined and
 # tried against the vendor's pattern.
+# One named group per vendor kind, so a head is tried against its own patterns only.
+_SPLIT_PREFIXES = (
+    ("aws_access_key", r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{0,15}"),
+    ("github_token", r"(?:gh[pousr]_|github_pat_)[A-Za-z0-9_]{0,80}"),
+    ("gitlab_token", r"glpat-[A-Za-z0-9_-]{0,80}"),
+    ("slack_token", r"xox[abposre]-[A-Za-z0-9-]{0,80}"),
+    ("stripe_key", r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{0,80}"),
+    ("google_api_key", r"AIza[0-9A-Za-z_-]{0,34}"),
+    ("anthropic_key", r"sk-ant-[A-Za-z0-9_-]{0,80}"),
+    ("npm_token", r"npm_[A-Za-z0-9]{0,35}"),
+    ("huggingface_token", r"hf_[A-Za-z0-9]{0,39}"),
+)
 _SPLIT_HEAD_RE = re.compile(
-    r"(?<![A-Za-z0-9_])(?:(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{0,15}|(?:gh[pousr]_|github_pat_|glpat-|xox[abposre]-"
-    r"|(?:sk|rk)_(?:live|test)_|AIza|sk-ant-|npm_|hf_)[A-Za-z0-9_-]{0,80})"
+    r"(?<![A-Za-z0-9_])(?:" + "|".join(f"(?P<{kind}>{prefix})" for kind, prefix in _SPLIT_PREFIXES) + r")"
     r"(?=[ \t]{0,4}(?:\r?\n)?[ \t]{0,8}[A-Za-z0-9])"
 )
 _SPLIT_PIECE_RE = re.compile(r"[ \t]{0,4}(?:\r?\n)?[ \t]{0,8}(?P<piece>[A-Za-z0-9_-]{1,255})")
@@ -339,6 +350,7 @@ def _scan_visible(text: str) -> list[tuple[int, int, Finding]]:
                                                                 else line_end))
         if aws_lines[line_start]:
             add("aws_secret_key", m.start("s"), m.end("s"), _redact(secret))
+    p_lines: dict[int, int] = {}  # line start -> where its first sshpass or user flag ends (-1: none)
     for regex in (_LONG_FLAG_RE, _USER_PASSWORD_RE, _SHORT_P_RE):
         for m in regex.finditer(text):
             value = m.group("s")
@@ -347,8 +359,7 @@ def _scan_visible(text: str) -> list[tuple[int, int, Finding]]:
                 continue  # --token-file PATH, --password-stdin, --no-password
             if regex is _USER_PASSWORD_RE and value == m.group("user"):
                 continue  # -u app:app is a user and its group (docker run), not a password
-            if regex is _SHORT_P_RE and not _P_CONTEXT_RE.search(text, text.rfind("\n", 0, m.start()) + 1,
-                                                                  m.start()):
+            if regex is _SHORT_P_RE and not _names_a_user_before(text, m.start(), p_lines):
                 continue
             if _password_like(value, min_length=6):
                 add("cli_password", m.start("s"), m.end("s"), _redact(value))
@@ -555,6 +566,17 @@ def _token_in(decoded: str | None) -> str | None:
     return None
 
 
+def _names_a_user_before(text: str, pos: int, lines: dict[int, int]) -> bool:
+    """Whether the line holding ``pos`` names sshpass or a user flag before it (looked up once per
+    line: a line of a thousand ``-p`` is not scanned a thousand times)."""
+    line_start = text.rfind("\n", 0, pos) + 1
+    if line_start not in lines:
+        line_end = text.find("\n", pos)
+        first = _P_CONTEXT_RE.search(text, line_start, len(text) if line_end < 0 else line_end)
+        lines[line_start] = -1 if first is None else first.end()
+    return 0 <= lines[line_start] <= pos
+
+
 def _split_token(text: str, head: re.Match[str]) -> tuple[str, int, str] | None:
     """(kind, end, token) of a vendor token whose prefix ``head`` found, re-joined over the
     whitespace that splits it: the fewest pieces that make a whole token under a vendor pattern,
@@ -565,9 +587,13 @@ def _split_token(text: str, head: re.Match[str]) -> tuple[str, int, str] | None:
         piece = _SPLIT_PIECE_RE.match(text, pos)
         if piece is None or piece.start("piece") == pos:
             return None  # no whitespace before it: the token simply goes on (the vendor rules judge it)
+        if _SPLIT_HEAD_RE.match(text, piece.start("piece")) is not None:
+            return None  # the piece opens a token of its own
         joined += piece.group("piece")
         pos = piece.end()
         for kind, pattern in _TOKEN_PATTERNS:
+            if kind != head.lastgroup:
+                continue
             whole = pattern.fullmatch(joined)
             if whole is not None and "s" in pattern.groupindex:
                 secret = whole.group("s")
