@@ -5,7 +5,8 @@ what it refuses on ordinary prose are measured on the same texts for both versio
 
   * `corpus`: tests/data/secrets_corpus.jsonl (fake secrets and their look-alikes), positives
     caught and look-alikes flagged;
-  * `example`: the whole text of every file in .memory-example/ (memories, events, episodes);
+  * `example`: the whole text of every file git carries in .memory-example/ (memories, events,
+    episodes, config.yaml);
   * with `--eval DIR` (the shared evaluation data: gitbugs/, identifiers/, locomo/): GitBugs
     report titles and bodies, requests commit messages and LoCoMo turns, up to `--sample` each.
     Texts written by no one here: what is flagged there is listed by id, to be read (of the
@@ -57,8 +58,9 @@ def corpus_texts() -> list[tuple[str, str, bool]]:
 
 def example_texts() -> list[tuple[str, str, bool]]:
     base = ROOT / ".memory-example"
-    return [(str(p.relative_to(base)), p.read_text(encoding="utf-8"), False)
-            for p in sorted(base.rglob("*")) if p.is_file()]
+    # What git carries: .index/ and .local/ are per-machine projections (binary, never committed).
+    return [(str(p.relative_to(base)), p.read_text(encoding="utf-8"), False) for p in sorted(base.rglob("*"))
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(base).parts)]
 
 
 def eval_texts(root: Path, sample: int) -> dict[str, list[tuple[str, str, bool]]]:

@@ -547,3 +547,7 @@ def test_a_short_p_is_a_password_only_after_sshpass_or_a_user_flag_on_its_line(t
 ])
 def test_long_flags_and_user_password_pairs(text: str, found: bool) -> None:
     assert bool(find_secrets(text)) is found
+
+
+def test_a_windows_path_after_a_user_flag_is_not_a_password() -> None:
+    assert find_secrets(r"runas -u C:\Users\dev1\build2.cmd") == []

@@ -488,7 +488,7 @@ def _password_like(value: str, *, min_length: int) -> bool:
     chose: no variable, path or placeholder, and not a word or a name from code, but letters mixed
     with digits the way passwords are (s3cr3tp4ss, Xk9vQ2mZ, hunter2hunter2!). A version
     (python3.11), a charset (utf8mb4) or a port (8080:80) is none of these."""
-    if not min_length <= len(value) <= 256 or value[0] in "$<{%[(*#-":
+    if not min_length <= len(value) <= 256 or value[0] in "$<{%[(*#-\\":
         return False
     if "://" in value or value.startswith(("/", "./", "~/")) or "=" in value:
         return False
