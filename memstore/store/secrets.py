@@ -492,13 +492,11 @@ def _password_like(value: str, *, min_length: int) -> bool:
         return False
     if "://" in value or value.startswith(("/", "./", "~/")) or "=" in value:
         return False
+    if not any(c.isdigit() for c in value) or not any(c.isalpha() for c in value):
+        return False  # cheap tests first: most values are words or numbers
     if _PLACEHOLDER_RE.search(value) or value.lower() in _DEV_PASSWORDS or _published_or_filler(value):
         return False
     if _IDENTIFIER_RE.fullmatch(value) or _HEX_RE.fullmatch(value) or _WORDY_RE.fullmatch(value):
-        return False
-    letters = sum(c.isalpha() for c in value)
-    digits = sum(c.isdigit() for c in value)
-    if not letters or not digits:
         return False
     if any(not c.isalnum() and c not in "_-.:" for c in value):
         return True  # letters, digits and a symbol: hunter2hunter2!
