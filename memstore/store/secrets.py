@@ -21,7 +21,9 @@ are what a memory about code routinely holds. Over texts written by no one here 
 reports, 2,629 requests commit messages, 2,760 LoCoMo turns, .memory-example) it flags three
 reports: two carry real-looking credentials (MinIO keys in an s3:// URL, generated passwords in
 `docker run -e`), one a Jira link's atl_token (a session's anti-forgery token in a URL query,
-which the rule for `token=` cannot tell from an access token).
+which the rule for `token=` cannot tell from an access token). Per text (p50, same run, beside
+the scanner before those rules): 309 against 285 µs on .memory-example's files, 196 against 187
+on GitBugs reports, 54 against 47 on LoCoMo turns (`python bench/secrets_speed.py --eval DIR`).
 
 What is scanned is the text a terminal or a tool would hand on (see `normalise`): NFKC, without
 combining marks or format characters. False positives refuse a user's memory, so everything
