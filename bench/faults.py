@@ -25,8 +25,9 @@ than a fresh rebuild (a read that waited past `--read-bound` is a failed read: a
 Writes carry `allow_duplicate` so that, without the daemon, a
 write does not load the embedding model: this measures durability, not the duplicate gate.
 
-The `secrets` section scores the secret detector on tests/data/secrets_corpus.jsonl (52 fake
-secrets, 52 look-alikes: hashes, UUIDs, vendors' documented example keys, placeholders, prose):
+The `secrets` section scores the secret detector on tests/data/secrets_corpus.jsonl (78 fake
+secrets, 78 look-alikes: hashes, UUIDs, vendors' documented example keys, placeholders, prose,
+ports and variables on command lines):
 recall over the secrets, false-positive rate over the look-alikes, time to read and scan one
 file, import time in a fresh process. With `--detect-secrets-python PY` (a python whose venv
 holds detect-secrets, e.g. `python -m venv /tmp/ds && /tmp/ds/bin/pip install

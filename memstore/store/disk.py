@@ -33,6 +33,7 @@ from .files import (
     safe_yaml,
 )
 from .model import DIR_KINDS, EVENT_TYPES, KIND_DIRS, KINDS, SCOPES, Event, Memory
+from .secrets import without_secrets
 
 STORE_DIRNAME = ".memory"
 _ID_CHARS = frozenset(ids.ALPHABET)
@@ -52,7 +53,10 @@ MAX_EPISODE_LINE = 1 << 20
 
 
 def slugify(text: str, max_len: int = 40) -> str:
-    norm = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode().lower()
+    # The name is committed and shown as much as the text: it is made from the text with every
+    # likely secret cut out (normalised first, as the scanner reads it), so no secret rides in
+    # it, even one in text that reaches here past the write gates (a hand-made file, an import).
+    norm = unicodedata.normalize("NFKD", without_secrets(text)).encode("ascii", "ignore").decode().lower()
     words = re.findall(r"[a-z0-9]+", norm)
     slug = ""
     for word in words:
