@@ -37,9 +37,11 @@ def _folder(store: Store) -> Path:
 def propose(store: Store, mem: Memory) -> str:
     """Write ``mem`` as a proposal in ``store``; returns its path as people see it."""
     folder = _folder(store)
+    # Checked before a folder is made: under a pulled `.local -> elsewhere`, pending/ would be
+    # created at the link's target.
+    path = store._writable(folder / f"{mem.id}-{slugify(mem.text)}.md")
     for d in (store.local_dir, folder):
         private_dir(d)  # the global store is its owner's alone
-    path = store._writable(folder / f"{mem.id}-{slugify(mem.text)}.md")
     atomic_write(path, store.render_memory(mem), exclusive=True)
     return str(path)
 
@@ -54,7 +56,7 @@ class _Proposal(NamedTuple):
 def _proposals(store: Store) -> list[_Proposal]:
     """Each proposal, oldest first: read, or with the reason it could not be."""
     folder = _folder(store)
-    if not store.exists() or not folder.is_dir() or folder.is_symlink():
+    if not store.exists() or not store.inside(folder / "x") or not folder.is_dir() or folder.is_symlink():
         return []
     out: list[_Proposal] = []
     for path in sorted(folder.glob("*.md")):
