@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..store.files import NotOurs, atomic_write, file_lock, private_dir, read_projection
+from ..store.files import NotOurs, atomic_write, clear_way, file_lock, private_dir, read_projection, recheck_dir
 from ..store.userkey import looks_sealed, sealed_json, unseal
 from .keyword import BM25Params, KeywordIndex, folder_listing
 from .vectors import VectorIndex
@@ -72,7 +72,7 @@ class IndexFiles:
         if self._lock_depth:
             yield
             return
-        with file_lock(self.dir / "index.lock"):
+        with file_lock(clear_way(self.dir / "index.lock")):
             self._lock_depth += 1
             try:
                 yield
@@ -82,7 +82,7 @@ class IndexFiles:
     def outer_lock(self) -> contextlib.AbstractContextManager[None]:
         """The index lock as a context manager of its own, for a caller that holds it across a
         return (``StoreIndex.flush_later``)."""
-        return file_lock(self.dir / "index.lock")
+        return file_lock(clear_way(self.dir / "index.lock"))
 
     def prepare(self, *, private: bool) -> None:
         self.dir.parent.mkdir(parents=True, exist_ok=True)
@@ -145,9 +145,9 @@ class IndexFiles:
         }
 
     def write_meta(self, meta: dict[str, Any]) -> None:
-        atomic_write(self.meta_path, sealed_json(json.dumps(meta, separators=(",", ":")), self.key))
+        atomic_write(clear_way(self.meta_path), sealed_json(json.dumps(meta, separators=(",", ":")), self.key))
         # A few bytes a writer checks under the lock instead of parsing the whole manifest.
-        atomic_write(self.dir / "generation", str(meta["generation"]))
+        atomic_write(clear_way(self.dir / "generation"), str(meta["generation"]))
         self.note_written()
         self.generation = meta["generation"]
 
@@ -211,7 +211,7 @@ class IndexFiles:
         return VectorIndex.load(self.dir / "vectors.faiss", dim, labels), dict(meta.get("vec_manifest", {}))
 
     def save_vectors(self, vectors: VectorIndex) -> None:
-        vectors.save(self.dir / "vectors.faiss")
+        vectors.save(clear_way(self.dir / "vectors.faiss"))
 
     def vouch_keyword(self, files: dict[str, list[int]]) -> bool:
         """Whether the sealed metadata on disk records exactly ``files`` as the keyword folder."""
@@ -223,7 +223,10 @@ class IndexFiles:
 
     # -- clearing --------------------------------------------------------------------------------
     def wipe(self) -> None:
-        """Delete the projections' files (the caller has closed the keyword index)."""
+        """Delete the projections' files (the caller has closed the keyword index), and set
+        aside whatever else in the folder memstore would not have written (a pull may have
+        brought it since this process first looked)."""
+        recheck_dir(self.dir)
         shutil.rmtree(self.dir / "keyword", ignore_errors=True)
         for name in ("vectors.faiss", "meta.json", "generation"):
             with contextlib.suppress(FileNotFoundError):

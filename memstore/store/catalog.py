@@ -20,7 +20,7 @@ from ..errors import AmbiguousId, Conflict, InvalidFile, InvalidRequest, NotFoun
 from . import ids
 from .changelog import ChangeLog
 from .disk import Store
-from .files import NotOurs, atomic_write, read_projection, set_aside
+from .files import NotOurs, atomic_write, clear_way, read_projection, set_aside
 from .model import DIR_KINDS, Event, Memory
 from .userkey import looks_sealed, projection_key, sealing, unseal
 
@@ -150,7 +150,8 @@ class Catalog:
     def _save_cache(self, items: list[tuple[str, _Entry]] | None = None) -> None:
         # The cache is a projection: failing to save it only costs the next process a re-parse.
         with contextlib.suppress(OSError):
-            atomic_write(self.store.index_dir / "catalog.json", sealing(self._cache_chunks(items), self._key))
+            path = clear_way(self.store.index_dir / "catalog.json")
+            atomic_write(path, sealing(self._cache_chunks(items), self._key))
             self._saved = _stat(self._cache_path)
 
     def reset(self) -> None:

@@ -23,6 +23,7 @@ from .config import MAX_FIELD_CHARS, MAX_LIST_ITEMS, Config
 from .files import (
     MAX_FILE_BYTES,
     atomic_write,
+    clear_way,
     dump_markdown,
     dump_yaml,
     file_lock,
@@ -448,7 +449,7 @@ class Store:
     def write_lock(self) -> Iterator[None]:
         """Serialises writers across processes: id checks, duplicate checks and git staging
         must see each other's files."""
-        with file_lock(self.index_dir / "write.lock"):
+        with file_lock(clear_way(self.index_dir / "write.lock")):
             yield
 
     def memory_path(self, mem: Memory) -> Path:

@@ -464,6 +464,27 @@ def real_dir(path: Path) -> Path:
     return path
 
 
+def clear_way(path: Path) -> Path:
+    """``path`` with anything but a regular file there set aside: for a file memstore is about
+    to write or lock in ``.index/``, where a pull may have put a directory or a FIFO since this
+    process looked (``os.replace`` onto a directory fails; ``open`` of a FIFO waits)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return path
+    if not stat.S_ISREG(st.st_mode):
+        set_aside(path, "is not a regular file")
+    return path
+
+
+def recheck_dir(path: Path) -> Path:
+    """``real_dir`` looking at the directory's entries again: for a process that lives across a
+    pull (the daemon), when a projection is found damaged or rebuilt on request."""
+    with contextlib.suppress(OSError):
+        _checked.discard((str(path), os.lstat(path).st_ino))
+    return real_dir(path)
+
+
 def _sort_out(folder: Path, *, top: bool) -> None:
     """Set aside each entry of ``folder`` that memstore would not have written: a symlink, a
     FIFO, socket or device, a directory where a file belongs or a file where a folder belongs

@@ -56,7 +56,8 @@ class _Proposal(NamedTuple):
 def _proposals(store: Store) -> list[_Proposal]:
     """Each proposal, oldest first: read, or with the reason it could not be."""
     folder = _folder(store)
-    if not store.exists() or not store.inside(folder / "x") or not folder.is_dir() or folder.is_symlink():
+    # Nothing is read through a linked `.local` or `pending/` (a pull can bring either).
+    if not store.exists() or not store.inside(folder / "proposal.md") or not folder.is_dir():
         return []
     out: list[_Proposal] = []
     for path in sorted(folder.glob("*.md")):
