@@ -144,6 +144,27 @@ def huge(world: World, mb: int) -> Path:
     return world.clone(origin)
 
 
+def index_zeros(world: World, mb: int) -> Path:
+    """A committed .index/catalog.json of zeros: sparse here, it packs to a few MB in git."""
+    origin = world.origin("zeros")
+    (origin / ".memory" / ".index").mkdir()
+    with open(origin / ".memory" / ".index" / "catalog.json", "wb") as fh:
+        fh.truncate(mb * 1024 * 1024)
+    world.git(origin, "add", "-f", ".memory/.index")
+    world.commit(origin, "a catalog cache of zeros")
+    return world.clone(origin)
+
+
+def index_dir(world: World) -> Path:
+    """A committed directory where memstore keeps .index/vectors.faiss."""
+    origin = world.origin("index-dir")
+    (origin / ".memory" / ".index" / "vectors.faiss").mkdir(parents=True)
+    (origin / ".memory" / ".index" / "vectors.faiss" / "x").write_text("not memstore's\n")
+    world.git(origin, "add", "-f", ".memory/.index")
+    world.commit(origin, "a directory for the vectors")
+    return world.clone(origin)
+
+
 def junk(world: World, count: int) -> Path:
     origin = world.origin("junk")
     for i in range(count):
@@ -230,6 +251,7 @@ def main() -> None:
     ap.add_argument("--code", default=str(ROOT), help="the checkout whose memstore to run (PYTHONPATH)")
     ap.add_argument("--huge-mb", type=int, default=50)
     ap.add_argument("--junk", type=int, default=50_000)
+    ap.add_argument("--zeros-mb", type=int, default=512, help="size of the committed catalog.json of zeros")
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--skip", nargs="*", default=[], help="probe names to leave out")
     opts = ap.parse_args()
@@ -259,6 +281,10 @@ def main() -> None:
         ("huge", f"one {opts.huge_mb} MB memory file", lambda: huge(world, opts.huge_mb),
          ["read", "lorem ipsum dolor"]),
         ("junk", f"{opts.junk:,} junk files", lambda: junk(world, opts.junk), ["list"]),
+        ("zeros", f"a committed .index/catalog.json of {opts.zeros_mb} MiB of zeros",
+         lambda: index_zeros(world, opts.zeros_mb), ["list"]),
+        ("index-dir", "a committed directory as .index/vectors.faiss", lambda: index_dir(world),
+         ["read", "where does the payroll export live?"]),
         ("deep", "30,000-deep flow YAML (60 KB)", lambda: deep_yaml(world), ["list"]),
         ("bigint", "a 5,000-digit integer", lambda: big_int(world), ["list"]),
         ("impostor", "PR adds a file with a trusted id", lambda: impostor(world), ["show", GENUINE_ID]),

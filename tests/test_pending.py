@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from conftest import CliResult, git
 
 PREF = "The user wants every shell script to start with set -euo pipefail."
@@ -155,3 +156,63 @@ def test_approve_and_drop_of_one_proposal_never_both_succeed(repo: Path, cli: Ca
     assert answers[loser][1]["error"]["code"] == "not_found"
     stored = any(Path(third["path"]).name in f for f in _global_files())
     assert stored == (ok == ["approve"])
+
+
+GH_TOKEN = "ghp_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789"
+STRIPE_KEY = "sk_live_" + "51HqLyjWDarjtT1zdp7dcXYZabc123"
+SSH_KEY = ("-----BEGIN OPENSSH " + "PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH "
+           + "PRIVATE KEY-----")
+
+# (how the proposal file is edited by hand, the error approve gives)
+HAND_EDITS = {
+    "token_in_a_yaml_comment": (lambda t: t.replace("kind: preference", f"kind: preference  # {GH_TOKEN}"),
+                                "secret"),
+    "stripe_key_as_a_tag": (lambda t: t.replace("kind: preference", f"kind: preference\ntags: [{STRIPE_KEY}]"),
+                            "secret"),
+    "private_key_in_the_body": (lambda t: t + f"\nThe deploy key:\n{SSH_KEY}\n", "secret"),
+    "escape_in_the_body": (lambda t: t + "\x1b]0;owned\x07 \x1b[2J\n", "bad_chars"),
+    "escape_in_a_yaml_comment": (lambda t: t.replace("kind: preference", "kind: preference  # \x1b]0;hi\x07"),
+                                 "invalid_file"),
+    "a_link_key_no_write_makes": (lambda t: t.replace("kind: preference", "kind: preference\nlinks: {owner: x}"),
+                                  "schema"),
+    "text_over_the_cap": (lambda t: t + "x" * 20_000, "too_large"),
+}
+
+
+@pytest.mark.parametrize("edit", list(HAND_EDITS))
+def test_approve_refuses_a_proposal_edited_to_fail_a_write_gate(repo: Path, cli: Callable[..., CliResult],
+                                                                  edit: str) -> None:
+    """A proposal is read again, as hostile input, when it is approved: an edit no write would
+    pass is refused with the write's error, nothing is committed and the proposal waits on."""
+    out = _propose(cli, repo)
+    path = Path(out["path"])
+    change, code = HAND_EDITS[edit]
+    path.write_text(change(path.read_text()))
+    edited, files, commits = path.read_bytes(), _global_files(), _commits()
+
+    rc, refused, err = cli("approve", out["id"], cwd=repo)
+    assert rc == 2 and refused["ok"] is False and refused["error"]["code"] == code, (refused, err)
+    for secret in (GH_TOKEN, STRIPE_KEY, "b3BlbnNzaC1rZXktdjEAAAAA"):
+        assert secret not in refused["error"]["message"]  # named, never echoed
+    assert _commits() == commits and _global_files() == files
+    assert git(_home(), "status", "--porcelain", "--untracked-files=all").strip() == ""
+    assert path.read_bytes() == edited
+    rc, listed, _ = cli("pending", cwd=repo)  # still waiting (as unreadable when it no longer parses)
+    assert [p["path"] for p in listed["pending"] + listed["unreadable"]] == [out["path"]]
+
+
+def test_approve_refuses_a_proposal_replaced_by_a_link_and_drop_removes_the_link(
+        repo: Path, tmp_path: Path, cli: Callable[..., CliResult]) -> None:
+    out = _propose(cli, repo)
+    path = Path(out["path"])
+    outside = tmp_path / "elsewhere.md"
+    outside.write_text(path.read_text())
+    path.unlink()
+    path.symlink_to(outside)
+    commits = _commits()
+    rc, refused, err = cli("approve", out["id"], cwd=repo)
+    assert rc == 2 and refused["error"]["code"] == "not_regular", (refused, err)
+    assert _commits() == commits and path.is_symlink()
+    rc, dropped, err = cli("drop", out["id"], cwd=repo)
+    assert rc == 0 and dropped["dropped"] is True, err
+    assert not path.is_symlink() and outside.read_text()  # the link went, its target stays

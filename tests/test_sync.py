@@ -602,3 +602,32 @@ def test_a_merge_a_sync_could_not_push_is_merged_again_never_flattened(homes: tu
     assert "stage: false" in text and "commit: true" in text
     sync(a)
     assert a.head() == b.head() == remote_head(remote)
+
+
+@pytest.mark.parametrize("rel", [".local", ".local/pending"])
+def test_a_pulled_local_link_gets_no_proposal_written_through_it(homes: tuple[Home, Home], rel: str) -> None:
+    """Another machine pushes `.local -> elsewhere` (or `.local/pending`; `git add -f` gets it past
+    .gitignore); after the pull, a global write in review mode is refused (`not_regular`, exit 2):
+    no `pending/` is made at the link's target, nothing is written or committed, and `pending`
+    lists nothing."""
+    a, b = homes
+    elsewhere = b.home / "elsewhere"
+    elsewhere.mkdir()
+    (a.store / rel).parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(Path(*[".."] * (rel.count("/") + 1)) / "elsewhere", a.store / rel)
+    git(a.store, "add", "-f", rel)
+    git(a.store, "commit", "-q", "-m", "a link where the per-machine state goes")
+    git(a.store, "push", "-q")
+    shutil.rmtree(b.store / ".local", ignore_errors=True)  # B has proposed nothing yet
+    sync(b)
+    assert (b.store / rel).is_symlink()
+    head = b.head()
+
+    review = {**b.env(), "MEMSTORE_WRITE_MODE": "review"}
+    code, out, err = run_cli(["write", "--kind", "preference", "--scope", "global", "--text",
+                              "The user wants British spelling in every answer.", "--evidence", "user:said so",
+                              "--allow-duplicate"], cwd=b.cwd, env=review)
+    assert code == 2 and out["error"]["code"] == "not_regular" and ".local" in out["error"]["message"], (out, err)
+    assert list(elsewhere.iterdir()) == [] and b.head() == head
+    code, out, err = run_cli(["pending"], cwd=b.cwd, env=review)
+    assert code == 0 and out["pending"] == [] and out["unreadable"] == [], (out, err)

@@ -158,6 +158,79 @@ def test_the_launcher_falls_back_to_memstore_on_the_path_then_python3(tmp_path: 
     assert res.stdout == "python3: -P -m memstore context --limit 3\n"
 
 
+# The JSON each agent documents for its hook events (Claude Code's and Codex's hooks reference,
+# Cursor's hooks docs); an event not named here gets the fields every event carries.
+def hook_payload(agent: str, event: str, repo: Path) -> dict:
+    if agent == "cursor":
+        return {"conversation_id": "c-1", "generation_id": "g-1", "hook_event_name": event,
+                "workspace_roots": [str(repo)], "tool_name": "Read",
+                "tool_input": {"file_path": str(repo / "src/app.py")}, "tool_output": "", "status": "completed",
+                "loop_count": 0}
+    base = {"session_id": "s-1", "transcript_path": "/dev/null", "cwd": str(repo), "hook_event_name": event}
+    extra = {"SessionStart": {"source": "startup"}, "UserPromptSubmit": {"prompt": "fix the app"},
+             "PreCompact": {"trigger": "manual", "custom_instructions": ""}, "Stop": {"stop_hook_active": False}}
+    return {**base, "tool_name": "Read", "tool_input": {"file_path": str(repo / "src/app.py")}, **extra.get(event, {})}
+
+
+def committed_hooks(repo: Path) -> list[tuple[str, str, str]]:
+    """(agent, event, command) for every hook command the clone's committed files hold."""
+    out = []
+    for agent, rel in (("claude", ".claude/settings.json"), ("codex", ".codex/hooks.json"),
+                       ("cursor", ".cursor/hooks.json")):
+        for event, entries in json.loads((repo / rel).read_text())["hooks"].items():
+            for entry in entries:
+                out += [(agent, event, h["command"]) for h in entry.get("hooks", [entry])]
+    return out
+
+
+def test_committed_hooks_exit_0_for_a_teammate_without_memstore_and_say_once_how_to_install_it(
+        tmp_path: Path, cli: Callable[..., CliResult]) -> None:
+    """A teammate's clone gets the committed hooks before memstore: no memstore.python in the clone,
+    no memstore on the PATH, a python3 (a fresh venv's, first on the PATH) without the module. Every
+    hook exits 0 (an agent shows a hook error for any other code, on every prompt and file tool
+    call); session-start alone prints one line, in its agent's format, saying how to install it."""
+    a = make_git_repo(tmp_path / "alice" / "app")
+    for agent in ("claude", "codex", "cursor"):
+        code, _, err = cli("integrate", agent, cwd=a)
+        assert code == 0, err
+    git(a, "add", "-A")
+    git(a, "commit", "-q", "-m", "memstore for our agents")
+    b = tmp_path / "bob" / "app"
+    git(tmp_path, "clone", "-q", str(a), str(b))
+    bare = tmp_path / "bob" / "venv"
+    subprocess.run([PY, "-m", "venv", "--without-pip", str(bare)], check=True, capture_output=True)
+    env = {**machine_env(tmp_path / "bob" / "home"), "PATH": f"{bare / 'bin'}:/usr/bin:/bin"}
+    probe = subprocess.run(["sh", "-c", "command -v memstore; python3 -P -c 'import memstore'"], cwd=b, env=env,
+                           capture_output=True, text=True, check=False)
+    assert probe.stdout == "" and "No module named 'memstore'" in probe.stderr, probe  # Bob's machine as said
+
+    hooks = committed_hooks(b)
+    assert {agent for agent, _, _ in hooks} == {"claude", "codex", "cursor"} and len(hooks) >= 10
+    starts = 0
+    for agent, event, command in hooks:
+        res = run_hook(command, hook_payload(agent, event, b), b, env)
+        assert res.returncode == 0, (agent, event, res.stderr)
+        if "--hook session-start" not in command:
+            assert res.stdout == "", (agent, event, res.stdout)
+            continue
+        starts += 1
+        (line,) = res.stdout.splitlines()
+        if agent == "claude":
+            said = line  # SessionStart's stdout is the context
+        elif agent == "codex":
+            said = json.loads(line)["hookSpecificOutput"]["additionalContext"]
+        else:
+            said = json.loads(line)["additional_context"]
+        assert "not installed" in said and "pipx install memstore-git" in said, said
+        assert f"memstore integrate {agent}" in said
+    assert starts == 3
+    # The MCP server is no hook: without memstore it still fails, for the agent to show.
+    entry = json.loads((b / ".mcp.json").read_text())["mcpServers"]["memstore"]
+    res = subprocess.run([entry["command"], *entry["args"]], cwd=b, env=env, capture_output=True, text=True,
+                         stdin=subprocess.DEVNULL, check=False, timeout=60)
+    assert res.returncode != 0 and "No module named memstore" in res.stderr, res
+
+
 def test_files_in_the_checkout_never_run_as_memstore(tmp_path: Path, cli: Callable[..., CliResult]) -> None:
     """The launcher runs inside a checkout whose files a pull request may have written: a
     ``memstore/`` folder there must not shadow the installed package, a bare repository committed

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..store.files import disk_full
+from ..store.files import disk_full, read_projection
 from .vectors import unit_rows
 
 _KEY = re.compile(r"[0-9a-f]{32}")
+_KEY_LINE = 33  # a key and its newline
 
 
 def text_key(text: str) -> str:
@@ -42,9 +43,13 @@ class EmbeddingCache:
 
     def _load(self) -> None:
         try:
-            keys = self.keys_path.read_text(encoding="ascii", errors="replace").split("\n")
-            size = self.vecs_path.stat().st_size
-        except (OSError, UnicodeDecodeError):
+            size = os.lstat(self.vecs_path).st_size
+            # One 33-byte line per row, appended after the row (a torn append leaves rows without
+            # a key, never keys without a row): a longer key file was not written here, or grew
+            # since the rows were measured (then it is left for the writer; this load finds none).
+            cap = (size // (4 * self.dim) + 1) * _KEY_LINE
+            keys = read_projection(self.keys_path, cap, aside=False).decode("ascii", errors="replace").split("\n")
+        except (OSError, ValueError):  # NotOurs among them: set aside
             return
         keys = [k for k in keys if k]
         # A garbled line (a lost or extra newline) would shift every later key onto another

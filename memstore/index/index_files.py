@@ -20,14 +20,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..store.files import atomic_write, file_lock, private_dir
-from ..store.userkey import sealed_json, unseal
+from ..store.files import NotOurs, atomic_write, clear_way, file_lock, private_dir, read_projection, recheck_dir
+from ..store.userkey import looks_sealed, sealed_json, unseal
 from .keyword import BM25Params, KeywordIndex, folder_listing
 from .vectors import VectorIndex
 
 META_VERSION = 2
 # The files whose size, mtime and inode this process remembers as it last wrote or read them.
 WATCHED = ("meta.json", "vectors.faiss")
+# meta.json records ~200 bytes per memory (its vector label and two manifest keys): 1,000,000
+# memories, the ceiling of limits.max_files, fit well within this. A larger file was not written
+# here; its size is checked on the open file, and its seal's place at the end, before any read.
+MAX_META_BYTES = 512 * 1024 * 1024
+MAX_GENERATION_BYTES = 32  # a decimal number
 
 
 @dataclass
@@ -67,7 +72,7 @@ class IndexFiles:
         if self._lock_depth:
             yield
             return
-        with file_lock(self.dir / "index.lock"):
+        with file_lock(clear_way(self.dir / "index.lock")):
             self._lock_depth += 1
             try:
                 yield
@@ -77,7 +82,7 @@ class IndexFiles:
     def outer_lock(self) -> contextlib.AbstractContextManager[None]:
         """The index lock as a context manager of its own, for a caller that holds it across a
         return (``StoreIndex.flush_later``)."""
-        return file_lock(self.dir / "index.lock")
+        return file_lock(clear_way(self.dir / "index.lock"))
 
     def prepare(self, *, private: bool) -> None:
         self.dir.parent.mkdir(parents=True, exist_ok=True)
@@ -92,8 +97,17 @@ class IndexFiles:
     # -- meta.json -------------------------------------------------------------------------------
     def read_meta(self, *, quiet: bool = False) -> dict[str, Any] | None:
         try:
-            raw = self.meta_path.read_bytes()
+            raw = read_projection(self.meta_path, MAX_META_BYTES, tail=looks_sealed)
             body = unseal(raw, self.key)
+        except FileNotFoundError:
+            return None
+        except NotOurs:
+            body = None
+        except OSError as exc:
+            if not quiet:
+                self._note(damaged("index metadata", exc))
+            return None
+        try:
             if body is None:
                 # Not written here by this user (a clone or a pull brought it, or an older
                 # memstore wrote it): nothing it records about the other files is believed.
@@ -102,8 +116,6 @@ class IndexFiles:
                                "not trusted, rebuilt from the files")
                 return None
             meta = json.loads(body)
-        except FileNotFoundError:
-            return None
         except (OSError, ValueError) as exc:
             if not quiet:
                 self._note(damaged("index metadata", exc))
@@ -133,9 +145,9 @@ class IndexFiles:
         }
 
     def write_meta(self, meta: dict[str, Any]) -> None:
-        atomic_write(self.meta_path, sealed_json(json.dumps(meta, separators=(",", ":")), self.key))
+        atomic_write(clear_way(self.meta_path), sealed_json(json.dumps(meta, separators=(",", ":")), self.key))
         # A few bytes a writer checks under the lock instead of parsing the whole manifest.
-        atomic_write(self.dir / "generation", str(meta["generation"]))
+        atomic_write(clear_way(self.dir / "generation"), str(meta["generation"]))
         self.note_written()
         self.generation = meta["generation"]
 
@@ -144,8 +156,8 @@ class IndexFiles:
         if not self.meta_path.is_file():
             return None
         try:
-            return int((self.dir / "generation").read_text())
-        except (OSError, ValueError):
+            return int(read_projection(self.dir / "generation", MAX_GENERATION_BYTES))
+        except (OSError, ValueError):  # NotOurs among them: set aside
             meta = self.read_meta(quiet=True)  # an index saved before the generation file existed
             return int(meta.get("generation", 0)) if meta is not None else None
 
@@ -199,7 +211,7 @@ class IndexFiles:
         return VectorIndex.load(self.dir / "vectors.faiss", dim, labels), dict(meta.get("vec_manifest", {}))
 
     def save_vectors(self, vectors: VectorIndex) -> None:
-        vectors.save(self.dir / "vectors.faiss")
+        vectors.save(clear_way(self.dir / "vectors.faiss"))
 
     def vouch_keyword(self, files: dict[str, list[int]]) -> bool:
         """Whether the sealed metadata on disk records exactly ``files`` as the keyword folder."""
@@ -211,7 +223,10 @@ class IndexFiles:
 
     # -- clearing --------------------------------------------------------------------------------
     def wipe(self) -> None:
-        """Delete the projections' files (the caller has closed the keyword index)."""
+        """Delete the projections' files (the caller has closed the keyword index), and set
+        aside whatever else in the folder memstore would not have written (a pull may have
+        brought it since this process first looked)."""
+        recheck_dir(self.dir)
         shutil.rmtree(self.dir / "keyword", ignore_errors=True)
         for name in ("vectors.faiss", "meta.json", "generation"):
             with contextlib.suppress(FileNotFoundError):

@@ -20,9 +20,9 @@ from ..errors import AmbiguousId, Conflict, InvalidFile, InvalidRequest, NotFoun
 from . import ids
 from .changelog import ChangeLog
 from .disk import Store
-from .files import atomic_write
+from .files import NotOurs, atomic_write, clear_way, read_projection, set_aside
 from .model import DIR_KINDS, Event, Memory
-from .userkey import projection_key, sealing, unseal
+from .userkey import looks_sealed, projection_key, sealing, unseal
 
 CATALOG_VERSION = 4  # 3: files read by lstat, never through links; error codes; id conflicts; 4: typed links
 # Ids remembered in the change log across generations. A reader further behind than this (or
@@ -53,6 +53,22 @@ class _Entry:
 
 
 MAX_FILES = 200_000  # default of limits.max_files: memory and event files parsed per store
+# catalog.json holds each file's parsed record: its text JSON-escaped (at most 3x its UTF-8 bytes:
+# an emoji is 4 bytes, a surrogate pair of \u escapes 12), the other fields, or an error message.
+# A cache larger than this for the files the walk found was not written by memstore for them (a
+# clone can commit a 512 MiB one that packs to 2.5 MB): it is set aside unread.
+CACHE_PER_BYTE = 4
+CACHE_PER_FILE = 4096
+CACHE_BASE = 64 * 1024
+
+
+def cache_cap(sizes: Iterable[int]) -> int:
+    """The most bytes catalog.json may hold for files of these sizes."""
+    n = total = 0
+    for size in sizes:
+        n += 1
+        total += size
+    return CACHE_BASE + CACHE_PER_FILE * n + CACHE_PER_BYTE * total
 
 
 class Catalog:
@@ -97,19 +113,24 @@ class Catalog:
     def _cache_path(self) -> os.PathLike[str]:
         return self.store.index_dir / "catalog.json"
 
-    def _load_cache(self) -> None:
+    def _load_cache(self, cap: int) -> None:
+        """The records catalog.json holds, if this user sealed it and it is no larger than
+        ``cap`` (checked on the open file before it is read); anything else is set aside."""
         self._loaded = True
         if self._ignore_cache:
             self._ignore_cache = False
             return
+        path = self.store.index_dir / "catalog.json"
         try:
-            with open(self._cache_path, "rb") as fh:
-                self._saved = _stat(self._cache_path)
-                body = unseal(fh.read(), self._key)
+            data = read_projection(path, cap, tail=looks_sealed)
+            self._saved = _stat(path)
+            body = unseal(data, self._key)
             if body is None:
-                return  # not sealed by this user: parse the files
+                # Not sealed by this user (a clone brought it): parse the files, and write ours.
+                set_aside(path, "is not sealed by this user")
+                return
             raw = json.loads(body)
-        except (OSError, ValueError):
+        except (NotOurs, OSError, ValueError):
             return
         if not isinstance(raw, dict):
             return
@@ -129,7 +150,8 @@ class Catalog:
     def _save_cache(self, items: list[tuple[str, _Entry]] | None = None) -> None:
         # The cache is a projection: failing to save it only costs the next process a re-parse.
         with contextlib.suppress(OSError):
-            atomic_write(self.store.index_dir / "catalog.json", sealing(self._cache_chunks(items), self._key))
+            path = clear_way(self.store.index_dir / "catalog.json")
+            atomic_write(path, sealing(self._cache_chunks(items), self._key))
             self._saved = _stat(self._cache_path)
 
     def reset(self) -> None:
@@ -165,15 +187,13 @@ class Catalog:
     # -- refresh -------------------------------------------------------------------------------
     def refresh(self, *, persist: bool = True) -> Delta:
         """Bring the records in line with the files. Returns what changed since the last call."""
-        if not self._loaded:
-            self._load_cache()
-            first = True
-        else:
-            first = False
-        seen: set[str] = set()
-        touched: dict[str, _Entry | None] = {}
         walks = [(rel, st, True) for rel, st in self.store.memory_files()]
         walks += [(rel, st, False) for rel, st in self.store.event_files()]
+        first = not self._loaded
+        if first:  # after the walk: what it found bounds the cache
+            self._load_cache(cache_cap(w[1].st_size for w in walks))
+        seen: set[str] = set()
+        touched: dict[str, _Entry | None] = {}
         cap = self.max_files
         self.over_cap = max(0, len(walks) - cap)
         if self.over_cap:

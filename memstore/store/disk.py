@@ -23,6 +23,7 @@ from .config import MAX_FIELD_CHARS, MAX_LIST_ITEMS, Config
 from .files import (
     MAX_FILE_BYTES,
     atomic_write,
+    clear_way,
     dump_markdown,
     dump_yaml,
     file_lock,
@@ -452,7 +453,7 @@ class Store:
     def write_lock(self) -> Iterator[None]:
         """Serialises writers across processes: id checks, duplicate checks and git staging
         must see each other's files."""
-        with file_lock(self.index_dir / "write.lock"):
+        with file_lock(clear_way(self.index_dir / "write.lock")):
             yield
 
     def memory_path(self, mem: Memory) -> Path:
@@ -464,22 +465,38 @@ class Store:
     def render_event(self, ev: Event) -> str:
         return dump_yaml(ev.to_dict())
 
-    def _writable(self, path: Path) -> Path:
-        """``path`` if no folder between the store root and it is a symlink (or anything but a
-        directory): a clone may bring ``facts -> /elsewhere``, and a write must not land there."""
+    def _linked_folder(self, path: Path) -> Path | None:
+        """The first folder between the store root and ``path`` that is a symlink (or anything
+        but a directory), or None. A folder not there yet is created as a real directory."""
         if not path.is_relative_to(self.root):
-            return path
+            return None
         cur = self.root
         for part in path.parent.relative_to(self.root).parts:
             cur = cur / part
             try:
                 st = os.lstat(cur)
             except FileNotFoundError:
-                break  # created below, as a real directory
+                return None
             if not stat.S_ISDIR(st.st_mode):
-                raise InvalidFile(f"{self.display_path(self.relpath(cur))} is not a real directory (a symlink?); "
-                                  "memstore never writes through links in a store", code="not_regular",
-                                  hint="run `memstore check`")
+                return cur
+        return None
+
+    def inside(self, path: Path) -> bool:
+        """Whether ``path`` is reached without a link: for a read of memstore's own state
+        (``.local/``), which a linked folder would take anywhere on this machine."""
+        return self._linked_folder(path) is None
+
+    def _writable(self, path: Path) -> Path:
+        """``path`` if no folder between the store root and it is a symlink (or anything but a
+        directory): a clone may bring ``facts -> /elsewhere`` (or ``.local``, ``episodes``, a
+        month of episodes), and a write must not land there. Call it before any folder on the
+        way is created: ``mkdir`` under a linked folder creates it at the link's target."""
+        linked = self._linked_folder(path)
+        if linked is not None:
+            raise InvalidFile(f"{self.display_path(self.relpath(linked))} is not a real directory (a symlink?); "
+                              "memstore never writes through links in a store", code="not_regular",
+                              hint=f"remove {self.display_path(self.relpath(linked))} (memstore makes a real "
+                              "folder there), then run the command again")
         return path
 
     def create_memory(self, mem: Memory) -> Path:

@@ -69,15 +69,18 @@ def _max_chars(ws: Workspace) -> int:
 
 def current_id(store: Store) -> str | None:
     """The episode this clone is logging to, if one is open."""
+    path = store.local_dir / CURRENT_FILE
+    if not store.inside(path):  # a committed `.local -> elsewhere` is never read through
+        return None
     try:
-        value = (store.local_dir / CURRENT_FILE).read_text(encoding="utf-8").strip()
+        value = path.read_text(encoding="utf-8").strip()
     except OSError:
         return None
     return value if ids.is_id(value) else None
 
 
 def _set_current(store: Store, episode_id: str | None) -> None:
-    path = store.local_dir / CURRENT_FILE
+    path = store._writable(store.local_dir / CURRENT_FILE)
     if episode_id is None:
         path.unlink(missing_ok=True)
     else:
@@ -194,6 +197,7 @@ def start(ws: Workspace, *, agent: str | None = None, task: str | None = None, l
               "task": scrub(task or "", found), "started": utc_now()}
     previous = current_id(store)
     busy = previous is not None and not replace and _active(store.episode_path(previous))
+    store._writable(store.local_dir / CURRENT_FILE)  # refused before the episode file is written
     path = store.create_episode(header, local=local)
     if not busy:
         _set_current(store, episode_id)
@@ -347,7 +351,7 @@ def git_episode(ws: Workspace, named: str | None = None) -> tuple[Store, str]:
     if cur is not None and store.episode_path(cur) is not None:
         return store, cur
     day = utc_now()[:10]
-    state = store.local_dir / GIT_DAY_FILE
+    state = store._writable(store.local_dir / GIT_DAY_FILE)
     with contextlib.suppress(OSError, ValueError):
         saved_day, saved_id = state.read_text(encoding="utf-8").split()
         if saved_day == day and store.episode_path(saved_id) is not None:

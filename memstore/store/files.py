@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -417,24 +418,38 @@ def file_lock(path: Path, shared: bool = False) -> Iterator[None]:
         os.close(fd)
 
 # -- the index directory ----------------------------------------------------------------------
-# ``.index/`` is memstore's own directory: never a link into somewhere else.
+# ``.index/`` is memstore's own directory: never a link into somewhere else, and nothing in it is
+# anything memstore did not write there.
 #
 # A clone can carry ``.memory/.index`` as a committed symlink (``.index -> ../../somedir``) or
 # links inside it; following them would let memstore delete and overwrite files it does not
 # own. A link (or a plain file) where the directory belongs is removed, never followed: the
 # projections are disposable and are created fresh in a real directory. The link's target is
-# not touched.
+# not touched. In the same way a clone can carry (``git add -f``) a directory, a FIFO or a huge
+# file where memstore keeps one of its files: each is set aside (removed, never followed) and
+# the projection it stood for is rebuilt from the store's files.
 
 _index_log = logging.getLogger("memstore.index")
 
-# (path, inode) of the .index directories whose entries were checked for links in this process:
-# a directory is checked once, and again when it is re-created (a new inode).
+# The folders memstore keeps in ``.index/`` (the keyword index, a build beside it, the embedding
+# cache); everything else it writes there is a regular file.
+INDEX_FOLDERS = ("keyword", "embeddings")
+INDEX_FOLDER_PREFIXES = ("keyword.next-", "keyword.old-")
+
+# (path, inode) of the .index directories whose entries were checked in this process: a
+# directory is checked once, and again when it is re-created (a new inode).
 _checked: set[tuple[str, int]] = set()
 
 
+class NotOurs(ValueError):
+    """A file in ``.index/`` that memstore did not write: the wrong type, over its cap, or not
+    sealed by this user. It has been set aside; what it stood for is rebuilt from the files."""
+
+
 def real_dir(path: Path) -> Path:
-    """``path``, with anything there that is not a real directory removed (one lstat per call;
-    the directory's own entries are looked at once per directory and process)."""
+    """``path``, with anything there that is not a real directory removed, and in it anything
+    of a type memstore never writes there set aside (one lstat per call; the directory's own
+    entries are looked at once per directory and process)."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -444,12 +459,110 @@ def real_dir(path: Path) -> Path:
         return path
     key = (str(path), st.st_ino)
     if key not in _checked:
-        with os.scandir(path) as entries:
-            for entry in entries:
-                if entry.is_symlink():
-                    _remove_link(Path(entry.path), "is a symlink")
+        _sort_out(path, top=True)
         _checked.add(key)
     return path
+
+
+def clear_way(path: Path) -> Path:
+    """``path`` with anything but a regular file there set aside: for a file memstore is about
+    to write or lock in ``.index/``, where a pull may have put a directory or a FIFO since this
+    process looked (``os.replace`` onto a directory fails; ``open`` of a FIFO waits)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return path
+    if not stat.S_ISREG(st.st_mode):
+        set_aside(path, "is not a regular file")
+    return path
+
+
+def recheck_dir(path: Path) -> Path:
+    """``real_dir`` looking at the directory's entries again: for a process that lives across a
+    pull (the daemon), when a projection is found damaged or rebuilt on request."""
+    with contextlib.suppress(OSError):
+        _checked.discard((str(path), os.lstat(path).st_ino))
+    return real_dir(path)
+
+
+def _sort_out(folder: Path, *, top: bool) -> None:
+    """Set aside each entry of ``folder`` that memstore would not have written: a symlink, a
+    FIFO, socket or device, a directory where a file belongs or a file where a folder belongs
+    (in ``.index/`` itself; inside its folders every entry is a regular file)."""
+    with contextlib.suppress(OSError), os.scandir(folder) as entries:
+        found = list(entries)
+    for entry in found:
+        path = Path(entry.path)
+        if entry.is_symlink():
+            _remove_link(path, "is a symlink")
+            continue
+        try:
+            mode = entry.stat(follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            continue
+        folder_name = top and (entry.name in INDEX_FOLDERS or entry.name.startswith(INDEX_FOLDER_PREFIXES))
+        if stat.S_ISDIR(mode) and folder_name:
+            _sort_out(path, top=False)
+        elif stat.S_ISDIR(mode):
+            set_aside(path, "is a directory where memstore keeps a file or nothing")
+        elif not stat.S_ISREG(mode):
+            set_aside(path, "is not a regular file (a FIFO, socket or device)")
+        elif folder_name:
+            set_aside(path, "is a file where memstore keeps a folder")
+
+
+def set_aside(path: Path, why: str) -> None:
+    """Take ``path`` out of ``.index/`` without following it: the projection it stood for is
+    rebuilt. A folder goes with what it holds (``rmtree`` never follows a link inside it)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    try:
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    except FileNotFoundError:
+        return
+    _index_log.info("%s %s: set it aside; it is rebuilt from the store's files", path, why)
+
+
+def read_projection(path: Path, max_bytes: int, *, tail: Any = None, aside: bool = True) -> bytes:
+    """The bytes of a file memstore wrote in ``.index/``, read as untrusted: never through a
+    link, only a regular file, at most ``max_bytes`` (``fstat`` on the open descriptor, before
+    reading), and, when ``tail`` is given, only if ``tail(last 128 bytes)`` says the file ends as
+    memstore ends it (a sealed file's seal), so a large file of junk is never read whole.
+    Anything else is set aside (unless not ``aside``: a file another process may be growing)
+    and raised as ``NotOurs``; a missing file is FileNotFoundError."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENXIO, errno.EOPNOTSUPP):
+            raise
+        set_aside(path, "is a symlink, socket or device")
+        raise NotOurs(f"{path.name} is a symlink, socket or device") from None
+    try:
+        st = os.fstat(fd)
+        why = None
+        if not stat.S_ISREG(st.st_mode):
+            why = "is not a regular file"
+        elif st.st_size > max_bytes:
+            why = f"is {st.st_size} bytes, over the {max_bytes} memstore would write"
+        elif tail is not None and not tail(os.pread(fd, 128, max(0, st.st_size - 128))):
+            why = "does not end as memstore ends it (no seal)"
+        if why is not None:
+            if aside or not stat.S_ISREG(st.st_mode):
+                set_aside(path, why)
+            raise NotOurs(f"{path.name} {why}")
+        data = _read_capped(fd, max_bytes)
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:  # it grew between fstat and read
+        raise NotOurs(f"{path.name} is over the {max_bytes} bytes memstore would write")
+    return data
 
 
 def _remove_link(path: Path, why: str) -> None:

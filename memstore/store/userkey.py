@@ -135,6 +135,12 @@ def sealing(chunks: Iterable[str], key: bytes) -> Iterator[str]:
     yield f'{last[:-1]},"seal":"{mac.hexdigest()}"}}'
 
 
+def looks_sealed(tail: bytes) -> bool:
+    """Whether the last bytes of a file end as a sealed object does: checked before the file is
+    read whole, so a large file of junk costs one short read."""
+    return _SEAL.search(tail) is not None
+
+
 def unseal(raw: bytes, key: bytes) -> bytes | None:
     """The JSON object ``raw`` holds, if its seal was made with ``key``; else None."""
     m = _SEAL.search(raw)

@@ -58,6 +58,20 @@ def check_secrets(values: dict[str, str]) -> None:
             )
 
 
+def check_file_text(text: str, what: str) -> None:
+    """The whole text of a file about to be stored, as git would carry it: a secret or a control
+    character in a YAML comment, a key memstore does not read or the body is refused like one
+    in a field (a file edited by hand is read as hostile input)."""
+    findings = find_secrets(text)
+    if findings:
+        first = findings[0]
+        raise SecretError(
+            f"{what} looks like it contains a secret on line {first.line} ({first.kind}: {first.excerpt}); "
+            "memories are committed to git, so secrets never go in them", field=what,
+            hint="remove the secret from the file, or describe where it lives instead")
+    check_chars({what: text})
+
+
 def check_chars(values: dict[str, str]) -> None:
     """Refuse control characters and undecodable bytes in fields that are stored (``files.BAD_CHARS``
     says which, and why a memory needs none of them)."""

@@ -163,11 +163,28 @@ a memory by writing a new one that supersedes it, or archive it with `memstore u
 # its folders off sys.path (a ``memstore/`` folder there would run as memstore), and
 # ``safe.bareRepository=explicit`` keeps git from reading the Python from a bare repository
 # committed inside it; only an absolute path is taken.
+# A teammate who has not installed memstore gets the committed hooks too, and an agent shows a
+# hook error on every prompt and file tool call when one exits non-zero: when python3 has no
+# memstore either, a hook (`integrate AGENT --hook EVENT`, any event) exits 0 and prints nothing,
+# but session-start, which says once how to install it, in the answer that agent reads from
+# that hook (agenthooks.context_output). Anything else (the MCP server) still fails, loudly.
+# The module is looked up, not imported: importing memstore would cost the fallback a second start.
+INSTALL_LINE = ("memstore is not installed on this machine, so the memory hooks of this repo do nothing here: "
+                "install it (pipx install memstore-git) and run memstore integrate AGENT in this clone")
 LAUNCHER = ('[ -z "$MEMSTORE_REPO" ] || cd "$MEMSTORE_REPO" 2>/dev/null; '
             'p=$(git -c safe.bareRepository=explicit config --get memstore.python 2>/dev/null); '
             'case "$p" in /*) if [ -x "$p" ]; then exec "$p" -P -m memstore "$@"; fi;; esac; '
             'if command -v memstore >/dev/null 2>&1; then exec memstore "$@"; fi; '
-            'exec python3 -P -m memstore "$@"')
+            'if [ "$1 $3" != "integrate --hook" ] || python3 -P -c '
+            '"import importlib.util as u,sys;sys.exit(u.find_spec(sys.argv[1]) is None)" memstore 2>/dev/null; '
+            'then exec python3 -P -m memstore "$@"; fi; '
+            f'm="{INSTALL_LINE.replace("AGENT", "$2")}"; '
+            'case "$4 $2" in '
+            '"session-start claude") echo "$m";; '
+            '"session-start codex") printf "{\\"hookSpecificOutput\\": {\\"hookEventName\\": \\"SessionStart\\", '
+            '\\"additionalContext\\": \\"%s\\"}}\\n" "$m";; '
+            '"session-start cursor") printf "{\\"additional_context\\": \\"%s\\"}\\n" "$m";; '
+            'esac; exit 0')
 
 
 def portable_argv(*args: str) -> list[str]:

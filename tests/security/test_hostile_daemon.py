@@ -97,3 +97,43 @@ def test_the_daemon_serves_nothing_a_hostile_pull_brings(tmp_path: Path, daemon_
     # The same answers in-process, without the daemon.
     rc, direct, _ = _cli({**daemon_env, "MEMSTORE_DAEMON": "0"}, clone, "list")
     assert rc == 0 and direct["invalid_count"] == 4 and direct["memories"] == []
+
+
+def test_a_pull_that_puts_directories_in_the_index_under_a_running_daemon_breaks_nothing(
+        tmp_path: Path, daemon_env: dict[str, str]) -> None:
+    """The daemon has built and saved the clone's index; a pull then brings `.index/` entries
+    committed with `git add -f` (git replaces ignored files without asking): directories where
+    the daemon keeps its metadata, vectors and index lock. Reads, `reindex --full` and the
+    daemon's own saves go on: each entry is set aside before memstore writes or locks it."""
+    origin = make_git_repo(tmp_path / "origin")
+    gitops.toplevel.cache_clear()
+    ws = open_workspace(cwd=origin)
+    api.init(ws)
+    api.write(ws, write_req("fact", "The deploy script lives in ops/deploy.sh and needs the VPN."))
+    git(origin, "commit", "-q", "-m", "a fact")
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(origin), str(clone))
+    rc, out, err = _cli(daemon_env, clone, "read", "how do I deploy")
+    assert rc == 0 and out["results"], err
+    rc, out, err = _cli(daemon_env, clone, "reindex")  # saved now, not at the daemon's next pause
+    assert rc == 0, err
+    index = clone / ".memory" / ".index"
+    assert (index / "meta.json").is_file() and (index / "vectors.faiss").is_file()
+
+    shutil.rmtree(origin / ".memory" / ".index", ignore_errors=True)
+    for name in ("meta.json", "vectors.faiss", "generation", "index.lock", "catalog.json"):
+        (origin / ".memory" / ".index" / name).mkdir(parents=True)
+        (origin / ".memory" / ".index" / name / "x").write_text("not memstore's\n")
+    git(origin, "add", "-f", ".memory/.index")
+    git(origin, "commit", "-q", "-m", "directories in the index")
+    git(clone, "pull", "-q", "--no-rebase", "origin", "main")
+    assert (index / "meta.json").is_dir()
+
+    rc, out, err = _cli(daemon_env, clone, "read", "how do I deploy")
+    assert rc == 0 and out["results"], (out, err)
+    rc, out, err = _cli(daemon_env, clone, "reindex", "--full")
+    assert rc == 0 and out["ok"] is True, (out, err)
+    rc, out, err = _cli(daemon_env, clone, "read", "how do I deploy")
+    assert rc == 0 and out["results"], (out, err)
+    for name in ("meta.json", "vectors.faiss", "generation", "index.lock", "catalog.json"):
+        assert not (index / name).is_dir(), name

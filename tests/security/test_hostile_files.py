@@ -16,6 +16,7 @@ from conftest import CliResult, git, make_git_repo, run_cli, store_files, write_
 
 from memstore import gitops
 from memstore.store import ids
+from memstore.store.model import utc_now
 from memstore.store.workspace import open_workspace
 from memstore.verbs import api
 
@@ -307,6 +308,57 @@ def test_no_write_goes_through_a_linked_folder(hostile: Hostile, cli: Callable[.
                      cwd=hostile.clone)
     assert rc == 2 and out["error"]["code"] == "not_regular" and ".memory/events" in out["error"]["message"]
     assert list(outside.iterdir()) == [] and store_files(hostile.clone) == before
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+# A folder memstore writes episodes and its per-clone state into, committed as a link to a
+# folder outside the store (`current` there: a file the write would have replaced).
+LINKED_STATE = {
+    "local": (".local", ()),
+    "episodes": ("episodes", ()),
+    "local_episodes": (".local/episodes", ("--local",)),
+    "episode_month": ("episodes/MONTH", ()),  # this month's, where a new episode is filed
+}
+
+
+@pytest.mark.parametrize("case", list(LINKED_STATE))
+def test_no_episode_or_state_write_goes_through_a_linked_folder(
+        hostile: Hostile, cli: Callable[..., CliResult], tmp_path: Path, case: str) -> None:
+    """`.local` (the current episode, the day's git episode), `episodes/`, `.local/episodes/` and a
+    month of episodes committed as links: `episode start` is refused (`not_regular`, exit 2) before
+    anything is written, the link's target is neither written nor read, and a real commit with
+    memstore's hooks (which log git events to an episode) goes through, writing nothing there."""
+    rel, flags = LINKED_STATE[case]
+    rel = rel.replace("MONTH", utc_now()[:7])
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "current").write_text("not memstore's\n")
+    (outside / "git_episode").write_text("not memstore's either\n")
+    depth = Path(*[".."] * (rel.count("/") + 2))
+    if rel == "episodes":
+        git(hostile.origin, "rm", "-q", "-r", ".memory/episodes")
+    link = hostile.origin / ".memory" / rel
+    link.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(depth / "elsewhere", link)
+    git(hostile.origin, "add", "-f", f".memory/{rel}")  # .local/ is gitignored: -f, as an attacker would
+    git(hostile.origin, "commit", "-q", "-m", "a linked folder")
+    hostile.pull()
+    assert (hostile.clone / ".memory" / rel).is_symlink()
+    before, files = _tree(outside), store_files(hostile.clone)
+
+    rc, out, _ = cli("episode", "start", "--agent", "claude", "--task", "deploy", *flags, cwd=hostile.clone)
+    assert rc == 2 and out["error"]["code"] == "not_regular" and rel in out["error"]["message"], out
+    assert _tree(outside) == before and store_files(hostile.clone) == files
+
+    rc, out, err = cli("hooks", "install", cwd=hostile.clone)
+    assert rc == 0, err
+    (hostile.clone / "src" / "app.py").write_text("def main():\n    return 43\n")
+    git(hostile.clone, "add", "src/app.py")
+    git(hostile.clone, "commit", "-q", "-m", "a change")  # the hooks fail open
+    assert _tree(outside) == before
 
 
 def test_a_repo_whose_memory_folder_is_a_symlink_serves_nothing_through_it(
