@@ -90,6 +90,8 @@ _NAME_REFUSED = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 
 def name_problem(rel: str) -> str | None:
     """What is wrong with a store file's name (store-relative path), or None."""
+    if rel.isprintable() and '"' not in rel and "\\" not in rel:
+        return None  # every refused category is unprintable: 10k names take ~7 ms, not ~70
     for i, ch in enumerate(rel):
         cat = unicodedata.category(ch)
         if cat == "Cs":
