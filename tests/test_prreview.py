@@ -476,10 +476,10 @@ def test_the_review_step_takes_a_pr_title_that_starts_with_a_dash(
 
 def test_review_reads_file_names_git_quotes_and_sql_comments_in_hunks(
         repo: Path, cli: Callable[..., CliResult]) -> None:
-    """Names with a space (git ends them with a TAB), past ASCII or with a quote (git C-quotes
-    them), and a hunk that removes a ``-- comment`` line (``--- comment`` in the diff, not a
+    """Names with a space (git ends them with a TAB), past ASCII, with a quote or a tab (git
+    C-quotes them), and a hunk that removes a ``-- comment`` line (``--- comment`` in the diff, not a
     file header) are each read as the file they are."""
-    names = ["my file.py", "café.py", 'say "hi".py']
+    names = ["my file.py", "café.py", 'say "hi".py', "a\tb.py"]
     for name in names:
         (repo / name).write_text("A = 1\nB = 2\n")
     (repo / "schema.sql").write_text("-- old comment\nCREATE TABLE t (a int);\n\n\nSELECT 1;\n")
