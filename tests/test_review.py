@@ -146,6 +146,9 @@ def test_an_edit_of_a_committed_memory_whose_name_git_quotes_is_immutable(base: 
     git(base, "commit", "-q", "--no-verify", "-am", "rewrite what was reviewed")
     code, report, _ = cli("check", "--base", "main", cwd=base)
     assert code == 2 and [(p["path"], p["code"]) for p in report["problems"]] == [(rel, "immutable")], report
+    # the name itself was judged when it came in; a plain check still names it
+    code, plain, _ = cli("check", cwd=base)
+    assert ((rel, "bad_name") in {(p["path"], p["code"]) for p in plain["problems"]}) == (case not in ALLOWED)
     ans = branch_diff(reopen(base), "main")
     assert [(p["path"], p["status"]) for p in ans["problems"]] == [(rel, "M")]
     assert "immutable" in ans["problems"][0]["message"]
