@@ -419,9 +419,10 @@ def changed_blobs(base: str | None, head: str, cwd: Path) -> dict[str, str]:
     return {parts[i + 1]: parts[i].split()[3] for i in range(0, len(parts) - 1, 2) if parts[i].startswith(":")}
 
 
-# Every listing of paths memstore reads is read with -z. Without it git C-quotes a name holding a byte past
-# ASCII, a quote, a backslash or a control character ("caf\303\251.md"), which then matches no
-# path memstore knows, and a newline in a name splits it in two even with core.quotePath=false.
+# Every listing of paths memstore reads is read with -z. Without it git C-quotes a name holding a
+# byte past ASCII, a quote, a backslash or a control character ("caf\303\251.md"), which then
+# matches no path memstore knows; core.quotePath=false spares only the bytes past ASCII (a tab,
+# a newline, a quote are quoted whatever it says).
 def changed_names(base: str, head: str, cwd: Path) -> list[str]:
     out = run(["diff", "--name-only", "-z", "--no-renames", base, head], cwd).stdout
     return [p for p in out.split("\0") if p]

@@ -1,6 +1,6 @@
 """File names git C-quotes in a listing without ``-z`` (``"caf\\303\\251.md"``), which then matched
-no path memstore knew: one past ASCII, a quote, a backslash, a tab and a newline (the newline
-splits a listing even with ``core.quotePath=false``)."""
+no path memstore knew: one past ASCII, a quote, a backslash, a tab and a newline (all but the
+first stay quoted with ``core.quotePath=false``)."""
 
 from __future__ import annotations
 
