@@ -24,9 +24,11 @@ def run(
     env: dict[str, str] | None = None, timeout: float | None = None,
 ) -> subprocess.CompletedProcess[str]:
     try:
+        # UTF-8 with surrogateescape, as the file system names files: a name git lists that is
+        # not UTF-8 still names its file (and reaches git again as the same bytes), never a crash.
         proc = subprocess.run(
-            ["git", *args], cwd=cwd, capture_output=True, text=True, input=input_text, check=False,
-            env=env, timeout=timeout,
+            ["git", *args], cwd=cwd, capture_output=True, encoding="utf-8", errors="surrogateescape",
+            input=input_text, check=False, env=env, timeout=timeout,
         )
     except FileNotFoundError as exc:
         raise GitError("git is not installed or not on PATH", hint="install git") from exc
@@ -417,6 +419,40 @@ def changed_blobs(base: str | None, head: str, cwd: Path) -> dict[str, str]:
     return {parts[i + 1]: parts[i].split()[3] for i in range(0, len(parts) - 1, 2) if parts[i].startswith(":")}
 
 
+# Every listing of paths memstore reads is read with -z. Without it git C-quotes a name holding a
+# byte past ASCII, a quote, a backslash or a control character ("caf\303\251.md"), which then
+# matches no path memstore knows; core.quotePath=false spares only the bytes past ASCII (a tab,
+# a newline, a quote are quoted whatever it says).
 def changed_names(base: str, head: str, cwd: Path) -> list[str]:
     out = run(["diff", "--name-only", "-z", "--no-renames", base, head], cwd).stdout
     return [p for p in out.split("\0") if p]
+
+
+def name_status(old: str, new: str | None, paths: list[str], cwd: Path, *, cached: bool = False) -> dict[str, str]:
+    """repo-relative path -> status letter (A, M, D, T) of every file under ``paths`` that
+    differs between ``old`` and ``new`` (None: the work tree; ``cached``: the index)."""
+    args = ["diff", *(["--cached"] if cached else []), "--name-status", "-z", "--no-renames", old,
+            *([new] if new else []), "--", *paths]
+    parts = run(args, cwd).stdout.split("\0")
+    # -z: "<status>" NUL "<path>" NUL ...
+    return {parts[i + 1]: parts[i][:1] for i in range(0, len(parts) - 1, 2) if parts[i + 1]}
+
+
+def staged_changes(paths: list[str], cwd: Path) -> list[str]:
+    """The files under ``paths`` the next commit would add, change or delete (before the first
+    commit: every staged file)."""
+    proc = run(["diff", "--cached", "--name-only", "-z", "--", *paths], cwd, check=False)
+    return [p for p in proc.stdout.split("\0") if p]
+
+
+def untracked(paths: list[str], cwd: Path) -> list[str]:
+    """Files under ``paths`` that git does not track and does not ignore."""
+    out = run(["ls-files", "--others", "--exclude-standard", "-z", "--", *paths], cwd).stdout
+    return [p for p in out.split("\0") if p]
+
+
+def commit_names(rev: str, cwd: Path) -> list[str] | None:
+    """The paths commit ``rev`` changes (all of its files for a root commit); None when git
+    cannot tell."""
+    proc = run(["diff-tree", "--no-commit-id", "--name-only", "-z", "-r", "--root", rev], cwd, check=False)
+    return [p for p in proc.stdout.split("\0") if p] if proc.returncode == 0 else None

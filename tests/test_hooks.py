@@ -4,6 +4,7 @@ foreign hook, fail-closed pre-commit, fail-open post hooks, uninstall, core.hook
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CliResult, git, reopen, write_req
+from quotednames import ALLOWED, NAMES, memory_file
 
 from memstore import open_workspace
 from memstore.errors import Conflict
@@ -459,3 +461,78 @@ def test_pre_commit_keeps_committed_events_episodes_and_memory_types(with_fact: 
         git(repo, "add", FACT_REL)
 
     refused(to_symlink, "immutable")
+
+
+@pytest.mark.parametrize("case", sorted(NAMES))
+def test_pre_commit_sees_staged_memories_whose_names_git_quotes(hooked: Path, case: str) -> None:
+    """Read without -z, the staged listing C-quoted these names: an edit or a `git rm` of such a
+    committed memory committed through the hook, where the same edit of `...-plain.md` is refused."""
+    repo = hooked
+    rel = memory_file(repo, case, "Releases are cut on Tuesdays.")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "--no-verify", "-m", "a memory from before the name rule")
+    head = git(repo, "rev-parse", "HEAD")
+
+    path = repo / rel
+    path.write_text(path.read_text(encoding="utf-8").replace("Tuesdays", "Fridays"), encoding="utf-8")
+    git(repo, "add", "-A")
+    res = commit(repo, "-m", "rewrite what was reviewed")
+    assert res.returncode != 0 and "immutable" in res.stderr and "modified" in res.stderr, res.stderr
+    git(repo, "checkout", "-q", "HEAD", "--", ".memory")
+    git(repo, "rm", "-q", "--", rel)
+    res = commit(repo, "-m", "remove what was reviewed")
+    assert res.returncode != 0 and "immutable" in res.stderr and "deleted" in res.stderr, res.stderr
+    git(repo, "reset", "-q", "--hard")
+    assert git(repo, "rev-parse", "HEAD") == head
+
+    leaky = memory_file(repo, case, f"The deploy key is {AWS_KEY}.", serial=1)
+    git(repo, "add", "-A")
+    res = commit(repo, "-m", "a secret")
+    assert res.returncode != 0 and "secret" in res.stderr and AWS_KEY not in res.stderr, res.stderr
+    git(repo, "rm", "-q", "--cached", "--", leaky)
+    (repo / leaky).unlink()
+    assert git(repo, "rev-parse", "HEAD") == head
+
+    # a new file so named: memstore never makes one, a hostile branch may; only a letter past
+    # ASCII is a name a person could have chosen
+    odd = memory_file(repo, case, "Deploys need a green main.", serial=2)
+    git(repo, "add", "-A")
+    res = commit(repo, "-m", "a clean memory with an odd name")
+    if case in ALLOWED:
+        assert res.returncode == 0, res.stderr
+        return
+    assert res.returncode != 0 and "memstore never names a file so" in res.stderr, res.stderr
+    assert git(repo, "rev-parse", "HEAD") == head
+    git(repo, "rm", "-q", "--cached", "--", odd)
+    (repo / odd).unlink()
+    # the name committed before is judged where it came in, not again in every later commit
+    api.write(reopen(repo), write_req("fact", "Deploys need a green main."))
+    res = commit(repo, "-m", "a memory named by memstore")
+    assert res.returncode == 0, res.stderr
+
+
+def test_git_events_record_names_git_quotes_as_they_are(hooked: Path) -> None:
+    repo = hooked
+    started = episodes.start(reopen(repo), task="odd names")
+    names = sorted(f"src/{n}.py" for n in NAMES.values())
+    for name in names:
+        (repo / name).write_text("X = 1\n")
+    git(repo, "add", "--", "src")
+    assert commit(repo, "-m", "odd names").returncode == 0
+    event = rows(repo / started["path"])[-1]
+    assert event["git"]["hook"] == "post-commit" and sorted(event["git"]["paths"]) == names
+
+
+def test_pre_commit_refuses_a_name_that_is_not_utf8_with_a_finding_not_a_crash(hooked: Path) -> None:
+    """git lists such a name as its bytes; read strictly as UTF-8 they stopped the check with a
+    traceback instead of saying what is wrong."""
+    repo = hooked
+    rel = os.fsdecode(b".memory/facts/01m80000000000000000000003-caf\xff.md")
+    (repo / rel).write_text("---\nid: 01m80000000000000000000003\nkind: fact\nscope: repo\n"
+                            "created: 2026-11-20T10:00:00Z\nevidence: ['user:ops']\n---\n"
+                            "Releases are cut on Tuesdays.\n", encoding="utf-8")
+    git(repo, "add", "-A")
+    head = git(repo, "rev-parse", "HEAD")
+    res = commit(repo, "-m", "a name that is not UTF-8")
+    assert res.returncode != 0 and "not UTF-8" in res.stderr and "Error" not in res.stderr, res.stderr
+    assert git(repo, "rev-parse", "HEAD") == head

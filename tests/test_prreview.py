@@ -109,6 +109,56 @@ def test_memory_text_is_inert_in_the_comment() -> None:
     assert "https://" not in md and "www.evil" not in md and "evil.example/login" in md, md
 
 
+def test_gh_references_and_commit_shas_are_inert_in_the_comment() -> None:
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    text = f"fixed by GH-42 and gh-7 in {sha}, reverted in DEADBEEF12 and a1b2c3d; see commit 9f3e2a1b"
+    ans = {"sections": {"seen_before": [{"id": "01abd", "kind": "problem", "text": text,
+                                         "reason": f"cites lines 2 from a hunk in a.py; shares: {sha[:12]}"}]}}
+    md = reviewfmt.markdown(ans)
+    # GitHub links GH-<n> to an issue and 7 to 40 hex digits to a commit: neither stays whole
+    assert not re.search(r"(?i)\bgh-\d", md), md
+    assert not re.search(r"(?i)(?<![0-9a-z])[0-9a-f]{7,}(?![0-9a-z])", md), md
+    shown = md.replace("\u200d", "")
+    assert text in shown and f"shares: {sha[:12]}" in shown  # a reader still sees every character
+
+
+FORGED_PATHS = {  # a path a fork's job could write into the analysis artifact -> what a link may use
+    "../../../../attacker/repo/blob/main/x.md": None,
+    ".memory/../../../../attacker/x.md": None,
+    "/attacker/repo/blob/main/x.md": None,
+    "https://evil.example/x.md": None,
+    "javascript:alert(1)": None,
+    "a//b.md": None,
+    "./a.md": None,
+    "a\\..\\..\\x.md": None,
+    "a\nb.md": None,
+    "a\u202eb.md": None,
+    "src/app.py": "src/app.py",
+    ".memory/facts/01abc-caf\u00e9.md": ".memory/facts/01abc-caf%C3%A9.md",
+}
+
+
+def test_a_forged_path_in_the_analysis_artifact_makes_no_link(tmp_path: Path, cli: Callable[..., CliResult]) -> None:
+    """Every link the comment makes goes to this repository's blob at the reviewed commit; a path
+    that is not plain and relative is shown as text, with no link at all."""
+    head, base = "a" * 40, "b" * 40
+    touched = [{"id": f"01m{i:03d}", "kind": "fact", "text": "t", "path": path,
+                "citations": [{"path": path, "lines": [1, 2], "overlap": [[1, 1]], "head_lines": [1, 1],
+                               "file_status": "D" if i % 2 else "M"}]}
+               for i, path in enumerate(FORGED_PATHS)]
+    forged = tmp_path / "review.json"
+    forged.write_text(json.dumps({"head_sha": head, "merge_base": base, "sections": {"touched": touched}}))
+    code, md, err = cli("review", "--from", str(forged), "--link-base", "https://github.com/o/r", cwd=tmp_path)
+    assert code == 0 and isinstance(md, str), err
+    links = re.findall(r"\]\(([^)\s]*)\)", md)
+    safe = [p for p in FORGED_PATHS.values() if p]
+    assert len(links) == 2 * len(safe), links  # each safe path: its memory and its citation
+    for url in links:
+        m = re.fullmatch(r"https://github\.com/o/r/blob/([0-9a-f]{40})/([^#?]+)(#L\d+-L\d+)?", url)
+        assert m and m.group(1) in (head, base) and m.group(2) in safe, url
+    assert "attacker" in md and "attacker" not in "".join(links)  # shown as text, not linked
+
+
 def test_comment_stays_under_its_budget_and_annotations_are_capped() -> None:
     touched = [{"id": f"01m{i:05d}", "kind": "fact", "text": "x" * 300,
                 "citations": [{"path": f"src/f{i}.py", "lines": [1, 2], "overlap": [[1, 1]], "head_lines": [1, 1]}]}
@@ -426,10 +476,10 @@ def test_the_review_step_takes_a_pr_title_that_starts_with_a_dash(
 
 def test_review_reads_file_names_git_quotes_and_sql_comments_in_hunks(
         repo: Path, cli: Callable[..., CliResult]) -> None:
-    """Names with a space (git ends them with a TAB), past ASCII or with a quote (git C-quotes
-    them), and a hunk that removes a ``-- comment`` line (``--- comment`` in the diff, not a
+    """Names with a space (git ends them with a TAB), past ASCII, with a quote or a tab (git
+    C-quotes them), and a hunk that removes a ``-- comment`` line (``--- comment`` in the diff, not a
     file header) are each read as the file they are."""
-    names = ["my file.py", "café.py", 'say "hi".py']
+    names = ["my file.py", "café.py", 'say "hi".py', "a\tb.py"]
     for name in names:
         (repo / name).write_text("A = 1\nB = 2\n")
     (repo / "schema.sql").write_text("-- old comment\nCREATE TABLE t (a int);\n\n\nSELECT 1;\n")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CliResult, git, reopen, write_req
+from quotednames import ALLOWED, NAMES, memory_file
 
 from memstore.git.review import branch_diff
 from memstore.store import episodes
@@ -103,3 +104,52 @@ def test_diff_flags_edits_of_committed_memories(base: Path) -> None:
     # the problem was committed on main itself, so an edit shows up against main's merge-base
     assert ans["problems"] and "immutable" in ans["problems"][0]["message"]
     assert "! .memory/problems/" in render_text(ans)
+
+
+AWS_KEY = "AKIA" + "Q3EGRAV7PLM2XT5B"  # assembled so secret scanners leave this file alone
+
+
+@pytest.mark.parametrize("case", sorted(NAMES))
+def test_check_base_diff_and_review_see_a_memory_whose_name_git_quotes(base: Path, cli: Callable[..., CliResult],
+                                                                        case: str) -> None:
+    """Read without -z, git's listing C-quoted these names: `check --base` answered ok with 0
+    checked, and `diff` and `review` showed nothing of a file holding a secret."""
+    rel = memory_file(base, case, f"The deploy key is {AWS_KEY}.")
+    git(base, "add", "-A")
+    git(base, "commit", "-q", "--no-verify", "-m", "a memory with an odd name")
+    code, report, _ = cli("check", "--base", "main", cwd=base)
+    assert code == 2 and report["checked"] == 1, report
+    found = {(p["path"], p["code"]) for p in report["problems"]}
+    assert (rel, "secret") in found
+    assert ((rel, "bad_name") in found) == (case not in ALLOWED)
+    code, diff, _ = cli("diff", "main", cwd=base)
+    assert code == 0 and [m["path"] for m in diff["memories"]] == [rel] and diff["memories"][0]["status"] == "A"
+    code, review, err = cli("review", "--base", "main", "--format", "json", cwd=base)
+    assert code == 0, err
+    added = review["sections"]["added"]
+    assert [m["path"] for m in added["memories"]] == [rel] and added["check_ok"] is False
+    assert (rel, "secret") in {(p["path"], p["code"]) for p in added["check"]}
+
+
+@pytest.mark.parametrize("case", sorted(NAMES))
+def test_an_edit_of_a_committed_memory_whose_name_git_quotes_is_immutable(base: Path,
+                                                                          cli: Callable[..., CliResult],
+                                                                          case: str) -> None:
+    git(base, "checkout", "-q", "main")
+    rel = memory_file(base, case, "Releases are cut on Tuesdays.")
+    git(base, "add", "-A")
+    git(base, "commit", "-q", "--no-verify", "-m", "reviewed before the name rule")
+    git(base, "checkout", "-q", "feature")
+    git(base, "merge", "-q", "main")
+    path = base / rel
+    path.write_text(path.read_text(encoding="utf-8").replace("Tuesdays", "Fridays"), encoding="utf-8")
+    git(base, "commit", "-q", "--no-verify", "-am", "rewrite what was reviewed")
+    code, report, _ = cli("check", "--base", "main", cwd=base)
+    assert code == 2 and [(p["path"], p["code"]) for p in report["problems"]] == [(rel, "immutable")], report
+    # the name itself was judged when it came in; a plain check still names it
+    code, plain, _ = cli("check", cwd=base)
+    assert ((rel, "bad_name") in {(p["path"], p["code"]) for p in plain["problems"]}) == (case not in ALLOWED)
+    ans = branch_diff(reopen(base), "main")
+    assert [(p["path"], p["status"]) for p in ans["problems"]] == [(rel, "M")]
+    assert "immutable" in ans["problems"][0]["message"]
+

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from conftest import docs_text, git, make_git_repo, run_cli, run_on_tty, write_req
+from quotednames import NAMES, memory_file
 
 from memstore.store.workspace import open_workspace
 from memstore.surfaces import client
@@ -631,3 +632,22 @@ def test_a_pulled_local_link_gets_no_proposal_written_through_it(homes: tuple[Ho
     assert list(elsewhere.iterdir()) == [] and b.head() == head
     code, out, err = run_cli(["pending"], cwd=b.cwd, env=review)
     assert code == 0 and out["pending"] == [] and out["unreadable"] == [], (out, err)
+
+
+@pytest.mark.parametrize("case", sorted(NAMES))
+def test_sync_carries_and_gates_memories_whose_names_git_quotes(homes: tuple[Home, Home], remote: Path,
+                                                                case: str) -> None:
+    a, b = homes
+    rel = memory_file(a.store, case, "The artifact bucket is in eu-west-1.", store="", scope="global")
+    assert sync(a)["pushed"] == 1
+    sync(b)
+    assert rel in b.memory_files() and git(b.store, "status", "--porcelain") == ""
+
+    path = a.store / rel
+    path.write_text(path.read_text(encoding="utf-8").replace("eu-west-1", "us-east-1"), encoding="utf-8")
+    leaky = memory_file(a.store, case, f"The deploy token is {TOKEN}", serial=1, store="", scope="global")
+    head, pushed = a.head(), remote_head(remote)
+    code, out, err = a.cli("sync")
+    assert code == 2 and out["error"]["code"] == "secret", (out, err)
+    assert {(f["path"], f["code"]) for f in out["error"]["files"]} == {(rel, "immutable"), (leaky, "secret")}
+    assert a.head() == head and remote_head(remote) == pushed

@@ -4,6 +4,7 @@ is committed (SPEC §2, §7). Vanished evidence is *stale*, never invalid: code 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,20 +70,44 @@ def _changed_paths(store: Store, staged: bool, base: str | None) -> tuple[dict[s
         if sha is None:
             raise NotFound(f"--base {base!r} does not resolve to a commit", field="base", code="unknown_rev")
         old = gitops.merge_base(sha, "HEAD", store.worktree) or sha
-        args = ["diff", "--name-status", "--no-renames", old, "HEAD", "--", prefix]
-    elif staged:
-        old = "HEAD"
-        args = ["diff", "--cached", "--name-status", "--no-renames", "HEAD", "--", prefix]
+        listed = gitops.name_status(old, "HEAD", [prefix], store.worktree)
     else:
         old = "HEAD"
-        args = ["diff", "--name-status", "--no-renames", "HEAD", "--", prefix]
-    proc = gitops.run(args, store.worktree)
+        listed = gitops.name_status(old, None, [prefix], store.worktree, cached=staged)
     out: dict[str, str] = {}
-    for line in proc.stdout.splitlines():
-        status, _, path = line.partition("\t")
+    for path, status in listed.items():
         if path.startswith(prefix + "/"):
-            out[path[len(prefix) + 1:]] = status[:1]
+            out[path[len(prefix) + 1:]] = status
     return out, old
+
+
+# What a file name under a store may not hold. memstore names its files with letters, digits and
+# dashes; a control character (a tab, a newline), a quote or a backslash (what git quotes), a byte
+# that is not UTF-8, or an invisible format character (a bidi override, a zero-width joiner) is a
+# name no tool of ours chose, which a reviewer reads as something else than it is.
+_NAME_REFUSED = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
+def name_problem(rel: str) -> str | None:
+    """What is wrong with a store file's name (store-relative path), or None."""
+    if rel.isprintable() and '"' not in rel and "\\" not in rel:
+        return None  # every refused category is unprintable: 10k names take ~7 ms, not ~70
+    for i, ch in enumerate(rel):
+        cat = unicodedata.category(ch)
+        if cat == "Cs":
+            return f"the file name holds a byte that is not UTF-8 at position {i}"
+        if cat in _NAME_REFUSED or ch in "\"\\":
+            return f"the file name holds {ch!r} (U+{ord(ch):04X}) at position {i}"
+    return None
+
+
+def _names(store: Store, report: Report, paths: Collection[str]) -> None:
+    for rel in sorted(paths):
+        problem = name_problem(rel)
+        if problem is not None:
+            report.add("error", store.display_path(rel), "bad_name",
+                       f"{problem}; memstore never names a file so: rename it (`git mv`) to letters, digits "
+                       "and dashes")
 
 
 def _committed_projections(store: Store, report: Report) -> None:
@@ -142,7 +167,7 @@ def _check_memory(ws: Workspace, store: Store, mem: Memory, known: dict[str, Mem
         report.add("error", shown, "too_large", f"text is over {ws.config.max_text_chars} characters")
     _bad_chars(shown, {"text": mem.text, "rationale": mem.rationale, "author": mem.author,
                        **{f"evidence[{i}]": r for i, r in enumerate(mem.evidence)},
-                       **{f"tags[{i}]": t for i, t in enumerate(mem.tags)}, "file name": mem.path}, report)
+                       **{f"tags[{i}]": t for i, t in enumerate(mem.tags)}}, report)
     for key in ("problem", "related", "change_targets", "supersedes", "via_change"):
         for target in mem.link_list(key):
             other = known.get(target)
@@ -225,6 +250,7 @@ def check_memory(ws: Workspace, store: Store, mem: Memory, *, strict_ids: bool =
     report = Report()
     archived = archived_ids(ev for scope in ws.scopes() for ev in ws.catalog(scope).events.values())
     _file_secrets(store, mem.path, _whole_text(store, mem.path), report)
+    _names(store, report, [mem.path])
     _check_memory(ws, store, mem, known, report, strict_ids, archived)
     return report.problems
 
@@ -290,7 +316,7 @@ def _check_event(ws: Workspace, store: Store, ev: Event, known: dict[str, Memory
         wanted += [("old_fact", ev.old_fact, ("fact",)), ("change", ev.change, ("change",)),
                    ("new_fact", ev.new_fact, ("fact",))]
     _bad_chars(shown, {"rationale": ev.rationale, "author": ev.author,
-                       **{f"evidence[{i}]": r for i, r in enumerate(ev.evidence)}, "file name": ev.path}, report)
+                       **{f"evidence[{i}]": r for i, r in enumerate(ev.evidence)}}, report)
     if ev.type != "utility_vote" and not ev.evidence:
         report.add("error", shown, "missing_evidence", f"a {ev.type} event needs evidence")
     for key, target, kinds in wanted:
@@ -391,6 +417,17 @@ def run_check(ws: Workspace, *, staged: bool = False, base: str | None = None, f
         if base is not None:
             # In PR review only what the branch adds is validated; the rest was reviewed before.
             scope_to = {rel for rel, st in changed.items() if st == "A"}
+        # Names are judged where a file comes in: every file the branch, the commit or the work
+        # tree adds under the store (any file there travels to every clone), and, in a plain
+        # check, every file it reads. A name already committed is not refused again in each
+        # later commit: the plain check names it, and `git mv` fixes it.
+        names = {rel for rel, st in changed.items() if st == "A"}
+        if view is not None and old is None:  # a first commit: everything staged is new
+            names |= set(view.blobs)
+        elif view is None and base is None:
+            names |= {*(m.path for m in records.memories.values()), *(e.path for e in records.events.values()),
+                      *records.invalid}
+        _names(store, report, names)
         _secrets_in_files(store, view, records, scope_to, report)
         for rel, err in sorted(records.invalid.items()):
             if scope_to is None or rel in scope_to:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import gitops
-from ..errors import Conflict, InvalidRequest
+from ..errors import Conflict, GitError, InvalidRequest
 from ..store.data import data_text
 from ..store.kinds import HOOK_NAMES
 
@@ -180,23 +180,30 @@ def _git_lines(args: list[str], cwd: Path) -> list[str]:
     return [line for line in proc.stdout.splitlines() if line.strip()] if proc.returncode == 0 else []
 
 
+def _names_between(old: str, new: str, cwd: Path) -> list[str]:
+    try:
+        return gitops.changed_names(old, new, cwd)
+    except GitError:  # ORIG_HEAD or the previous HEAD gone: the event is logged without paths
+        return []
+
+
 def git_event(name: str, args: list[str], worktree: Path) -> dict[str, Any] | None:
     """What a post-* hook records: None when there is nothing worth a row (a file checkout)."""
     sha = gitops.resolve_commit("HEAD", worktree) or ""
     subject = "".join(_git_lines(["log", "-1", "--format=%s", "HEAD"], worktree)[:1])
     branch = "".join(_git_lines(["rev-parse", "--abbrev-ref", "HEAD"], worktree)[:1])
     if name == "post-commit":
-        paths = _git_lines(["diff-tree", "--no-commit-id", "--name-only", "-r", "--root", "HEAD"], worktree)
+        paths = gitops.commit_names("HEAD", worktree) or []
         head = f"commit {sha[:7]} {subject}"
     elif name == "post-merge":
-        paths = _git_lines(["diff", "--name-only", "ORIG_HEAD", "HEAD"], worktree)
+        paths = _names_between("ORIG_HEAD", "HEAD", worktree)
         squash = bool(args and args[0] == "1")
         head = f"{'squash ' if squash else ''}merge into {branch} at {sha[:7]} {subject}"
     else:  # post-checkout: previous HEAD, new HEAD, 1 for a branch checkout / 0 for files
         if len(args) >= 3 and args[2] == "0":
             return None
         prev = args[0] if args else ""
-        paths = _git_lines(["diff", "--name-only", prev, sha], worktree) if prev and set(prev) != {"0"} else []
+        paths = _names_between(prev, sha, worktree) if prev and set(prev) != {"0"} else []
         head = f"checkout {branch} at {sha[:7]} {subject}"
     shown = ", ".join(paths[:10]) + (f", … (+{len(paths) - 10})" if len(paths) > 10 else "")
     content = head.rstrip() + (f" ({len(paths)} file{'s' if len(paths) != 1 else ''}: {shown})" if paths else "")

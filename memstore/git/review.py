@@ -30,15 +30,6 @@ def default_base(store: Store) -> str:
                      hint="name the base: `memstore diff REV`")
 
 
-def _name_status(args: list[str], store: Store) -> dict[str, str]:
-    assert store.worktree is not None
-    out: dict[str, str] = {}
-    for line in gitops.run(args, store.worktree).stdout.splitlines():
-        status, _, path = line.partition("\t")
-        out[path] = status[:1]
-    return out
-
-
 def _lines(data: bytes | None) -> int:
     return len([ln for ln in (data or b"").splitlines() if ln.strip()])
 
@@ -57,9 +48,9 @@ def branch_diff(ws: Workspace, rev: str | None = None) -> dict[str, Any]:
                        hint="fetch it first (CI: fetch-depth: 0)")
     mb = gitops.merge_base(sha, "HEAD", wt) or sha
     prefix = _store_prefix(store)
-    committed = _name_status(["diff", "--name-status", "--no-renames", mb, "HEAD", "--", prefix], store)
-    changes = _name_status(["diff", "--name-status", "--no-renames", mb, "--", prefix], store)
-    for path in gitops.run(["ls-files", "--others", "--exclude-standard", "--", prefix], wt).stdout.splitlines():
+    committed = gitops.name_status(mb, "HEAD", [prefix], wt)
+    changes = gitops.name_status(mb, None, [prefix], wt)
+    for path in gitops.untracked([prefix], wt):
         changes.setdefault(path, "A")
     for path, st in committed.items():
         changes.setdefault(path, st)  # committed, then removed from the work tree again

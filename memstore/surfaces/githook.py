@@ -50,8 +50,7 @@ def _pre_commit(cwd: Path | None) -> int:
     store = ws.repo
     if store is None or not store.exists() or store.worktree is None:
         return 0
-    staged = gitops.run(["diff", "--cached", "--name-only", "--", _store_prefix(store)], store.worktree, check=False)
-    if not staged.stdout.strip():
+    if not gitops.staged_changes([_store_prefix(store)], store.worktree):
         return 0  # nothing under .memory/ in this commit: nothing to check
     report = check(ws, staged=True, fix=True)
     answer = report.to_json()

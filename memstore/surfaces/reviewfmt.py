@@ -3,14 +3,17 @@ annotations, and the JSON answer (docs/review.md).
 
 Memory text comes from files a PR can write: in a comment it could ping people (``@team``),
 close issues (``fixes #1``), forge the comment's hidden marker or inject HTML. Every piece of
-it is shown as inert text: HTML escaped, mentions, issue references and bare links broken with a
-zero-width joiner, on one line, cut to a length. The answer may come from an artifact written by a job
-that ran a fork's code, so each field is read defensively: a wrong type is refused, not rendered.
+it is shown as inert text: HTML escaped, mentions, issue references (``#1``, ``GH-1``), commit
+SHAs and bare links broken with a zero-width joiner, on one line, cut to a length. The answer may
+come from an artifact written by a job that ran a fork's code, so each field is read defensively:
+a wrong type is refused, not rendered, and the only links the comment makes go to this
+repository's blob at a reviewed commit, from a plain relative path (``repo_path``).
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Any
 from urllib.parse import quote
 
@@ -22,6 +25,9 @@ MAX_COMMENT = 60_000  # GitHub refuses a comment body over 65,536 characters
 MAX_TEXT = 400  # characters of one memory's text in the comment
 MAX_ANNOTATIONS = 50  # GitHub shows at most 10 warnings per step and 50 per job
 _ZWJ = "\u200d"
+_HEX_RUN = re.compile(r"(?i)\b[0-9a-f]{7,}\b")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+_NOT_IN_PATH = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 
 
 def inert(text: Any, limit: int = MAX_TEXT) -> str:
@@ -31,6 +37,10 @@ def inert(text: Any, limit: int = MAX_TEXT) -> str:
         s = s[: limit - 1].rstrip() + "…"
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     s = re.sub(r"([@#])(?=\w)", lambda m: m.group(1) + _ZWJ, s)
+    # GitHub links GH-123 to an issue and 7 to 40 hex digits to the commit they name: the GH- is
+    # cut from its number, a hex run into pieces of six (too short for GitHub to take for a SHA)
+    s = re.sub(r"(?i)\b(gh)-(?=\d)", rf"\1-{_ZWJ}", s)
+    s = _HEX_RUN.sub(lambda m: _ZWJ.join(m.group(0)[i:i + 6] for i in range(0, len(m.group(0)), 6)), s)
     # GitHub links a bare URL or www. name by itself: a memory (or a path) could plant a link
     s = re.sub(r"(?i)\b(www)\.", rf"\1{_ZWJ}.", s).replace("://", f":{_ZWJ}//")
     # Markdown punctuation that could open a link, an image, emphasis or a code span
@@ -62,20 +72,37 @@ def _pair(d: Any, key: str) -> list[int] | None:
     return list(v)
 
 
+def repo_path(path: str | None) -> str | None:
+    """``path`` when it is a plain relative path inside the repository, the only thing a link is
+    built from; else None. The answer may come from a fork's job: ``../../../../attacker/x``
+    after ``/blob/SHA/`` is a link to another repository once a browser resolves it."""
+    if not path or path.startswith("/") or "\\" in path or _SCHEME.match(path):
+        return None
+    if any(part in ("", ".", "..") for part in path.split("/")):
+        return None
+    if any(unicodedata.category(ch) in _NOT_IN_PATH for ch in path):
+        return None
+    return path
+
+
+def _blob(text: str, path: str | None, sha: str, link_base: str | None, anchor: str = "") -> str:
+    """``text`` linked to this repository's ``path`` at commit ``sha``, or ``text`` alone (it is
+    already inert) when any of them is not what a link may be built from."""
+    safe = repo_path(path)
+    if not link_base or safe is None or not re.fullmatch(r"[0-9a-f]{40}", sha or ""):
+        return text
+    return f"[{text}]({link_base}/blob/{sha}/{quote(safe)}{anchor})"
+
+
 def _link(path: str, lines: list[int] | None, sha: str, link_base: str | None) -> str:
     shown = _code(path + (f"#L{lines[0]}" + (f"-L{lines[1]}" if lines[1] != lines[0] else "") if lines else ""))
-    if not link_base or not re.fullmatch(r"[0-9a-f]{40}", sha or ""):
-        return shown
-    anchor = f"#L{lines[0]}-L{lines[1]}" if lines else ""
-    return f"[{shown}]({link_base}/blob/{sha}/{quote(path)}{anchor})"
+    return _blob(shown, path, sha, link_base, f"#L{lines[0]}-L{lines[1]}" if lines else "")
 
 
 def _mem(e: dict[str, Any], ans: dict[str, Any], link_base: str | None) -> str:
     """A memory's id, linked to its file at the head when there is a place to link to."""
     mid, path, sha = _get(e, "id", str, "?"), _get(e, "path", str), _get(ans, "head_sha", str, "")
-    if not link_base or not path or not re.fullmatch(r"[0-9a-f]{40}", sha or ""):
-        return _code(mid)
-    return f"[{_code(mid)}]({link_base}/blob/{sha}/{quote(path)})"
+    return _blob(_code(mid), path, sha, link_base)
 
 
 def _range(r: Any) -> str:
