@@ -485,6 +485,25 @@ class Store:
         self._record_or_undo([path], f"memstore: add {mem.kind} {mem.id[:10]}")
         return path
 
+    def record_memory_again(self, mem: Memory, path: Path) -> Path:
+        """``path``, the file an interrupted attempt of the write of ``mem`` left (a retry under
+        the id its caller fixed), recorded in git as ``create_memory`` records a new one."""
+        mem.path = self.relpath(path)
+        self._record_again(path, f"memstore: add {mem.kind} {mem.id[:10]}")
+        return path
+
+    def record_event_again(self, ev: Event, path: Path) -> Path:
+        """``record_memory_again`` for an event."""
+        ev.path = self.relpath(path)
+        self._record_again(path, f"memstore: {ev.type} {(ev.memory or ev.new_fact or ev.id)[:10]}")
+        return path
+
+    def _record_again(self, path: Path, message: str) -> None:
+        # The attempt may have died before git saw the file, after it staged it, or after its
+        # commit: only what git does not have yet is recorded (a commit of nothing would fail).
+        if self._pending is not None or (self.worktree is not None and gitops.changed([path], self.worktree)):
+            self._record_or_undo([path], message)
+
     def create_event(self, ev: Event) -> Path:
         path = self._writable(self.root / "events" / f"{ev.id}.yaml")
         atomic_write(path, self.render_event(ev), exclusive=True)

@@ -140,10 +140,13 @@ class Requests:
 
             author = env.get("MEMSTORE_AUTHOR") or default_author(ws, episode)
             try:
+                # The client's id for this write (checked by the verb like any input): its
+                # in-process retry, should this daemon die before answering, is the same write.
+                new_id = msg.get("new_id")
                 if verb == "write":
-                    answer = api.write(ws, request if isinstance(request, dict) else {}, author=author)
+                    answer = api.write(ws, request if isinstance(request, dict) else {}, author=author, new_id=new_id)
                 else:
-                    answer = api.update(ws, request if isinstance(request, dict) else {}, author=author)
+                    answer = api.update(ws, request if isinstance(request, dict) else {}, author=author, new_id=new_id)
             except BaseException:
                 watcher.bump(entry.roots())  # whatever happened, the next read walks
                 raise
