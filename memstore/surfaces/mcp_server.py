@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InvalidRequest, MemstoreError, SchemaError, error_answer
 from ..store import ids
 from ..store.kinds import EPISODE_SOURCES
+from ..store.paths import check_path
 from ..store.relations import DISPUTE_RULE
 from .loadgc import LoadGC
 
@@ -466,6 +467,10 @@ def serve(store: str | None = None, repo: str | None = None) -> int:
     except ImportError as exc:  # pragma: no cover - mcp is a dependency; a broken install gets a clear line
         raise InvalidRequest(f"the MCP server needs the `mcp` package ({exc})", code="missing_dependency",
                              hint="pip install 'mcp>=2.3,<3'") from exc
+    # Refused at start, not at each tool call: a path no file can have (store/paths.py).
+    for given, name in ((store, "--store"), (repo, "--repo")):
+        if given:
+            check_path(given, name)
     if repo:
         # Clients that cannot set the server's working directory name the repository instead.
         try:
