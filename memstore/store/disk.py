@@ -445,11 +445,29 @@ class Store:
 
     # -- writing ---------------------------------------------------------------------------
     @contextlib.contextmanager
-    def write_lock(self) -> Iterator[None]:
+    def write_lock(self, waiting: Callable[[], contextlib.AbstractContextManager[object]] | None = None
+                   ) -> Iterator[None]:
         """Serialises writers across processes: id checks, duplicate checks and git staging
-        must see each other's files."""
-        with file_lock(self.index_dir / "write.lock"):
+        must see each other's files. ``waiting`` is entered only for as long as another writer
+        holds the lock (the daemon lets go of the stores it holds meanwhile: other requests,
+        other repos' among them, need not wait on this one)."""
+        if waiting is None:
+            with file_lock(self.index_dir / "write.lock"):
+                yield
+            return
+        path = self.index_dir / "write.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                with waiting():
+                    fcntl.flock(fd, fcntl.LOCK_EX)
             yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
 
     def memory_path(self, mem: Memory) -> Path:
         return self.root / KIND_DIRS[mem.kind] / f"{mem.id}-{slugify(mem.text)}.md"

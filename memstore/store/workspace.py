@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -51,6 +52,9 @@ class Workspace:
     # lane standing in for the rest (``partial``); None: it waits for all (an in-process call,
     # which has no later moment to embed them in). ``progress`` reports the embedding.
     embed_wait: float | None = None
+    # Set by the daemon: entered while a write waits for its store's write lock (another process
+    # writing), letting go of the stores it holds so other requests go on meanwhile.
+    write_wait: Callable[[], AbstractContextManager[object]] | None = None
     progress: Callable[[Any, int, int], None] | None = None
     _walked_at: dict[str, int] = field(default_factory=dict)
     # Files this workspace created since its last look at each store: re-read at the next look

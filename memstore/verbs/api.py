@@ -152,7 +152,7 @@ def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None,
         answer["mode"] = mode
         return answer
 
-    return _locked(store, commit, gated)
+    return _locked(ws, store, commit, gated)
 
 
 # -- update -----------------------------------------------------------------------------------
@@ -230,14 +230,14 @@ def update(ws: Workspace, request: dict[str, Any], *, author: str | None = None,
         answer["mode"] = mode
         return answer
 
-    return _locked(store, commit, gated)
+    return _locked(ws, store, commit, gated)
 
 
-def _locked(store: Store, commit: bool, gated: Callable[[], _A]) -> _A:
+def _locked(ws: Workspace, store: Store, commit: bool, gated: Callable[[], _A]) -> _A:
     """Run the gates and the write under the store's write lock when writing: the duplicate
     check and the file must see the same store (a dry run takes no lock)."""
     if commit:
-        with store.write_lock():
+        with store.write_lock(ws.write_wait):
             return gated()
     return gated()
 
