@@ -9,13 +9,15 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from daemonworld import Env, _poll
+from test_mcp import answer, run_mcp
 
 from memstore.store.workspace import open_workspace
 from memstore.verbs import api
@@ -70,16 +72,22 @@ def _killed_mid_write(world: Env, folder: Path, suffix: str, *args: str) -> tupl
     env = {k: v for k, v in world.env().items() if k != "MEMSTORE_DAEMON"}
     cli = subprocess.Popen([sys.executable, "-m", "memstore", *args, "--json-out"], cwd=repo, env=env,
                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and cli.poll() is None and not _new_files(folder, before, suffix):
-        time.sleep(0.0005)
-    daemon.send_signal(signal.SIGKILL)
-    daemon.wait(timeout=30)
+    _kill_when_a_file_shows(daemon, folder, before, suffix, until=lambda: cli.poll() is not None)
     out, err = cli.communicate(timeout=300)
     import json
 
     answer = json.loads(out) if out.strip() else None
     return cli.returncode, answer, err, _new_files(folder, before, suffix)
+
+
+def _kill_when_a_file_shows(daemon: subprocess.Popen[bytes], folder: Path, before: set[str], suffix: str,
+                            until: Callable[[], bool]) -> None:
+    """kill -9 ``daemon`` the moment a new file shows in ``folder`` (or once ``until`` holds)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not until() and not _new_files(folder, before, suffix):
+        time.sleep(0.0005)
+    daemon.send_signal(signal.SIGKILL)
+    daemon.wait(timeout=30)
 
 
 def _write_trials(world: Env, trials: list[tuple[str, bool]]) -> None:
@@ -126,3 +134,32 @@ def test_an_update_whose_daemon_is_killed_mid_write_is_recorded_once(world: Env)
         assert answer["effect"]["memory_id"] == target, answer
     rc, shown, err = world.cli("show", target, cwd=repo, MEMSTORE_DAEMON="0")
     assert rc == 0 and shown["memory"]["derived"]["utility"]["votes"] == 2, shown  # one per voter, not three or four
+
+
+def test_an_mcp_write_and_update_whose_daemon_is_killed_mid_write_are_made_once(world: Env) -> None:
+    """The MCP server forwards to the daemon too, and retries in-process under the same id."""
+    repo: Path = world.repo  # type: ignore[attr-defined]
+    got: dict[str, Any] = {}
+    for tool, folder, suffix in (("memory_write", repo / ".memory" / "facts", ".md"),
+                                 ("memory_update", repo / ".memory" / "events", ".yaml")):
+        daemon = world.start("--idle", "600")
+        assert _poll(lambda: world.status().get("pid") == daemon.pid, timeout=60), world.log()  # noqa: B023
+        before = set(_new_files(folder, set(), suffix))
+        done = threading.Event()
+        killer = threading.Thread(target=_kill_when_a_file_shows, args=(daemon, folder, before, suffix, done.is_set))
+        killer.start()
+        request: dict[str, Any] = ({"memory": {"kind": "fact", "scope": "repo", "text": TOPICS[3],
+                                               "evidence_refs": ["user:seen"]}} if tool == "memory_write" else
+                                   {"type": "utility_vote", "memory_id": got["memory_write"]["id"], "vote": 1})
+
+        async def script(s: Any, tool: str = tool, request: dict[str, Any] = request) -> dict[str, Any]:
+            return answer(await s.call_tool(tool, request))
+
+        try:
+            got[tool] = run_mcp(repo, script, env=world.env())
+        finally:
+            done.set()
+            killer.join(timeout=150)
+        files = _new_files(folder, before, suffix)
+        assert got[tool]["ok"] and len(files) == 1 and files[0].startswith(got[tool]["id"]), (got, files)
+        assert f".memory/{folder.name}/{files[0]}" in _staged(repo)
