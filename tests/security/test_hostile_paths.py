@@ -130,3 +130,13 @@ def test_the_daemon_refuses_a_cwd_and_store_past_the_bounds(tmp_path: Path) -> N
         world.cleanup()
         if proc is not None:
             proc.wait(timeout=30)
+
+
+def test_the_bounds_are_4096_bytes_and_512_parts() -> None:
+    from memstore.store.paths import MAX_PATH_BYTES, MAX_PATH_PARTS, bounded, path_fault
+
+    assert (MAX_PATH_BYTES, MAX_PATH_PARTS) == (4096, 512)  # the figures docs/daemon.md and SECURITY.md give
+    assert path_fault("/" + "a" * 4095) is None and path_fault("/" + "a" * 4096) is not None
+    assert path_fault("é" * 2048) is None and "bytes" in (path_fault("é" * 2049) or "")  # bytes, not characters
+    assert path_fault("a/" * 511 + "a") is None and "parts" in (path_fault("a/" * 512 + "a") or "")
+    assert bounded(HOSTILE) is None and bounded(None) is None and bounded("src/app.py") == "src/app.py"
