@@ -122,6 +122,13 @@ def unstage(paths: list[Path], cwd: Path) -> bool:
     return run(["rm", "--cached", "-q", "--ignore-unmatch", *args], cwd, check=False, input_text=stdin).returncode == 0
 
 
+def changed(paths: list[Path], cwd: Path) -> bool:
+    """Whether git sees any of ``paths`` as untracked, staged or modified against HEAD."""
+    spec, stdin = _pathspec(paths)
+    out = run(["status", "--porcelain", "-z", "--untracked-files=all", *spec], cwd, input_text=stdin).stdout
+    return bool(out.strip("\0"))
+
+
 def commit(paths: list[Path], message: str, cwd: Path) -> None:
     """Commit exactly ``paths``; works with no user identity configured (a store is often new)."""
     stage(paths, cwd)

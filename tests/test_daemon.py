@@ -609,3 +609,34 @@ def test_a_bad_value_added_to_config_is_named_by_the_next_read_and_gone_once_fix
     finally:
         config.write_text(good)
     assert not world.forward("read", world.repo_b, request=req)["answer"].get("warnings")
+
+
+def test_a_write_waiting_for_another_process_holds_up_no_other_repo(world: Env) -> None:
+    """A write through the daemon whose store another process is writing to (its write lock
+    held) waits for it without holding the stores it shares with other workspaces (the global
+    one): a file hook in another repo answers with its injection meanwhile, within its budget."""
+    from memstore.store.files import file_lock
+
+    repo_a, repo_b = world.repo_a, world.repo_b  # type: ignore[attr-defined]
+    (repo_b / "src").mkdir(exist_ok=True)
+    (repo_b / "src" / "ledger.py").write_text("def post():\n    return 1\n")
+    rc, out, err = world.cli("write", "--kind", "problem", "--evidence", "file:src/ledger.py", "--text",
+                             "beta: ledger postings are doubled when the nightly job is retried", cwd=repo_b)
+    assert rc == 0, err
+    mid = out["id"]
+    payload = {"session_id": "wait1", "cwd": str(repo_b), "hook_event_name": "PreToolUse", "tool_name": "Read",
+               "tool_input": {"file_path": str(repo_b / "src" / "ledger.py")}}
+    with file_lock(repo_a / ".memory" / ".index" / "write.lock"):  # another process is writing there
+        before = world.status()["requests"]
+        writer = subprocess.Popen([sys.executable, "-m", "memstore", "write", "--kind", "fact", "--evidence",
+                                   "user:seen", "--text", "alpha: the ledger service runs on port 8081",
+                                   "--json-out"], cwd=repo_a, env=world.env(), stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert _poll(lambda: world.status()["requests"] >= before + 2, timeout=60), world.log()
+        hook = subprocess.run([sys.executable, "-m", "memstore", "integrate", "claude", "--hook", "file"],
+                              input=json.dumps(payload), capture_output=True, text=True, cwd=repo_b,
+                              env=world.env(), check=False, timeout=120)
+        assert hook.returncode == 0 and mid in hook.stdout, (hook.stdout, hook.stderr, world.log())
+        assert writer.poll() is None  # still waiting for the other process
+    out, err = writer.communicate(timeout=180)
+    assert writer.returncode == 0 and json.loads(out)["ok"], (out, err)

@@ -62,7 +62,8 @@ def judge(ws: Workspace, mem: Memory) -> list[dict[str, Any]]:
     below it, a fact or preference of the same kind is marked ``may_contradict``."""
     threshold = _setting(ws, "threshold", 0.95)
     k = max(1, int(_setting(ws, "candidates", 5)))
-    near = neighbours(ws, mem)
+    # Only a retried write (its id fixed by the caller) finds its own file: not a duplicate.
+    near = [d for d in neighbours(ws, mem) if d["id"] != mem.id]
     dups = [d for d in near if d["kind"] == mem.kind and d["similarity"] >= threshold]
     if dups:
         best = dups[0]

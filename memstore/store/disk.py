@@ -450,11 +450,30 @@ class Store:
 
     # -- writing ---------------------------------------------------------------------------
     @contextlib.contextmanager
-    def write_lock(self) -> Iterator[None]:
+    def write_lock(self, waiting: Callable[[], contextlib.AbstractContextManager[object]] | None = None
+                   ) -> Iterator[None]:
         """Serialises writers across processes: id checks, duplicate checks and git staging
-        must see each other's files."""
-        with file_lock(clear_way(self.index_dir / "write.lock")):
+        must see each other's files. ``waiting`` is entered only for as long as another writer
+        holds the lock (the daemon lets go of the stores it holds meanwhile: other requests,
+        other repos' among them, need not wait on this one)."""
+        if waiting is None:
+            with file_lock(clear_way(self.index_dir / "write.lock")):
+                yield
+            return
+        path = self.index_dir / "write.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path = clear_way(path)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                with waiting():
+                    fcntl.flock(fd, fcntl.LOCK_EX)
             yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
 
     def memory_path(self, mem: Memory) -> Path:
         return self.root / KIND_DIRS[mem.kind] / f"{mem.id}-{slugify(mem.text)}.md"
@@ -505,6 +524,25 @@ class Store:
         mem.path = self.relpath(path)
         self._record_or_undo([path], f"memstore: add {mem.kind} {mem.id[:10]}")
         return path
+
+    def record_memory_again(self, mem: Memory, path: Path) -> Path:
+        """``path``, the file an interrupted attempt of the write of ``mem`` left (a retry under
+        the id its caller fixed), recorded in git as ``create_memory`` records a new one."""
+        mem.path = self.relpath(path)
+        self._record_again(path, f"memstore: add {mem.kind} {mem.id[:10]}")
+        return path
+
+    def record_event_again(self, ev: Event, path: Path) -> Path:
+        """``record_memory_again`` for an event."""
+        ev.path = self.relpath(path)
+        self._record_again(path, f"memstore: {ev.type} {(ev.memory or ev.new_fact or ev.id)[:10]}")
+        return path
+
+    def _record_again(self, path: Path, message: str) -> None:
+        # The attempt may have died before git saw the file, after it staged it, or after its
+        # commit: only what git does not have yet is recorded (a commit of nothing would fail).
+        if self._pending is not None or (self.worktree is not None and gitops.changed([path], self.worktree)):
+            self._record_or_undo([path], message)
 
     def create_event(self, ev: Event) -> Path:
         path = self._writable(self.root / "events" / f"{ev.id}.yaml")

@@ -306,6 +306,17 @@ class LinkIndex:
         finally:
             self.apply((), {key: None})
 
+    @contextlib.contextmanager
+    def without(self, event_id: str) -> Iterator[Graph]:
+        """The graph as it was before the event ``event_id`` (a retried update answers with the
+        effect its first attempt had), restored on exit."""
+        held = {k: e for k, e in self._events.items() if e.id == event_id}
+        self.apply((), dict.fromkeys(held))
+        try:
+            yield self.graph
+        finally:
+            self.apply((), held)
+
     def _recompute(self, mid: str) -> None:
         """Everything the graph says about ``mid``, by the rules ``_build`` follows."""
         g, memories = self.graph, self.memories

@@ -16,6 +16,7 @@ from ..errors import InvalidRequest, NotFound, SchemaError, SecretError, Semanti
 from .config import Config
 from .files import bad_char
 from .model import EvidenceRef, Memory, parse_evidence
+from .paths import check_path
 from .schemas import schema_errors
 from .secrets import find_secrets
 from .workspace import Workspace
@@ -221,7 +222,7 @@ def check_evidence_exists(ws: Workspace, refs: list[EvidenceRef], scope: str, fi
             if worktree is None:
                 raise LinkError(f"{ref.raw}: file evidence needs a git work tree to point into", field=where,
                                 code="evidence_not_found")
-            target = (worktree / (ref.path or "")).resolve()
+            target = (worktree / check_path(ref.path or "", where)).resolve()
             if not target.is_relative_to(worktree.resolve()):
                 raise LinkError(f"{ref.raw}: path leaves the repository", field=where, code="bad_evidence")
             if ref.rev:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,6 +19,7 @@ from .catalog import Catalog, find
 from .config import Config, load_config
 from .disk import STORE_DIRNAME, Store
 from .model import Memory
+from .paths import check_path
 from .userkey import projection_key
 
 T = TypeVar("T")
@@ -50,6 +52,9 @@ class Workspace:
     # lane standing in for the rest (``partial``); None: it waits for all (an in-process call,
     # which has no later moment to embed them in). ``progress`` reports the embedding.
     embed_wait: float | None = None
+    # Set by the daemon: entered while a write waits for its store's write lock (another process
+    # writing), letting go of the stores it holds so other requests go on meanwhile.
+    write_wait: Callable[[], AbstractContextManager[object]] | None = None
     progress: Callable[[Any, int, int], None] | None = None
     _walked_at: dict[str, int] = field(default_factory=dict)
     # Files this workspace created since its last look at each store: re-read at the next look
@@ -192,6 +197,8 @@ class Workspace:
 
 def global_store_path(env: Mapping[str, str]) -> Path:
     home = env.get("MEMSTORE_HOME")
+    if home:
+        check_path(home, "MEMSTORE_HOME")  # the daemon takes it from its client's request
     return Path(home).expanduser() if home else Path("~").expanduser() / STORE_DIRNAME
 
 
@@ -203,6 +210,7 @@ def require_store_dir(store_dir: Path | str | None, cwd: Path | None = None,
     given = store_dir or env.get("MEMSTORE_STORE") or None
     if not given:
         return
+    check_path(str(given), "--store" if store_dir else "MEMSTORE_STORE")
     path = Path(given).expanduser()
     path = path if path.is_absolute() else (cwd or Path.cwd()) / path
     if not path.is_dir():
@@ -219,8 +227,14 @@ def open_workspace(
     """The stores a command at ``cwd`` sees. ``store_dir`` (or MEMSTORE_STORE) replaces the
     repo store; otherwise it is ``.memory/`` at the root of the enclosing git work tree."""
     env = os.environ if env is None else env
+    # A cwd or store a request names (the daemon's clients, an agent hook's payload) is bounded
+    # before it is resolved: resolving is quadratic in a path's length (store/paths.py).
+    if cwd is not None:
+        check_path(str(cwd), "cwd")
     cwd = (cwd or Path.cwd()).resolve()
     store_dir = store_dir or env.get("MEMSTORE_STORE") or None
+    if store_dir:
+        check_path(str(store_dir), "--store / MEMSTORE_STORE")
     repo_root: Path | None
     if store_dir:
         path = Path(store_dir).expanduser()

@@ -150,6 +150,7 @@ def _recall(event: str, stdin: str | None, agent: str) -> int:
     in-process under the time budget; any failure or overrun injects nothing and exits 0."""
     import time
 
+    from ..store.paths import check_path
     from .wire import loads
 
     budget = _budget()
@@ -161,7 +162,8 @@ def _recall(event: str, stdin: str | None, agent: str) -> int:
         payload = common_payload(payload)
         # no cwd (or a relative one): the hook's own, resolved here; the daemon's is elsewhere
         cwd = payload.get("cwd")
-        payload = {**payload, "cwd": os.path.realpath(cwd if isinstance(cwd, str) and cwd else ".")}
+        cwd = check_path(cwd, "cwd") if isinstance(cwd, str) and cwd else "."  # bounded before it is resolved
+        payload = {**payload, "cwd": os.path.realpath(cwd)}
         out = _through_daemon(event, payload, agent, budget)
         if out is None:
             out = _in_process(event, payload, agent, time.monotonic() + budget)

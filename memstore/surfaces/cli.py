@@ -37,7 +37,7 @@ def _author(ws: Any) -> str | None:
     return os.environ.get("MEMSTORE_AUTHOR") or default_author(ws, _episode())
 
 
-def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], Render]:
+def _dispatch(a: argparse.Namespace, new_id: str | None = None) -> tuple[dict[str, Any], Render]:
     from ..store.workspace import open_workspace, require_store_dir
     from ..verbs import api
     from . import render
@@ -65,9 +65,9 @@ def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], Render]:
 
         return sync(ws, store_given=bool(a.store or os.environ.get("MEMSTORE_STORE")), keep=a.keep), render.sync
     if a.cmd in ("write", "create"):
-        return api.write(ws, req or {}, author=_author(ws)), None
+        return api.write(ws, req or {}, author=_author(ws), new_id=new_id), None
     if a.cmd == "update":
-        return api.update(ws, req or {}, author=_author(ws)), None
+        return api.update(ws, req or {}, author=_author(ws), new_id=new_id), None
     if a.cmd == "read":
         from ..read.retrieve import read
         from . import client
@@ -174,8 +174,9 @@ def _daemon_command(a: argparse.Namespace) -> int:
     return 0 if answer.get("ok") else 1
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, new_id: str | None = None) -> int:
     """Run one command in this process (``memstore.surfaces.entry`` has already offered it to the daemon).
+    ``new_id``: the id entry fixed for a write or update before it offered it (``api.write``).
 
     The CLI's one error boundary: a MemstoreError keeps its code and exit status, anything else
     is ``unexpected`` (exit 1), and bad input never shows a traceback."""
@@ -185,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     # How an error is shown: JSON when asked or piped, decided again once the arguments parse.
     shown = {"json": output.want_json("--json-out" in args)}
     try:
-        return _run(args, shown)
+        return _run(args, shown, new_id)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
@@ -198,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         return code
 
 
-def _run(args: list[str], shown: dict[str, bool]) -> int:
+def _run(args: list[str], shown: dict[str, bool], new_id: str | None = None) -> int:
     from . import output
 
     verb = verb_of(args)
@@ -233,7 +234,7 @@ def _run(args: list[str], shown: dict[str, bool]) -> int:
         output.emit(answer, as_json=shown["json"], render=render)
         return 0
     try:
-        answer, render = _dispatch(a)
+        answer, render = _dispatch(a, new_id)
     finally:
         _maybe_autostart(a)
     output.emit(answer, as_json=shown["json"], render=render)

@@ -52,9 +52,12 @@ def call(message: dict[str, Any], *, timeout: float = READ_TIMEOUT, env: Any = N
 
 
 def forward(verb: str, *, request: dict[str, Any] | None = None, args: dict[str, Any] | None = None,
-            store: str | None = None, env: dict[str, str] | None = None) -> tuple[dict[str, Any], int] | None:
+            store: str | None = None, env: dict[str, str] | None = None,
+            new_id: str | None = None) -> tuple[dict[str, Any], int] | None:
     """Answer ``verb`` through a live daemon: (answer, exit code), or None to run in-process.
-    ``env`` adds to the MEMSTORE_* variables sent (an MCP session's episode).
+    ``env`` adds to the MEMSTORE_* variables sent (an MCP session's episode); ``new_id``: the id a
+    write or update takes, which the in-process run after a daemon that died unanswered gives
+    it too (``api.write``).
 
     A daemon of another code version is asked to stop (it exits after answering) and None is
     returned, so this call runs in-process and the CLI starts a fresh daemon for the next one.
@@ -69,6 +72,8 @@ def forward(verb: str, *, request: dict[str, Any] | None = None, args: dict[str,
         message["request"] = request
     if args is not None:
         message["args"] = args
+    if new_id is not None:
+        message["new_id"] = new_id
     timeout = float(os.environ.get("MEMSTORE_CLIENT_TIMEOUT") or 0) or (
         WRITE_TIMEOUT if verb in ("write", "update") else READ_TIMEOUT)
     try:

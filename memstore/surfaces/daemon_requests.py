@@ -107,6 +107,10 @@ class Requests:
         request = msg.get("request")
         env = msg.get("env") or {}
         episode = env.get("MEMSTORE_EPISODE") or None  # the client's, like MEMSTORE_AUTHOR
+        # What a hook's payload names is looked up on disk before the workspace is taken: its
+        # stores are shared with every repo (the global one), and a path slow to resolve must
+        # hold up no other request.
+        files = _touched(ws, args) if verb == "recall" else None
         with entry.using():
             if verb in ("read", "context"):
                 # While the background embeds, a read answers at once (partial) rather than
@@ -128,7 +132,7 @@ class Requests:
                 try:
                     payload = args.get("payload")
                     return hook(ws, str(args.get("event")), payload if isinstance(payload, dict) else {},
-                                str(args.get("agent") or "claude"), context_text=session_context), 0
+                                str(args.get("agent") or "claude"), context_text=session_context, files=files), 0
                 finally:
                     self._work.embed_after_reply(entry)
             if verb == "show":
@@ -140,10 +144,13 @@ class Requests:
 
             author = env.get("MEMSTORE_AUTHOR") or default_author(ws, episode)
             try:
+                # The client's id for this write (checked by the verb like any input): its
+                # in-process retry, should this daemon die before answering, is the same write.
+                new_id = msg.get("new_id")
                 if verb == "write":
-                    answer = api.write(ws, request if isinstance(request, dict) else {}, author=author)
+                    answer = api.write(ws, request if isinstance(request, dict) else {}, author=author, new_id=new_id)
                 else:
-                    answer = api.update(ws, request if isinstance(request, dict) else {}, author=author)
+                    answer = api.update(ws, request if isinstance(request, dict) else {}, author=author, new_id=new_id)
             except BaseException:
                 watcher.bump(entry.roots())  # whatever happened, the next read walks
                 raise
@@ -158,6 +165,16 @@ class Requests:
             else:
                 watcher.note(*written)
             return answer, 0
+
+
+def _touched(ws: Any, args: dict[str, Any]) -> list[tuple[str, tuple[int, int] | None]] | None:
+    """A file hook's files in the repo (``recall.touched_files``); None for another event."""
+    from ..verbs.recall import payload_cwd, touched_files
+
+    payload = args.get("payload")
+    if args.get("event") != "file" or not isinstance(payload, dict):
+        return None
+    return touched_files(ws, payload, payload_cwd(payload))
 
 
 def _written(ws: Any, answer: dict[str, Any]) -> tuple[Path, list[str]] | None:

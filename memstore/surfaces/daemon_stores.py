@@ -79,9 +79,23 @@ class Entry:
     read_wait: float = 1.0  # daemon.read_wait_seconds of its config
     loaded: bool = False  # its first request (the catalog parsed, the indexes opened) has run
     env: tuple[tuple[str, str], ...] = ()  # the settings' variables (config.ENV_KEYS) of its requests
+    let_go_count: int = 0  # requests that let go of ``lock`` for a while and take it again (let_go)
 
     def roots(self) -> list[Path]:
         return [s.root for s in (self.ws.repo, self.ws.global_) if s is not None]
+
+    @contextlib.contextmanager
+    def let_go(self) -> Iterator[None]:
+        """Inside ``using``: release the workspace's stores for a wait on something outside the
+        daemon (another process's write lock), so no other request waits on that too; taken
+        again after. Meanwhile the workspace counts as in use: never evicted under the request."""
+        self.let_go_count += 1
+        self.lock.release()
+        try:
+            yield
+        finally:
+            self.lock.acquire()
+            self.let_go_count -= 1
 
     @contextlib.contextmanager
     def using(self) -> Iterator[None]:
@@ -176,6 +190,7 @@ class Workspaces:
                 entry = Entry(ws, lock=locks, env=tuple(sorted((k, v) for k, v in env.items() if k in ENV_KEYS)))
                 entry.read_wait = ws.config.read_wait
                 ws.embed_wait = entry.read_wait
+                ws.write_wait = entry.let_go
                 # The same stores and variables with another config: a config.yaml was edited.
                 # The old workspace must go now, not when it has idled out: both would keep
                 # the same .index/ current, each taking the other's writes for damage.
@@ -248,8 +263,13 @@ class Workspaces:
                 why = why_gone(key, entry)
                 if why is None:
                     continue
-                # A workspace in use (its lock held) stays; entry_for refreshes last_used first.
-                if entry.lock.acquire(blocking=False):
+                # A workspace in use (its lock held, or let go for a wait: a request counts
+                # itself before it lets go) stays; entry_for refreshes last_used first.
+                taken = entry.lock.acquire(blocking=False)
+                if taken and entry.let_go_count:
+                    entry.lock.release()
+                    taken = False
+                if taken:
                     del self.entries[key]
                     entry.evicted = True
                     gone.append((entry, why))

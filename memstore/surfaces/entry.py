@@ -8,7 +8,7 @@ stdout/stderr text and exit code the in-process CLI would have produced. Anythin
 to ``memstore.surfaces.cli.main``, which answers in-process and starts a daemon for next time.
 
 Wire protocol (JSON lines, one request and one answer per connection):
-    {"verb": "cli", "version", "cwd", "env", "argv", "stdin", "tty"}
+    {"verb": "cli", "version", "cwd", "env", "argv", "stdin", "tty", "new_id"}
     -> {"stdout", "stderr", "exit_code"} | {"fallback": true} | {"restart": true}
 """
 
@@ -27,6 +27,7 @@ from .wire import (
     disabled,
     exchange,
     forwarded_env,
+    fresh_id,
     timeout_error,
     verb_of,
     warn_untrusted,
@@ -38,9 +39,10 @@ REMOTE_VERBS = ("read", "write", "create", "update", "show", "list", "context")
 WRITING_VERBS = ("write", "create", "update")
 
 
-def remote(argv: list[str], stdin: str | None) -> int | None:
+def remote(argv: list[str], stdin: str | None, new_id: str | None = None) -> int | None:
     """Run ``argv`` in the daemon: the exit code once its output is written, or None to run
-    in-process (nothing was written, nothing happened in the store)."""
+    in-process (nothing happened in the store, or a write may have happened under ``new_id``,
+    the id the in-process run gives it too)."""
     verb = verb_of(argv)
     if verb not in REMOTE_VERBS or disabled() or "-h" in argv or "--help" in argv:
         return None
@@ -48,7 +50,7 @@ def remote(argv: list[str], stdin: str | None) -> int | None:
         WRITE_TIMEOUT if verb in WRITING_VERBS else READ_TIMEOUT)
     message: dict[str, object] = {
         "verb": "cli", "version": code_version(), "cwd": os.getcwd(), "env": forwarded_env(), "argv": argv,
-        "stdin": stdin, "tty": sys.stdout.isatty(),
+        "stdin": stdin, "tty": sys.stdout.isatty(), "new_id": new_id,
     }
     try:
         answer = exchange(message, timeout=timeout)
@@ -100,7 +102,10 @@ def main() -> int:
             stdin = raw.decode("utf-8") if len(raw) <= MAX_REQUEST_BYTES else None
         except UnicodeDecodeError:
             stdin = None
-    code = remote(argv, stdin) if raw is None or stdin is not None else None
+    # A write's id is fixed before its first attempt: a daemon killed mid-write answers nothing,
+    # and the in-process run below then finds that write instead of making a second one.
+    new_id = fresh_id() if verb_of(argv) in WRITING_VERBS else None
+    code = remote(argv, stdin, new_id) if raw is None or stdin is not None else None
     if code is not None:
         # The answer is written and flushed and this process holds nothing else: it leaves
         # without the interpreter's teardown (a final collection, every module freed), 2-10 ms
@@ -112,4 +117,4 @@ def main() -> int:
         sys.stdin = io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8")
     from .cli import main as cli_main
 
-    return cli_main(argv)
+    return cli_main(argv, new_id=new_id)

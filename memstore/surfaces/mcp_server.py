@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidRequest, MemstoreError, SchemaError, error_answer
+from ..store import ids
 from ..store.kinds import EPISODE_SOURCES
+from ..store.paths import check_path
 from ..store.relations import DISPUTE_RULE
 from .loadgc import LoadGC
 
@@ -114,16 +116,19 @@ class Backend:
 
         # The daemon takes the episode (and with it the default author) from the client's env.
         env = {"MEMSTORE_EPISODE": self.episode} if self.episode else None
-        forwarded = client.forward(verb, request=request, store=self.store, env=env)
+        # A write's id is fixed before its first attempt: if the daemon dies before it answers,
+        # the in-process run below finds that write instead of making a second one.
+        new_id = ids.new_id() if verb in ("write", "update") else None
+        forwarded = client.forward(verb, request=request, store=self.store, env=env, new_id=new_id)
         if forwarded is not None:
             answer, code = forwarded
             if code:
                 raise ToolFailure(answer)
             return answer
         with self.gc.transient():  # the store is loaded afresh and dropped after the answer
-            return self._in_process(verb, request)
+            return self._in_process(verb, request, new_id)
 
-    def _in_process(self, verb: str, request: dict[str, Any]) -> dict[str, Any]:
+    def _in_process(self, verb: str, request: dict[str, Any], new_id: str | None = None) -> dict[str, Any]:
         from . import client
 
         ws = self.workspace()
@@ -142,8 +147,8 @@ class Backend:
         from ..verbs import api
 
         if verb == "write":
-            return api.write(ws, request, author=self.author(ws))
-        return api.update(ws, request, author=self.author(ws))
+            return api.write(ws, request, author=self.author(ws), new_id=new_id)
+        return api.update(ws, request, author=self.author(ws), new_id=new_id)
 
     def context(self, args: dict[str, Any]) -> dict[str, Any]:
         """memory_context: through the daemon when one runs, like a read."""
@@ -462,6 +467,10 @@ def serve(store: str | None = None, repo: str | None = None) -> int:
     except ImportError as exc:  # pragma: no cover - mcp is a dependency; a broken install gets a clear line
         raise InvalidRequest(f"the MCP server needs the `mcp` package ({exc})", code="missing_dependency",
                              hint="pip install 'mcp>=2.3,<3'") from exc
+    # Refused at start, not at each tool call: a path no file can have (store/paths.py).
+    for given, name in ((store, "--store"), (repo, "--repo")):
+        if given:
+            check_path(given, name)
     if repo:
         # Clients that cannot set the server's working directory name the repository instead.
         try:

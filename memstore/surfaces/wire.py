@@ -36,7 +36,8 @@ except ImportError:  # pragma: no cover - not CPython
 
 SOCKET_NAME = "sock"
 # Reads are idempotent: a slow daemon means answering in-process. A write that was sent may
-# already have happened, so it waits longer and is never run twice.
+# already have happened, so it waits longer; one the daemon dropped unanswered is retried
+# in-process under the id the client fixed (``fresh_id``), which makes it the same write.
 READ_TIMEOUT = 30.0
 WRITE_TIMEOUT = 120.0
 CONNECT_TIMEOUT = 1.0
@@ -77,6 +78,19 @@ def code_version() -> str:
                 st = os.stat(os.path.join(folder, name))
                 parts.append(f"{rel}/{name}:{st.st_size}:{st.st_mtime_ns}")
     return f"{__version__}+{zlib.crc32(chr(10).join(parts).encode()):08x}"
+
+
+_ULID_CHARS = "0123456789abcdefghjkmnpqrstvwxyz"
+
+
+def fresh_id() -> str:
+    """A new ULID, the format of ``store.ids.new_id`` (48-bit ms time, 80 random bits), made here
+    because that module imports ``re``. A write fixes its id with this before its first attempt,
+    so the in-process retry after a daemon that died unanswered is the same write, not a second."""
+    import time
+
+    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
+    return "".join(_ULID_CHARS[(value >> shift) & 31] for shift in range(125, -1, -5))
 
 
 def forwarded_env(env: dict[str, str] | os._Environ[str] | None = None) -> dict[str, str]:

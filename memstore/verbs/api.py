@@ -4,16 +4,21 @@ MCP are thin layers over these functions; each takes a request dict and returns 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import os
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
+from ..errors import Conflict, InvalidFile, InvalidRequest, NoStore, SemanticError
 from ..errors import IntegrityError as LinkError
-from ..errors import InvalidRequest, NoStore, SemanticError
 from ..read.scopeview import ScopeView, scope_view
 from ..store import ids
-from ..store.disk import Store
+from ..store.disk import Store, event_from_file, memory_from_file
+from ..store.files import read_untrusted
 from ..store.graph import Graph, LinkIndex, build_graph, needs_review
-from ..store.model import Event, Memory, utc_now
+from ..store.model import KIND_DIRS, Event, Memory, utc_now
 from ..store.relations import relation_lists
 from ..store.trust import CONTENT_TRUST
 from ..store.validate import (
@@ -33,6 +38,11 @@ from .answers import ListAnswer, ListedMemory, ShowAnswer, UpdateAnswer, WriteAn
 _A = TypeVar("_A")
 
 DEFAULT_AUTHOR = "unknown"
+# How far from now the time in an id a caller fixes may lie (``new_id``): the id is made just
+# before a write's first attempt, and its retry follows within the client's write timeout
+# (120 s). An id outside this window is refused.
+FIXED_ID_PAST_MS = 3600 * 1000
+FIXED_ID_AHEAD_MS = 60 * 1000
 
 
 def _target_store(ws: Workspace, scope: str, *, commit: bool) -> Store:
@@ -73,9 +83,16 @@ def scope_links(ws: Workspace) -> ScopeView:
 
 
 # -- write ------------------------------------------------------------------------------------
-def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None) -> WriteAnswer:
-    """Validate and store one new memory. ``mode: dry_run`` runs every gate and writes nothing."""
+def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None,
+          new_id: str | None = None) -> WriteAnswer:
+    """Validate and store one new memory. ``mode: dry_run`` runs every gate and writes nothing.
+
+    ``new_id``: the id the memory takes, fixed by the caller before its first attempt, so that a
+    retry (the daemon died before it answered) is the same write: finding the file that attempt
+    left, it records it in git if it was not yet and answers as that attempt would have; it
+    never writes a second copy, and never overwrites or claims a file of other content."""
     check_schema("write", request)
+    fixed = _fixed_id(new_id) if new_id is not None else None
     req = copy.deepcopy(request)
     mem_req = req["memory"]
     mode = req.get("mode", "commit")
@@ -96,7 +113,7 @@ def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None) 
 
     def gated() -> WriteAnswer:
         mem = Memory(
-            id=ids.new_id(),
+            id=fixed or ids.new_id(),
             kind=mem_req["kind"],
             text=mem_req["text"].strip(),
             scope=mem_req["scope"],
@@ -108,6 +125,7 @@ def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None) 
             evidence=evidence,
             tags=list(dict.fromkeys(mem_req.get("tags") or [])),
         )
+        earlier = _earlier_memory(ws, store, mem, proposed) if fixed and commit else None
         answer: WriteAnswer = {"ok": True, "id": mem.id, "kind": mem.kind, "scope": mem.scope}
         if not req.get("allow_duplicate"):
             # Redundancy and contradiction are the agent's call: it is shown what is close
@@ -120,10 +138,10 @@ def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None) 
         if commit and proposed:
             from .pending import propose
 
-            answer["path"] = propose(store, mem)
+            answer["path"] = str(earlier) if earlier is not None else propose(store, mem)
             answer["pending"] = True
         elif commit:
-            path = store.create_memory(mem)
+            path = store.create_memory(mem) if earlier is None else store.record_memory_again(mem, earlier)
             ws.wrote(store, path)
             answer["path"] = store.display_path(store.relpath(path))
         else:
@@ -134,13 +152,17 @@ def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None) 
         answer["mode"] = mode
         return answer
 
-    return _locked(store, commit, gated)
+    return _locked(ws, store, commit, gated)
 
 
 # -- update -----------------------------------------------------------------------------------
-def update(ws: Workspace, request: dict[str, Any], *, author: str | None = None) -> UpdateAnswer:
-    """Append one update event: a utility vote, an archive toggle or a fact-update link."""
+def update(ws: Workspace, request: dict[str, Any], *, author: str | None = None,
+           new_id: str | None = None) -> UpdateAnswer:
+    """Append one update event: a utility vote, an archive toggle or a fact-update link.
+    ``new_id``: the event's id, fixed by the caller, as for ``write``: a retry answers with the
+    event its first attempt wrote."""
     check_schema("update", request)
+    fixed = _fixed_id(new_id) if new_id is not None else None
     req = copy.deepcopy(request)
     kind = req["type"]
     mode = req.get("mode", "commit")
@@ -153,7 +175,7 @@ def update(ws: Workspace, request: dict[str, Any], *, author: str | None = None)
     check_chars(stored)
     refs = parse_refs(refs_raw, "evidence_refs")
     check_secrets(stored)
-    ev = Event(id=ids.new_id(), type=kind, created=utc_now(), author=writer,
+    ev = Event(id=fixed or ids.new_id(), type=kind, created=utc_now(), author=writer,
                confidence=req.get("confidence"), rationale=(req.get("rationale") or "").strip())
     involved: list[Memory] = []
     if kind in ("utility_vote", "archive"):
@@ -193,10 +215,13 @@ def update(ws: Workspace, request: dict[str, Any], *, author: str | None = None)
     store = _target_store(ws, scope, commit=commit)
 
     def gated() -> UpdateAnswer:
+        earlier = _earlier_event(ws, store, ev) if fixed and commit else None
+        # A retry's event is in the history already: its effect is the one it had, as first answered.
+        links = scope_links(ws).links
         answer: UpdateAnswer = {"ok": True, "id": ev.id, "type": kind, "scope": scope,
-                                  "effect": _effect(scope_links(ws).links, ev)}
+                                "effect": _effect(links, ev) if earlier is None else _effect_again(links, ev)}
         if commit:
-            path = store.create_event(ev)
+            path = store.create_event(ev) if earlier is None else store.record_event_again(ev, earlier)
             ws.wrote(store, path)
             answer["path"] = store.display_path(store.relpath(path))
         else:
@@ -205,16 +230,91 @@ def update(ws: Workspace, request: dict[str, Any], *, author: str | None = None)
         answer["mode"] = mode
         return answer
 
-    return _locked(store, commit, gated)
+    return _locked(ws, store, commit, gated)
 
 
-def _locked(store: Store, commit: bool, gated: Callable[[], _A]) -> _A:
+def _locked(ws: Workspace, store: Store, commit: bool, gated: Callable[[], _A]) -> _A:
     """Run the gates and the write under the store's write lock when writing: the duplicate
     check and the file must see the same store (a dry run takes no lock)."""
     if commit:
-        with store.write_lock():
+        with store.write_lock(ws.write_wait):
             return gated()
     return gated()
+
+
+def _fixed_id(value: object) -> str:
+    """A caller's id for a new memory or event: a ULID made within the last hour. It may come
+    over the daemon's socket, so it is checked like any input before it names a file."""
+    if not ids.is_id(value):
+        raise InvalidRequest("the new id must be a 26-character lowercase ULID", field="id", code="bad_id")
+    assert isinstance(value, str)
+    age = time.time() * 1000 - ids.id_time_ms(value)
+    if not -FIXED_ID_AHEAD_MS <= age <= FIXED_ID_PAST_MS:
+        raise InvalidRequest(f"the new id {value} was not made in the last hour", field="id", code="bad_id",
+                             hint="leave the id out: memstore makes one")
+    return value
+
+
+def _id_taken(new_id: str, path: Path, why: str) -> Conflict:
+    return Conflict(f"the id {new_id} is taken: {path} {why}; nothing was written", field="id", code="id_taken",
+                    hint="leave the id out (memstore makes one), or give a new one")
+
+
+def _earlier_memory(ws: Workspace, store: Store, mem: Memory, proposed: bool) -> Path | None:
+    """The file an interrupted attempt of this very write left under its fixed id (same store,
+    kind, text and fields; only the time differs), or None when the id names no file yet. A
+    file of that id anywhere else, or of other content, is refused (``id_taken``): a fixed id
+    never overwrites a memory or answers for one it did not write. Called under the write lock."""
+    from .pending import PENDING_DIRNAME
+
+    expected = (store.local_dir / PENDING_DIRNAME) if proposed else store.root / KIND_DIRS[mem.kind]
+    places = [s.root / d for s in ws.stores() for d in KIND_DIRS.values()]
+    places += [s.local_dir / PENDING_DIRNAME for s in ws.stores()]
+    found: Path | None = None
+    for folder in dict.fromkeys([expected, *places]):
+        for path in sorted(folder.glob(f"{mem.id}-*.md")) if folder.is_dir() else []:
+            if folder != expected or found is not None:
+                raise _id_taken(mem.id, path, "holds another memory")
+            found = path
+    if found is None:
+        return None
+    try:
+        text = read_untrusted(found, store.max_file_bytes)
+        before = memory_from_file(found.relative_to(store.root).as_posix(), text, store.scope).created
+    except (InvalidFile, OSError, ValueError) as exc:
+        raise _id_taken(mem.id, found, "is not a memory this write made") from exc
+    if store.render_memory(dataclasses.replace(mem, created=before)) != text:
+        raise _id_taken(mem.id, found, "holds another memory")
+    mem.created = before
+    return found
+
+
+def _earlier_event(ws: Workspace, store: Store, ev: Event) -> Path | None:
+    """``_earlier_memory`` for an event: its file under the fixed id, or None."""
+    found: Path | None = None
+    for other in ws.stores():
+        path = other.root / "events" / f"{ev.id}.yaml"
+        if os.path.lexists(path):
+            if other.root != store.root:
+                raise _id_taken(ev.id, path, "holds another event")
+            found = path
+    if found is None:
+        return None
+    try:
+        text = read_untrusted(found, store.max_file_bytes)
+        before = event_from_file(found.relative_to(store.root).as_posix(), text, store.scope).created
+    except (InvalidFile, OSError, ValueError) as exc:
+        raise _id_taken(ev.id, found, "is not an event this update made") from exc
+    if store.render_event(dataclasses.replace(ev, created=before)) != text:
+        raise _id_taken(ev.id, found, "holds another event")
+    ev.created = before
+    return found
+
+
+def _effect_again(links: LinkIndex, ev: Event) -> dict[str, Any]:
+    """The effect a retried update's event had when its first attempt wrote it."""
+    with links.without(ev.id):
+        return _effect(links, ev)
 
 
 def _effect(links: LinkIndex, ev: Event) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from typing import Any
 from .. import gitops
 from ..store.files import atomic_write
 from ..store.model import Memory
+from ..store.paths import bounded, check_path
 from ..store.trust import CONTENT_TRUST, UNTRUSTED_RULE
 from ..store.workspace import Workspace
 
@@ -134,7 +135,8 @@ def tool_files(payload: dict[str, Any]) -> list[tuple[str, tuple[int, int] | Non
     """(path, line range or None) of each file a tool call names: ``tool_input.file_path`` (Claude
     Code's Read, Edit, Write, MultiEdit; Cursor's tools), ``notebook_path``, ``path``, a top-level
     ``file_path`` (Cursor's beforeReadFile, afterFileEdit), and the files of an ``apply_patch``
-    patch (Codex). A Read's ``offset``/``limit`` give its lines."""
+    patch (Codex). A Read's ``offset``/``limit`` give its lines. A path past the bounds of
+    ``store.paths`` (4096 bytes, 512 parts) names no file and is left out unlooked-at."""
     tool_input = payload.get("tool_input")
     if isinstance(tool_input, str):  # some agents send the tool's input as a JSON string
         try:
@@ -145,14 +147,15 @@ def tool_files(payload: dict[str, Any]) -> list[tuple[str, tuple[int, int] | Non
     out: list[tuple[str, tuple[int, int] | None]] = []
     lines = _lines(tool_input)
     for key in ("file_path", "notebook_path", "path"):
-        value = tool_input.get(key)
-        if isinstance(value, str) and value.strip():
+        value = bounded(tool_input.get(key))
+        if value is not None and value.strip():
             out.append((value, lines))
-    if isinstance(payload.get("file_path"), str) and payload["file_path"].strip():
-        out.append((payload["file_path"], None))
+    top = bounded(payload.get("file_path"))
+    if top is not None and top.strip():
+        out.append((top, None))
     for value in tool_input.values():
         if isinstance(value, str) and "*** " in value:
-            out += [(p.strip(), None) for p in _PATCH_FILE_RE.findall(value)]
+            out += [(p.strip(), None) for p in _PATCH_FILE_RE.findall(value) if bounded(p.strip()) is not None]
     return list(dict.fromkeys(out))
 
 
@@ -209,18 +212,35 @@ def _overlaps(cited: tuple[int, int] | None, asked: tuple[int, int] | None) -> b
     return cited is None or asked is None or (cited[0] <= asked[1] and asked[0] <= cited[1])
 
 
-def file_recall(ws: Workspace, payload: dict[str, Any], *, session: Any = None,
-                cwd: Path | None = None) -> dict[str, Any]:
+def payload_cwd(payload: dict[str, Any]) -> Path:
+    """The hook's working directory as its payload gives it, bounded (``store.paths``), resolved."""
+    return Path(check_path(str(payload.get("cwd") or "."), "cwd")).resolve()
+
+
+def touched_files(ws: Workspace, payload: dict[str, Any], cwd: Path) -> list[tuple[str, tuple[int, int] | None]]:
+    """(repo-relative path, lines or None) of each file in the repo a tool call names. This asks
+    the file system only, none of the workspace's projections: the daemon runs it before it takes
+    the workspace, so a path that is slow to resolve holds up no other request."""
+    out: list[tuple[str, tuple[int, int] | None]] = []
+    for raw, lines in tool_files(payload):
+        rel = repo_path(ws, raw, cwd)
+        if rel:
+            out.append((rel, lines))
+    return out
+
+
+def file_recall(ws: Workspace, payload: dict[str, Any], *, session: Any = None, cwd: Path | None = None,
+                files: list[tuple[str, tuple[int, int] | None]] | None = None) -> dict[str, Any]:
     """The memories whose evidence cites a file the tool call names (on overlapping lines when
-    both give lines): failed tactics and open problems first, then the newest."""
+    both give lines): failed tactics and open problems first, then the newest. ``files``: those
+    files as ``touched_files`` gives them, when the caller has them already."""
     from .api import scope_links
 
     here = (cwd or Path.cwd()).resolve()
     index = citations(ws)
     wanted: dict[str, None] = {}
-    for raw, lines in tool_files(payload):
-        rel = repo_path(ws, raw, here)
-        for mid, cited in index.get(rel or "", []) if rel else []:
+    for rel, lines in touched_files(ws, payload, here) if files is None else files:
+        for mid, cited in index.get(rel, []):
             if _overlaps(cited, lines):
                 wanted[mid] = None
     if not wanted:
@@ -319,17 +339,19 @@ def after_compaction(cwd: Path, session: Any) -> bool:
 
 
 def hook(ws: Workspace, event: str, payload: dict[str, Any], agent: str = "claude", *,
-         context_text: Callable[[Workspace], str] | None = None) -> dict[str, Any]:
+         context_text: Callable[[Workspace], str] | None = None,
+         files: list[tuple[str, tuple[int, int] | None]] | None = None) -> dict[str, Any]:
     """One hook call: the answer, with ``stdout`` the exact text the hook prints. ``context_text``:
-    the session-start context as text, which the first prompt after a compaction carries again."""
-    cwd = Path(str(payload.get("cwd") or ".")).resolve()
+    the session-start context as text, which the first prompt after a compaction carries again;
+    ``files``: a file event's ``touched_files``, when the caller has them already."""
+    cwd = payload_cwd(payload)
     session = payload.get("session_id") or payload.get("conversation_id")
     if event == "prompt":
         answer = prompt_recall(ws, str(payload.get("prompt") or ""), session=session, cwd=cwd)
         if context_text is not None and after_compaction(cwd, session):
             answer["text"] = context_text(ws) + answer["text"]
     elif event == "file":
-        answer = file_recall(ws, payload, session=session, cwd=cwd)
+        answer = file_recall(ws, payload, session=session, cwd=cwd, files=files)
     else:
         raise ValueError(f"unknown recall event {event!r}")
     answer["stdout"] = hook_output(agent, event, payload, answer["text"])

@@ -20,6 +20,7 @@ import pytest
 from conftest import git, make_git_repo, run_cli, write_req
 
 from memstore import gitops
+from memstore.store import ids
 from memstore.store.workspace import open_workspace
 from memstore.surfaces import client
 from memstore.verbs import api
@@ -137,3 +138,49 @@ def test_a_pull_that_puts_directories_in_the_index_under_a_running_daemon_breaks
     assert rc == 0 and out["results"], (out, err)
     for name in ("meta.json", "vectors.faiss", "generation", "index.lock", "catalog.json"):
         assert not (index / name).is_dir(), name
+
+
+def _send(env: dict[str, str], verb: str, cwd: Path, request: Any, new_id: Any) -> tuple[dict[str, Any], int]:
+    """A write or update as it arrives on the daemon's socket, with the id its sender fixed."""
+    msg = {"verb": verb, "version": client.code_version(), "cwd": str(cwd), "store": None,
+           "env": client.forwarded_env(env), "request": request, "new_id": new_id}
+    reply = client.call(msg, timeout=120, env=env)
+    return reply["answer"], int(reply["exit_code"])
+
+
+def test_an_id_fixed_by_the_sender_is_checked_and_never_takes_a_file(tmp_path: Path,
+                                                                      daemon_env: dict[str, str]) -> None:
+    """The daemon serves only its own user (test_other_users_daemon.py), and still takes the id a
+    write or update arrives with as input: a ULID made within the hour, that names no file of
+    other content in any store. A retry of the same write under its id answers with that write."""
+    repo = make_git_repo(tmp_path / "repo")
+    gitops.toplevel.cache_clear()
+    ws = open_workspace(cwd=repo)
+    api.init(ws)
+    kept = api.write(ws, write_req("fact", "The payments service retries each webhook three times."))
+    vote = api.update(ws, {"op": "update", "type": "utility_vote", "memory_id": kept["id"], "vote": 1})
+    git(repo, "add", "-A", ".memory")
+    git(repo, "commit", "-q", "-m", "memories")
+    kept_file = repo / kept["path"]
+    before = {p: p.read_bytes() for p in (repo / ".memory").rglob("*") if p.is_file() and ".index" not in p.parts}
+    other = write_req("fact", "The staging cluster scales to zero nodes on weekends.")
+    stamp = (int(time.time() * 1000) - 2 * 3600 * 1000) << 80 | 12345  # a ULID made two hours ago
+    hour_ago = "".join(ids.ALPHABET[(stamp >> shift) & 31] for shift in range(125, -1, -5))
+    for bad in ("../../../etc/passwd", 12345, "01M8K58D5Z6C7YFRE9SYCXFYA7", hour_ago, "0" * 25):
+        answer, code = _send(daemon_env, "write", repo, other, bad)
+        assert code == 2 and answer["error"]["code"] == "bad_id", (bad, answer)
+    # Another memory's id, or an event's, never overwrites it nor answers for it.
+    answer, code = _send(daemon_env, "write", repo, other, kept["id"])
+    assert code == 4 and answer["error"]["code"] == "id_taken", answer
+    answer, code = _send(daemon_env, "update", repo, {"op": "update", "type": "utility_vote",
+                                                      "memory_id": kept["id"], "vote": -1}, vote["id"])
+    assert code == 4 and answer["error"]["code"] == "id_taken", answer
+    after = {p: p.read_bytes() for p in (repo / ".memory").rglob("*") if p.is_file() and ".index" not in p.parts}
+    assert after == before and kept_file.read_bytes() == before[kept_file]
+    # The same write twice under one fresh id: one file, the same answer.
+    fresh = ids.new_id()
+    first, code = _send(daemon_env, "write", repo, other, fresh)
+    assert code == 0 and first["id"] == fresh, first
+    again, code = _send(daemon_env, "write", repo, other, fresh)
+    assert code == 0 and again == first
+    assert len(list((repo / ".memory" / "facts").glob(f"{fresh}-*.md"))) == 1
