@@ -87,6 +87,9 @@ def test_claude_writes_hooks_mcp_and_guide_and_a_second_run_changes_nothing(
         "SessionStart": [{"matcher": "startup|clear", "hooks": command("session-start")}],
         "UserPromptSubmit": [{"hooks": command("prompt")}],
         "PreToolUse": [{"matcher": "Read|Edit|Write|MultiEdit", "hooks": command("file")}],
+        # every tool call's outcome, succeeded or failed, goes to the session's episode
+        "PostToolUse": [{"hooks": command("tool")}],
+        "PostToolUseFailure": [{"hooks": command("tool")}],
         "PreCompact": [{"hooks": command("compact")}],
         "Stop": [{"hooks": command("stop")}],
     }
@@ -131,6 +134,7 @@ def test_codex_writes_a_toml_table_and_agents_md(repo: Path, cli: Callable[..., 
         "UserPromptSubmit": [{"hooks": [{"type": "command", "command": hook("codex", "prompt")}]}],
         "PreToolUse": [{"matcher": "apply_patch|Edit|Write",
                         "hooks": [{"type": "command", "command": hook("codex", "file")}]}],
+        "PostToolUse": [{"hooks": [{"type": "command", "command": hook("codex", "tool")}]}],
         "Stop": [{"hooks": [{"type": "command", "command": hook("codex", "stop")}]}]}}
     assert "## Long-term memory (memstore)" in (repo / "AGENTS.md").read_text()
     code, again, _ = cli("integrate", "codex", cwd=repo)
@@ -150,6 +154,7 @@ def test_cursor_writes_mcp_json_and_a_rule_with_frontmatter(repo: Path, cli: Cal
     assert json.loads((repo / ".cursor/hooks.json").read_text()) == {"version": 1, "hooks": {
         "sessionStart": [{"command": hook("cursor", "session-start")}],
         "postToolUse": [{"command": hook("cursor", "file")}],
+        "postToolUseFailure": [{"command": hook("cursor", "tool")}],
         "stop": [{"command": hook("cursor", "stop")}]}}
     rule = (repo / ".cursor/rules/memstore.mdc").read_text()
     head, sep, body = rule.removeprefix("---\n").partition("\n---\n")

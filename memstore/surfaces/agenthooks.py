@@ -37,8 +37,9 @@ if TYPE_CHECKING:
 # ``prompt`` and ``file`` run on every prompt and every file tool call: their path through a
 # running daemon imports no more than entry.py does (json, os, socket); the rest loads only to
 # answer in-process, when no daemon runs.
-EVENTS = ("session-start", "prompt", "file", "compact", "stop")  # as store.kinds.AGENT_HOOK_EVENTS
-RECALL_EVENTS = ("prompt", "file")
+EVENTS = ("session-start", "prompt", "file", "tool", "compact", "stop")  # as store.kinds.AGENT_HOOK_EVENTS
+# Answered by the warm daemon when one runs: they fire on every prompt and every tool call.
+RECALL_EVENTS = ("prompt", "file", "tool")
 AGENTS = ("claude", "codex", "cursor")
 MAX_INPUT = 1 << 20
 # Seconds a recall hook may take before it gives up and injects nothing (MEMSTORE_HOOK_BUDGET):
@@ -48,13 +49,17 @@ BUDGET_SECONDS = 5.0
 LOG_NAME = "hooks.log"
 
 
-def reflect_request(python: str) -> str:
+def reflect_request(python: str, session: str | None = None) -> str:
     from ..verbs.integrate import shell_command
 
+    args = ("reflect", "--session", session) if session else ("reflect",)
+    tool = f"the memory_reflect tool with session {session!r}" if session else "the memory_reflect tool"
     return ("memstore: before you finish, record what this session learned. Run "
-            f"`{shell_command(python, 'reflect')}` (or call the memory_reflect tool): it lists the session's "
-            "events, the memories you read (vote on them) and a checklist of what to write - problems met, "
-            "what worked, what failed, facts, preferences - each with evidence. In review mode, propose the "
+            f"`{shell_command(python, *args)}` (or call {tool}): it lists this session's "
+            "events, the memories it was given with a vote request for each (send your votes at once with "
+            f"`{shell_command(python, 'vote')}` on stdin), candidate lessons found in the events and a checklist "
+            "of what to write - problems met, what worked, what failed, facts, preferences - each with evidence. "
+            "In review mode, propose the "
             "memories to the user before writing them. If nothing is worth keeping, say so in one line and stop. "
             "(memstore asks this once per session.)")
 
@@ -70,7 +75,7 @@ def run_hook(event: str, stdin: str | None = None, agent: str = "claude") -> int
 
         text = sys.stdin.read(MAX_INPUT) if stdin is None else stdin
         payload = json.loads(text) if text.strip() else {}
-        payload = common_payload(payload if isinstance(payload, dict) else {})
+        payload = _clean_payload(common_payload(payload if isinstance(payload, dict) else {}))
         cwd = Path(str(payload.get("cwd") or ".")).resolve()
         if event == "session-start":
             _session_start(payload, cwd, agent)
@@ -102,6 +107,12 @@ def context_output(agent: str, text: str) -> str:
     if agent == "claude":
         return text  # a SessionStart hook's stdout on exit 0 is added to the context
     return json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": text}}) + "\n"
+
+
+def _clean_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    from ..verbs.sessions import clean
+
+    return clean(payload)
 
 
 def session_context(ws: Any) -> str:
@@ -210,7 +221,7 @@ def _in_process(event: str, payload: dict[str, Any], agent: str, deadline: float
     from pathlib import Path
 
     from ..store.workspace import open_workspace
-    from ..verbs.recall import hook
+    from ..verbs.sessions import hook
     from . import client
 
     left = deadline - time.monotonic()
@@ -259,12 +270,35 @@ def _session_start(payload: dict[str, Any], cwd: Path, agent: str) -> None:
         elif note.get("compacted"):
             save_note(path, {**note, "compacted": False})  # this start carries the context again
     from ..store.workspace import open_workspace
+    from ..verbs.sessions import session
     from . import client
 
     ws = open_workspace(cwd=cwd)
+    try:
+        sess = session(ws, cwd, payload, agent)  # the session's episode, from its first hook call
+    except Exception as exc:  # capture fails open; the context is still given
+        sys.stderr.write(f"memstore: session not recorded: {type(exc).__name__}: {exc}\n")
+        sess = None
+    if sess is not None:
+        _export_episode(sess.episode)
     sys.stdout.write(context_output(agent, session_context(ws)))
     if client.autostarts(ws.config):  # warm for the prompt and file hooks that follow
         client.autostart(ws.config)
+
+
+def _export_episode(episode: str) -> None:
+    """Name the session's episode to the agent's shell commands: Claude Code gives a SessionStart
+    hook ``CLAUDE_ENV_FILE``, whose ``export`` lines the session's later Bash commands run with, so
+    a ``memstore write`` or ``vote`` there logs to this session's episode (MEMSTORE_EPISODE)."""
+    target = os.environ.get("CLAUDE_ENV_FILE")
+    if not target:
+        return
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return
+    with os.fdopen(fd, "a", encoding="utf-8") as f:
+        f.write(f"export MEMSTORE_EPISODE={episode}\n")
 
 
 def _compact(payload: dict[str, Any], cwd: Path) -> None:
@@ -299,6 +333,12 @@ def _stop(payload: dict[str, Any], cwd: Path, agent: str) -> None:
     save_note(path, {**note, "asked": True})
     import json
 
-    reason = reflect_request(sys.executable)
+    from ..store.workspace import open_workspace
+    from ..verbs.sessions import session_of, stop_note
+
+    sid = session_of(payload)
+    # the cap's count goes into the episode before the agent reads it
+    episode = stop_note(open_workspace(cwd=cwd), cwd, payload, agent)
+    reason = reflect_request(sys.executable, sid if episode else None)
     answer = {"followup_message": reason} if agent == "cursor" else {"decision": "block", "reason": reason}
     sys.stdout.write(json.dumps(answer) + "\n")

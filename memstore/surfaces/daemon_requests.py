@@ -121,7 +121,7 @@ class Requests:
                 finally:
                     self._work.embed_after_reply(entry)
             if verb == "recall":  # an agent hook's per-prompt or per-file injection (agenthooks)
-                from ..verbs.recall import hook
+                from ..verbs.sessions import hook
                 from .agenthooks import session_context
 
                 ws.embed_wait = 0.0 if self._work.embedding(entry) else entry.read_wait
@@ -150,6 +150,9 @@ class Requests:
             finally:
                 for root in entry.roots():
                     watcher.watch(root)
+            from ..store.episodes import log_change
+
+            log_change(ws, dict(answer), request if isinstance(request, dict) else {}, episode)
             # Our own write must be visible to the very next read, before inotify reports it:
             # by path, so that read re-reads one file rather than walking the store.
             written = _written(ws, answer)

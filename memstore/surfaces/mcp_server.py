@@ -139,11 +139,23 @@ class Backend:
             if autostart and "partial" in answer:
                 client.autostart(ws.config, warm=None if self.store else os.getcwd())
             return answer
+        from ..store.episodes import log_change
         from ..verbs import api
 
         if verb == "write":
-            return api.write(ws, request, author=self.author(ws))
-        return api.update(ws, request, author=self.author(ws))
+            answer = api.write(ws, request, author=self.author(ws))
+        else:
+            answer = api.update(ws, request, author=self.author(ws))
+        log_change(ws, dict(answer), request, self.episode)  # the daemon logs what it answers
+        return answer
+
+    def vote(self, args: dict[str, Any]) -> dict[str, Any]:
+        """memory_vote: several votes at once, in-process (a vote run writes one small file each)."""
+        from ..verbs.api import vote
+
+        with self.gc.transient():
+            ws = self.workspace()
+            return vote(ws, args, author=self.author(ws), episode=self.episode)
 
     def context(self, args: dict[str, Any]) -> dict[str, Any]:
         """memory_context: through the daemon when one runs, like a read."""
@@ -306,6 +318,8 @@ def _episode_end(b: Backend, args: dict[str, Any]) -> dict[str, Any]:
 def _reflect(b: Backend, args: dict[str, Any]) -> dict[str, Any]:
     from ..verbs.guide import reflect
 
+    if not args.get("episode") and args.get("session") is not None:
+        return reflect(b.workspace(), session=str(args["session"]), cwd=Path.cwd())
     return reflect(b.workspace(), args.get("episode") or b.episode)
 
 
@@ -365,10 +379,18 @@ TOOLS: tuple[Tool, ...] = (
          _object({"outcome": {"type": "string", "description": "How the session ended."}, "episode": _EPISODE_ID}),
          _episode_end),
     Tool("memory_reflect", "Session-end checklist",
-         "The session-end review of an episode (default: this session's): its events, the memories read "
-         "during it that it did not write (with ready-to-fill vote requests) and a checklist of memories to "
-         "write, with templates.",
-         _object({"episode": _EPISODE_ID}), _reflect, read_only=True),
+         "The session-end review of an episode (default: this session's; `session`: the agent session id the "
+         "hooks saw, as the Stop hook names it): its events, the memories read during it that it did not write "
+         "and those the hooks injected (each with a ready-to-fill vote request), candidate lessons found in its "
+         "tool calls, and a checklist of memories to write, with templates.",
+         _object({"episode": _EPISODE_ID, "session": {"type": "string", "description": "The agent's session id "
+                  "(Claude Code / Codex session_id, Cursor conversation_id)."}}), _reflect, read_only=True),
+    Tool("memory_vote", "Vote on several memories",
+         "Record several utility votes at once: memory_reflect's `vote` requests with `vote` filled in (+1 "
+         "helped, -1 misled; null skips one). All are checked first; if one is refused, none is written.",
+         _object({"votes": {"type": "array", "items": {"type": "object"},
+                            "description": "utility_vote requests (memory_id, vote, problem_id, evidence_refs)"}},
+                 ("votes",)), lambda b, a: b.vote(a)),
 )
 TOOLS_BY_NAME = {t.name: t for t in TOOLS}
 
