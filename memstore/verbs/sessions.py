@@ -14,7 +14,7 @@ to the same episode, whoever else works in the checkout. Logged, as events:
 
 Everything goes through ``store.episodes.log``, which redacts secrets before anything reaches
 disk and caps each event's text (``episodes.max_event_chars``). A session keeps at most
-``MAX_EVENTS`` events; what the cap drops is counted in the note and written into the episode as
+``episodes.max_session_events`` events; what the cap drops is counted in the note and written into the episode as
 one ``op: dropped`` row when the session is asked to reflect, so nothing is lost silently.
 
 Control characters in what the agent sends (a coloured log pasted into a prompt) are taken out
@@ -34,7 +34,6 @@ from ..store.disk import episode_rows, episode_tail
 from ..store.workspace import Workspace
 from . import recall
 
-MAX_EVENTS = 2000  # events one session's episode keeps; past it they are counted, not kept
 MAX_COMMAND = 1000  # characters of a tool call's command kept in its event
 MAX_OUTPUT = 1500  # characters of a tool call's output kept (its tail: where errors are)
 MAX_FILES = 20
@@ -88,13 +87,14 @@ class Session:
         self.path = path
         self.note_file = note_file
         self.note = note
+        self.cap = int(ws.config.number("episodes", "max_session_events"))
 
     def log(self, source: str, content: str, extra: dict[str, Any]) -> str | None:
         """Append one event; its ref, or None when the session's cap dropped it (counted)."""
         last, ended = episode_tail(self.path)
         if ended:
             return None
-        if last >= MAX_EVENTS:
+        if last >= self.cap:
             self.note = {**(recall.load_note(self.note_file) or self.note)}
             self.note["dropped"] = int(self.note.get("dropped") or 0) + 1
             recall.save_note(self.note_file, self.note)
@@ -107,9 +107,9 @@ class Session:
         dropped, written = int(note.get("dropped") or 0), int(note.get("dropped_logged") or 0)
         if dropped > written:
             with contextlib.suppress(Exception):
-                episodes.log(self.ws, "memstore", f"{dropped - written} events past the cap of {MAX_EVENTS} "
+                episodes.log(self.ws, "memstore", f"{dropped - written} events past the cap of {self.cap} "
                              "per session were not kept", episode_id=self.episode,
-                             extra={"op": "dropped", "dropped": dropped - written, "cap": MAX_EVENTS})
+                             extra={"op": "dropped", "dropped": dropped - written, "cap": self.cap})
                 recall.save_note(self.note_file, {**note, "dropped_logged": dropped})
         return dropped
 
@@ -232,7 +232,10 @@ def tool_event(ws: Workspace, payload: dict[str, Any], cwd: Path) -> tuple[str, 
     event = str(payload.get("hook_event_name") or "")
     tool = str(payload.get("tool_name") or ("Shell" if event == "afterShellExecution" else
                                              "Edit" if event == "afterFileEdit" else "tool"))[:100]
-    command = tool_input.get("command", payload.get("command") if event == "afterShellExecution" else None)
+    edit = tool in EDIT_TOOLS or event == "afterFileEdit"
+    # an edit's input is its patch (Codex's apply_patch sends it as `command`): its files say what it did
+    command = None if edit else tool_input.get("command", payload.get("command") if event == "afterShellExecution"
+                                                   else None)
     if isinstance(command, list):
         command = " ".join(str(c) for c in command)
     command = " ".join(str(command).split())[:MAX_COMMAND] if isinstance(command, str) and command.strip() else None
@@ -250,7 +253,7 @@ def tool_event(ws: Workspace, payload: dict[str, Any], cwd: Path) -> tuple[str, 
         extra["files"] = files
     if code is not None:
         extra["exit_code"] = code
-    if tool in EDIT_TOOLS or event == "afterFileEdit":
+    if edit:
         extra["edit"] = True
     return content, extra
 
