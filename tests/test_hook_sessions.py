@@ -59,7 +59,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
             repo = life.make_repo(agent)
             setattr(life, f"ids_{agent}", _seed(life, repo))
     for agent in ("claude", "codex"):
-        code, ans, err = life.cli("integrate", agent, cwd=life.base / agent)
+        code, _, err = life.cli("integrate", agent, cwd=life.base / agent)
         assert code == 0, err
     life.proc = life.start("--idle", "600")  # type: ignore[attr-defined]
     yield life
@@ -165,6 +165,7 @@ def test_a_claude_code_session_closes_the_loop(world: Env, tmp_path: Path) -> No
     repo, ids = world.base / "claude", world.ids_claude  # type: ignore[attr-defined]
     # an older session, ended: reflect must never fall back to it
     code, old, err = world.cli("episode", "start", "--agent", "claude-code", "--task", "old work", cwd=repo)
+    assert code == 0, err
     for i in range(18):
         world.cli("episode", "log", "--source", "tool", "--content", f"old event {i}", cwd=repo)
     world.cli("episode", "end", "--outcome", "success", cwd=repo)
@@ -226,6 +227,7 @@ def test_a_codex_session_closes_the_loop(world: Env) -> None:
     (stop,) = codex.run("Stop", stop_hook_active=False, last_assistant_message="Fixed.", **common)
     reason = json.loads(stop)["reason"]
     code, listed, err = world.cli("episode", "list", "--json-out", cwd=repo)
+    assert code == 0, err
     (mine,) = [e for e in listed["episodes"] if e["agent"] == "codex"]
     got = _close_the_loop(world, repo, ids, "019a-codex-thread", reason, {})
     _check_loop(world, repo, ids, got, mine["episode"])
@@ -240,4 +242,4 @@ def test_reflect_never_falls_back_to_an_ended_episode(repo: Path) -> None:
     code, out, err = run_cli(("reflect", "--json-out"), cwd=repo, env=env)
     assert code == 3 and out["error"]["code"] == "not_found", out
     code, out, err = run_cli(("reflect", "--session", "never-seen", "--json-out"), cwd=repo, env=env)
-    assert code == 3 and out["error"]["field"] == "session"
+    assert code == 3 and out["error"]["field"] == "session", err
