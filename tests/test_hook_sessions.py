@@ -243,3 +243,18 @@ def test_reflect_never_falls_back_to_an_ended_episode(repo: Path) -> None:
     assert code == 3 and out["error"]["code"] == "not_found", out
     code, out, err = run_cli(("reflect", "--session", "never-seen", "--json-out"), cwd=repo, env=env)
     assert code == 3 and out["error"]["field"] == "session", err
+
+
+def test_a_pasted_log_does_not_silence_the_prompt_hook_but_a_write_still_refuses_it(world: Env) -> None:
+    repo, ids = world.base / "claude", world.ids_claude  # type: ignore[attr-defined]
+    agent = Agent(world, repo, repo / ".claude" / "settings.json", "pasted-log-1")
+    told = _context(agent.run("UserPromptSubmit", prompt=PASTED))
+    assert ids["problem"] in told
+    # what the hook cleans is only what it reads: a write of the same text is refused, nothing written
+    before = sorted(p.name for p in (repo / ".memory" / "problems").iterdir())
+    request = {"op": "write", "memory": {"kind": "problem", "scope": "repo", "text": PASTED,
+                                         "evidence_refs": ["user:pasted"]}}
+    code, out, err = run_cli(("write", "--json", "-", "--json-out"), cwd=repo, env=world.env(),
+                             input=json.dumps(request))
+    assert code == 2 and out["error"]["code"] == "bad_chars", err
+    assert sorted(p.name for p in (repo / ".memory" / "problems").iterdir()) == before
