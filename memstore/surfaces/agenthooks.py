@@ -69,6 +69,8 @@ def run_hook(event: str, stdin: str | None = None, agent: str = "claude") -> int
     read from stdin); ``agent``: whose output format ``prompt`` and ``file`` answer in."""
     if event in RECALL_EVENTS:
         return _recall(event, stdin, agent)
+    if event == "session-start":
+        return _start(stdin, agent)
     try:
         import json
         from pathlib import Path
@@ -77,9 +79,7 @@ def run_hook(event: str, stdin: str | None = None, agent: str = "claude") -> int
         payload = json.loads(text) if text.strip() else {}
         payload = _clean_payload(common_payload(payload if isinstance(payload, dict) else {}))
         cwd = Path(str(payload.get("cwd") or ".")).resolve()
-        if event == "session-start":
-            _session_start(payload, cwd, agent)
-        elif event == "compact":
+        if event == "compact":
             _compact(payload, cwd)
         elif event == "stop":
             _stop(payload, cwd, agent)
@@ -188,6 +188,12 @@ def _recall(event: str, stdin: str | None, agent: str) -> int:
 
 def _through_daemon(event: str, payload: dict[str, Any], agent: str, budget: float) -> str | None:
     """The hook's stdout from a running daemon, or None when none answers (run in-process)."""
+    body = _ask_daemon(event, payload, agent, budget)
+    return None if body is None else str(body.get("stdout") or "")
+
+
+def _ask_daemon(event: str, payload: dict[str, Any], agent: str, budget: float) -> dict[str, Any] | None:
+    """The daemon's answer to a hook call, or None when none answers (run in-process)."""
     from . import wire
 
     if wire.disabled():
@@ -210,7 +216,7 @@ def _through_daemon(event: str, payload: dict[str, Any], agent: str, budget: flo
     if not isinstance(body, dict) or answer.get("exit_code"):
         err = body.get("error") if isinstance(body, dict) else None
         raise RuntimeError(f"daemon: {err}")
-    return str(body.get("stdout") or "")
+    return body
 
 
 def _in_process(event: str, payload: dict[str, Any], agent: str, deadline: float) -> str:
@@ -258,7 +264,61 @@ def _fingerprint(cwd: Path) -> str:
     return hashlib.sha256(f"{head}\0{status}".encode()).hexdigest()
 
 
-def _session_start(payload: dict[str, Any], cwd: Path, agent: str) -> None:
+def _start(stdin: str | None, agent: str) -> int:
+    """``session-start``: the context and the session's episode, from the warm daemon when one runs
+    (the retrieval stack is loaded there: ~1.5 s saved per session start), else in-process, which
+    starts a daemon for the hooks that follow. Fails open with one line on stderr."""
+    from .wire import loads
+
+    budget = _budget()
+    try:
+        text = sys.stdin.read(MAX_INPUT) if stdin is None else stdin
+        payload = loads(text) if text.strip() else {}
+        payload = common_payload(payload if isinstance(payload, dict) else {})
+        cwd = payload.get("cwd")
+        payload = {**payload, "cwd": os.path.realpath(cwd if isinstance(cwd, str) and cwd else ".")}
+        body = _ask_daemon("session-start", payload, agent, budget)
+        if body is None:
+            from pathlib import Path
+
+            from ..store.workspace import open_workspace
+            from . import client
+
+            ws = open_workspace(cwd=Path(payload["cwd"]))
+            body = session_start_answer(ws, payload, agent)
+            if client.autostarts(ws.config):  # warm for the prompt and file hooks that follow
+                client.autostart(ws.config)
+        if body.get("episode"):
+            _export_episode(str(body["episode"]))
+        sys.stdout.write(str(body.get("stdout") or ""))
+        sys.stdout.flush()
+    except _Overrun:
+        sys.stderr.write(f"memstore: session-start hook skipped: over the {budget:g} s budget\n")
+    except Exception as exc:  # the hooks' one error boundary: fail open
+        sys.stderr.write(f"memstore: session-start hook skipped: {type(exc).__name__}: {exc}\n")
+    return 0
+
+
+def session_start_answer(ws: Any, payload: dict[str, Any], agent: str) -> dict[str, Any]:
+    """What ``session-start`` answers, here or in the daemon: ``stdout`` (the context as the agent
+    reads it) and the session's ``episode``, opened at this first hook call."""
+    from pathlib import Path
+
+    from ..verbs.sessions import clean, session
+
+    payload = clean(payload)
+    cwd = Path(str(payload.get("cwd") or ".")).resolve()
+    _session_note(payload, cwd)
+    episode = None
+    try:
+        sess = session(ws, cwd, payload, agent)
+        episode = sess.episode if sess is not None else None
+    except Exception as exc:  # capture fails open; the context is still given
+        _log(f"{agent} session-start: session not recorded: {type(exc).__name__}: {exc}")
+    return {"ok": True, "episode": episode, "stdout": context_output(agent, session_context(ws))}
+
+
+def _session_note(payload: dict[str, Any], cwd: Path) -> None:
     from ..verbs.recall import load_note, note_path, prune_notes, save_note
 
     path = note_path(cwd, payload.get("session_id"))
@@ -269,21 +329,6 @@ def _session_start(payload: dict[str, Any], cwd: Path, agent: str) -> None:
             prune_notes(path.parent)
         elif note.get("compacted"):
             save_note(path, {**note, "compacted": False})  # this start carries the context again
-    from ..store.workspace import open_workspace
-    from ..verbs.sessions import session
-    from . import client
-
-    ws = open_workspace(cwd=cwd)
-    try:
-        sess = session(ws, cwd, payload, agent)  # the session's episode, from its first hook call
-    except Exception as exc:  # capture fails open; the context is still given
-        sys.stderr.write(f"memstore: session not recorded: {type(exc).__name__}: {exc}\n")
-        sess = None
-    if sess is not None:
-        _export_episode(sess.episode)
-    sys.stdout.write(context_output(agent, session_context(ws)))
-    if client.autostarts(ws.config):  # warm for the prompt and file hooks that follow
-        client.autostart(ws.config)
 
 
 def _export_episode(episode: str) -> None:

@@ -127,8 +127,13 @@ class Requests:
                 ws.embed_wait = 0.0 if self._work.embedding(entry) else entry.read_wait
                 try:
                     payload = args.get("payload")
-                    return hook(ws, str(args.get("event")), payload if isinstance(payload, dict) else {},
-                                str(args.get("agent") or "claude"), context_text=session_context), 0
+                    payload = payload if isinstance(payload, dict) else {}
+                    if args.get("event") == "session-start":
+                        from .agenthooks import session_start_answer
+
+                        return session_start_answer(ws, payload, str(args.get("agent") or "claude")), 0
+                    return hook(ws, str(args.get("event")), payload, str(args.get("agent") or "claude"),
+                                context_text=session_context), 0
                 finally:
                     self._work.embed_after_reply(entry)
             if verb == "show":
