@@ -76,7 +76,7 @@ def test_tools_schemas_instructions_and_guide(repo: Path) -> None:
     got = run_mcp(repo, script, env={"MEMSTORE_MAX_TEXT_CHARS": "3000"})
     tools = got["tools"]
     assert set(tools) == {"memory_read", "memory_write", "memory_update", "memory_context", "memory_guide",
-                          "episode_start", "episode_log", "episode_end", "memory_reflect"}
+                          "episode_start", "episode_log", "episode_end", "memory_reflect", "memory_vote"}
     # One source of truth: the input schemas are the shipped request schemas, in compact form
     # (issue #15.4: the full ones, with $id and allOf, made the list ~15k characters).
     for verb in ("read", "write", "update"):

@@ -51,7 +51,8 @@ with the problem in words before trying fixes: have we seen this before, what wo
 - Log key events with episode_log (user requests, decisions, failing and passing commands); its \
 `ref` (event:<episode>:<seq>) is the evidence to cite in memory_write.
 - Session end: memory_reflect lists what to write (problems, solutions, failed tactics, changes, \
-facts, preferences) and the memories you read, to vote on with memory_update; then episode_end.
+facts, preferences) and the memories you read or were given, to vote on all at once with memory_vote; \
+then episode_end.
 memory_read / memory_write / memory_update take the same JSON requests as \
 `memstore read|write|update --json -` (the `op` field is optional). memory_guide has the full guide \
 (kinds, evidence refs, write mode: in review mode propose memories to the user before writing)."""
@@ -60,7 +61,7 @@ MCP_PREFACE = """\
 > You are connected to memstore over MCP. The tools stand for the commands below: memory_read, \
 memory_write and memory_update take the same JSON requests as `memstore read|write|update --json -` \
 (`op` may be omitted); episode_start / episode_log / episode_end are `memstore episode start|log|end`; \
-memory_context is `memstore context`; memory_reflect is `memstore reflect`.
+memory_context is `memstore context`; memory_reflect is `memstore reflect`; memory_vote is `memstore vote`.
 
 """
 
