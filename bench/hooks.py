@@ -181,6 +181,10 @@ def latency(n: int, reps: int, data_dir: Path) -> dict[str, Any]:
         socket_file = [in_daemon("file", {"session_id": f"d{i}", "cwd": str(repo), "tool_name": "Read",
                                           "tool_input": {"file_path": str(repo / "src" / "app.py")}})
                        for i in range(reps)]
+        socket_tool = [in_daemon("tool", {"session_id": f"d{i}", "cwd": str(repo), "hook_event_name": "PostToolUse",
+                                          "tool_name": "Bash", "tool_input": {"command": "pytest -q"},
+                                          "tool_response": {"stdout": "3 passed", "stderr": ""}})
+                       for i in range(reps)]
         base, prompt_t, file_t, tool_t, start_t = [], [], [], [], []
         injected = 0
         for i in range(reps):
@@ -211,7 +215,8 @@ def latency(n: int, reps: int, data_dir: Path) -> dict[str, Any]:
             "session_start_hook_ms": {"p50": ms(start_t, 50), "p95": ms(start_t, 95)},
             "file_hook_injected": f"{injected}/{reps}",
             "in_daemon_ms": {"prompt": {"p50": ms(socket_prompt, 50), "p95": ms(socket_prompt, 95)},
-                             "file": {"p50": ms(socket_file, 50), "p95": ms(socket_file, 95)}},
+                             "file": {"p50": ms(socket_file, 50), "p95": ms(socket_file, 95)},
+                             "tool": {"p50": ms(socket_tool, 50), "p95": ms(socket_tool, 95)}},
             "reps": reps,
         })
         out["prompt_p95_over_python_ms"] = round(out["prompt_hook_ms"]["p95"] - out["python_c_pass_ms"]["p95"], 1)

@@ -365,7 +365,7 @@ def test_claude_session_start_injects_context_and_stop_asks_once_after_work(
     res = run_hook(repo, "Stop", stop)
     answer = json.loads(res.stdout)
     assert res.returncode == 0 and answer["decision"] == "block"
-    assert f"{PY} -P -m memstore reflect" in answer["reason"] and "memory_reflect" in answer["reason"]
+    assert f"{PY} -P -m memstore reflect --session sess-1" in answer["reason"] and "memory_reflect" in answer["reason"]
     assert run_hook(repo, "Stop", {**stop, "stop_hook_active": True}).stdout == ""  # the turn it caused
     assert run_hook(repo, "Stop", stop).stdout == ""  # once per session
     other = run_hook(repo, "Stop", {**stop, "session_id": "sess-2"})

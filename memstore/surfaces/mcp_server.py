@@ -380,18 +380,13 @@ TOOLS: tuple[Tool, ...] = (
          _object({"outcome": {"type": "string", "description": "How the session ended."}, "episode": _EPISODE_ID}),
          _episode_end),
     Tool("memory_reflect", "Session-end checklist",
-         "The session-end review of an episode (default: this session's; `session`: the agent session id the "
-         "hooks saw, as the Stop hook names it): its events, the memories read during it that it did not write "
-         "and those the hooks injected (each with a ready-to-fill vote request), candidate lessons found in its "
-         "tool calls, and a checklist of memories to write, with templates.",
-         _object({"episode": _EPISODE_ID, "session": {"type": "string", "description": "The agent's session id "
-                  "(Claude Code / Codex session_id, Cursor conversation_id)."}}), _reflect, read_only=True),
-    Tool("memory_vote", "Vote on several memories",
-         "Record several utility votes at once: memory_reflect's `vote` requests with `vote` filled in (+1 "
-         "helped, -1 misled; null skips one). All are checked first; if one is refused, none is written.",
-         _object({"votes": {"type": "array", "items": {"type": "object"},
-                            "description": "utility_vote requests (memory_id, vote, problem_id, evidence_refs)"}},
-                 ("votes",)), lambda b, a: b.vote(a)),
+         "The session-end review of an episode (default: this session's, or the agent `session` the hooks "
+         "saw): its events, the memories read or injected (with vote requests), candidate lessons and a "
+         "checklist of memories to write, with templates.",
+         _object({"episode": _EPISODE_ID, "session": {"type": "string"}}), _reflect, read_only=True),
+    Tool("memory_vote", "Vote on memories",
+         "Several utility_vote requests at once (memory_reflect's, filled in); all or none are written.",
+         _object({"votes": {"type": "array", "items": {"type": "object"}}}, ("votes",)), lambda b, a: b.vote(a)),
 )
 TOOLS_BY_NAME = {t.name: t for t in TOOLS}
 
