@@ -130,3 +130,19 @@ def test_a_vote_batch_with_one_bad_vote_writes_nothing(repo: Path) -> None:
                              input=json.dumps([{"memory_id": good, "vote": 1}, {"memory_id": good, "vote": None}]))
     assert code == 0 and out["count"] == 1 and out["skipped"] == [1], err
     assert len(store_files(repo)) == len(before) + 1
+
+
+def test_an_injection_the_episode_never_recorded_is_still_offered_for_a_vote(repo: Path) -> None:
+    """A session under way when memstore was upgraded: its note (as the older hooks wrote it) says a
+    memory was injected, but no episode event does. reflect still asks for its vote."""
+    from memstore.verbs.recall import note_path, save_note
+
+    mid = api.write(open_workspace(cwd=repo), write_req("fact", "Release builds run on Tuesdays."))["id"]
+    save_note(note_path(repo, "old-1"), {"start": "x", "asked": False, "recalled": [mid]})
+    bash(repo, "old-1", "pytest -q", 0, "1 passed")
+    out = reflect(repo, "old-1")
+    (group,) = out["injected"]
+    assert group["event"] == "unrecorded" and [m["id"] for m in group["memories"]] == [mid]
+    vote = {**group["memories"][0]["vote"], "vote": 1}
+    code, ans, err = run_cli(("vote",), cwd=repo, env=dict(os.environ), input=json.dumps({"votes": [vote]}))
+    assert code == 0 and ans["count"] == 1, err

@@ -525,6 +525,14 @@ def reflect(ws: Workspace, episode_id: str | None = None, *, session: str | None
                         "vote": None, "rationale": "", "evidence_refs": info["read_at"][-1:]}
         reads.append(info)
     injected = injections(events, ep)
+    if session is not None:
+        from .sessions import noted_injections
+
+        logged = {mid for group in injected for mid in group["memories"]}
+        unlogged = [m for m in dict.fromkeys(noted_injections((cwd or Path.cwd()).resolve(), session))
+                    if m not in logged]
+        if unlogged:  # injected, but no event says by what: still offered for a vote (without evidence)
+            injected.append({"event": "unrecorded", "injected_at": [], "memories": unlogged})
     for group in injected:
         group["memories"] = [_injected_memory(mid, group, memories, graph, served.get(mid, fallback))
                              for mid in group["memories"]]

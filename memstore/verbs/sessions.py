@@ -158,6 +158,14 @@ def session(ws: Workspace, cwd: Path, payload: dict[str, Any], agent: str) -> Se
     return Session(ws, path.stem, path, note_file, note)
 
 
+def noted_injections(cwd: Path, sid: str) -> list[str]:
+    """The memories the session's note says the hooks injected (``verbs.recall``), logged or not:
+    an injection made before the session had an episode, or whose event a failure lost."""
+    note_file = recall.note_path(cwd, sid)
+    note = (recall.load_note(note_file) if note_file is not None else None) or {}
+    return [m for m in note.get("recalled") or [] if isinstance(m, str)]
+
+
 def find_session_episode(ws: Workspace, cwd: Path, sid: str) -> str | None:
     """The episode the hooks opened for session ``sid``: the one its note names, else the newest
     whose header names the session (a note pruned, or another checkout's session)."""
