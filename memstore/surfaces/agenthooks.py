@@ -1,16 +1,20 @@
 """What the agent hooks that ``memstore integrate <agent>`` writes do when the agent runs them.
 
-``session-start`` prints the ambient context (``memstore context`` as text), which the agent adds
-to the session. ``prompt`` (Claude Code's and Codex's UserPromptSubmit) and ``file``
+Every hook call of an agent session logs to the session's episode (``verbs.sessions``: opened at
+the session's first call, keyed by the agent's session id): ``session-start`` opens it and prints the
+ambient context (``memstore context`` as text), which the agent adds to the session, through the
+warm daemon when one runs; ``tool`` (the post-tool events: Claude Code's PostToolUse and
+PostToolUseFailure, Codex's PostToolUse, Cursor's postToolUseFailure) records a tool call and its
+outcome and prints nothing. ``prompt`` (Claude Code's and Codex's UserPromptSubmit) and ``file``
 (PreToolUse/PostToolUse on the file tools; Cursor's postToolUse) inject the memories
 that match the prompt or cite the file (``verbs.recall``; docs/recall.md), through the warm daemon
 when one runs, and print nothing when nothing passes. ``compact`` (Claude Code's PreCompact) marks
 the session, so its next prompt carries the session-start context again. ``stop`` asks for the
-session-end reflection by printing ``{"decision": "block", "reason": ...}`` (Cursor: a
-``followup_message``), which keeps the agent working on that reason. Stop fires at the end of every
-turn, so it asks once per session, and only once the session has changed the work tree (a
-question-and-answer session has nothing to record); its input's ``stop_hook_active`` marks the turn
-our own request caused, which is never asked again.
+session-end reflection of this session (``reflect --session ID``) by printing ``{"decision":
+"block", "reason": ...}`` (Cursor: a ``followup_message``), which keeps the agent working on that
+reason. Stop fires at the end of every turn, so it asks once per session, and only once the
+session has changed the work tree (a question-and-answer session has nothing to record); its
+input's ``stop_hook_active`` marks the turn our own request caused, which is never asked again.
 
 Each agent hands its own JSON and reads its own answer: Claude Code and Codex send ``cwd`` and
 ``session_id``, Cursor ``workspace_roots`` and ``conversation_id``; context goes back as plain text
@@ -18,8 +22,8 @@ Each agent hands its own JSON and reads its own answer: Claude Code and Codex se
 events, Codex) or as ``additional_context`` (Cursor).
 
 All fail open: a memstore problem must never stop an agent session. ``session-start``, ``compact``
-and ``stop`` say so in one line on stderr; ``prompt`` and ``file``, which run on every prompt and
-tool call, say nothing to the agent and log the line to ``hooks.log`` in the daemon's runtime
+and ``stop`` say so in one line on stderr; ``prompt``, ``file`` and ``tool``, which run on every
+prompt and tool call, say nothing to the agent and log the line to ``hooks.log`` in the daemon's runtime
 dir (so does running past ``MEMSTORE_HOOK_BUDGET``). The per-session note lives in the git dir
 (never committed, never shared).
 """
@@ -34,7 +38,7 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-# ``prompt`` and ``file`` run on every prompt and every file tool call: their path through a
+# ``prompt``, ``file`` and ``tool`` run on every prompt and every tool call: their path through a
 # running daemon imports no more than entry.py does (json, os, socket); the rest loads only to
 # answer in-process, when no daemon runs.
 EVENTS = ("session-start", "prompt", "file", "tool", "compact", "stop")  # as store.kinds.AGENT_HOOK_EVENTS
