@@ -202,6 +202,18 @@ def test_a_claude_code_session_closes_the_loop(world: Env, tmp_path: Path) -> No
     assert "\x1b" not in prompt["content"] and "\x00" not in prompt["content"]
     assert "No module named 'shop'" in prompt["content"]
 
+    # the session ends: its episode is closed and staged, and a real commit (the git hooks
+    # integrate installed, the pre-commit check among them) takes it with the work
+    claude.run("SessionEnd", reason="prompt_input_exit")
+    code, shown, err = world.cli("episode", "show", episode, "--json-out", cwd=repo)
+    assert code == 0 and shown["ended"]["outcome"] == "session ended (prompt_input_exit)", err
+    assert shown["path"] in git(repo, "diff", "--cached", "--name-only").split()
+    git(repo, "add", "src/shop/cart.py")
+    commit = subprocess.run(["git", "commit", "-q", "-m", "Cart totals: integer cents"], cwd=repo,
+                            capture_output=True, text=True, env=world.env(), check=False)
+    assert commit.returncode == 0, commit.stderr
+    assert shown["path"] in git(repo, "ls-tree", "-r", "--name-only", "HEAD").split()
+
 
 def test_a_codex_session_closes_the_loop(world: Env) -> None:
     repo, ids = world.base / "codex", world.ids_codex  # type: ignore[attr-defined]

@@ -92,6 +92,7 @@ def test_claude_writes_hooks_mcp_and_guide_and_a_second_run_changes_nothing(
         "PostToolUseFailure": [{"hooks": command("tool")}],
         "PreCompact": [{"hooks": command("compact")}],
         "Stop": [{"hooks": command("stop")}],
+        "SessionEnd": [{"hooks": command("end")}],  # closes the session's episode
     }
     # {"mcpServers": {name: {"command", "args"}}}; this machine's Python is in the clone's git config only
     servers = json.loads((repo / ".mcp.json").read_text())["mcpServers"]
@@ -155,7 +156,8 @@ def test_cursor_writes_mcp_json_and_a_rule_with_frontmatter(repo: Path, cli: Cal
         "sessionStart": [{"command": hook("cursor", "session-start")}],
         "postToolUse": [{"command": hook("cursor", "file")}],
         "postToolUseFailure": [{"command": hook("cursor", "tool")}],
-        "stop": [{"command": hook("cursor", "stop")}]}}
+        "stop": [{"command": hook("cursor", "stop")}],
+        "sessionEnd": [{"command": hook("cursor", "end")}]}}
     rule = (repo / ".cursor/rules/memstore.mdc").read_text()
     head, sep, body = rule.removeprefix("---\n").partition("\n---\n")
     assert rule.startswith("---\n") and sep

@@ -12,7 +12,8 @@ when one runs, and print nothing when nothing passes. ``compact`` (Claude Code's
 the session, so its next prompt carries the session-start context again. ``stop`` asks for the
 session-end reflection of this session (``reflect --session ID``) by printing ``{"decision":
 "block", "reason": ...}`` (Cursor: a ``followup_message``), which keeps the agent working on that
-reason. Stop fires at the end of every turn, so it asks once per session, and only once the
+reason. ``end`` (Claude Code's SessionEnd, Cursor's sessionEnd) closes the session's episode.
+Stop fires at the end of every turn, so it asks once per session, and only once the
 session has changed the work tree (a question-and-answer session has nothing to record); its
 input's ``stop_hook_active`` marks the turn our own request caused, which is never asked again.
 
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 # ``prompt``, ``file`` and ``tool`` run on every prompt and every tool call: their path through a
 # running daemon imports no more than entry.py does (json, os, socket); the rest loads only to
 # answer in-process, when no daemon runs.
-EVENTS = ("session-start", "prompt", "file", "tool", "compact", "stop")  # as store.kinds.AGENT_HOOK_EVENTS
+EVENTS = ("session-start", "prompt", "file", "tool", "compact", "stop", "end")  # as store.kinds.AGENT_HOOK_EVENTS
 # Answered by the warm daemon when one runs: they fire on every prompt and every tool call.
 RECALL_EVENTS = ("prompt", "file", "tool")
 AGENTS = ("claude", "codex", "cursor")
@@ -87,6 +88,8 @@ def run_hook(event: str, stdin: str | None = None, agent: str = "claude") -> int
             _compact(payload, cwd)
         elif event == "stop":
             _stop(payload, cwd, agent)
+        elif event == "end":
+            _end(payload, cwd)
     except Exception as exc:  # the hooks' one error boundary: fail open
         sys.stderr.write(f"memstore: {event} hook skipped: {type(exc).__name__}: {exc}\n")
     return 0
@@ -348,6 +351,15 @@ def _export_episode(episode: str) -> None:
         return
     with os.fdopen(fd, "a", encoding="utf-8") as f:
         f.write(f"export MEMSTORE_EPISODE={episode}\n")
+
+
+def _end(payload: dict[str, Any], cwd: Path) -> None:
+    """The session is over (Claude Code's SessionEnd, Cursor's sessionEnd): its episode is closed
+    and, unless episodes are local-only, staged in git like any episode that ends."""
+    from ..store.workspace import open_workspace
+    from ..verbs.sessions import end_session
+
+    end_session(open_workspace(cwd=cwd), cwd, payload)
 
 
 def _compact(payload: dict[str, Any], cwd: Path) -> None:

@@ -208,6 +208,7 @@ def claude_groups(setup: Setup) -> dict[str, dict[str, Any]]:
         "PostToolUseFailure": _group(setup, "tool"),
         "PreCompact": _group(setup, "compact"),
         "Stop": _group(setup, "stop"),
+        "SessionEnd": _group(setup, "end"),  # closes the session's episode
     }
 
 
@@ -234,7 +235,8 @@ def cursor_groups(setup: Setup) -> dict[str, dict[str, Any]]:
     return {"sessionStart": {"command": setup.hook_command("session-start")},
             "postToolUse": {"command": setup.hook_command("file")},
             "postToolUseFailure": {"command": setup.hook_command("tool")},
-            "stop": {"command": setup.hook_command("stop")}}
+            "stop": {"command": setup.hook_command("stop")},
+            "sessionEnd": {"command": setup.hook_command("end")}}
 
 
 def _ours_in(entry: Any) -> bool:
@@ -408,7 +410,7 @@ GUIDE = ("the memstore guide, between markers", add_markdown, strip_markdown)
 TARGETS: dict[str, tuple[Target, ...]] = {
     "claude": (Target(".claude/settings.json", "hooks: SessionStart and UserPromptSubmit (context), PreToolUse on "
                       "file tools, PostToolUse and PostToolUseFailure (the session's episode), PreCompact, "
-                      "Stop (reflect)", add_claude_settings, strip_claude_settings),
+                      "Stop (reflect), SessionEnd", add_claude_settings, strip_claude_settings),
                Target(".mcp.json", *MCP_JSON), Target("CLAUDE.md", *GUIDE)),
     "codex": (Target(".codex/config.toml", "MCP server memstore", add_codex_toml, strip_codex_toml),
               Target(".codex/hooks.json", "hooks: SessionStart (also after compaction) and UserPromptSubmit "
@@ -417,7 +419,7 @@ TARGETS: dict[str, tuple[Target, ...]] = {
               Target("AGENTS.md", *GUIDE)),
     "cursor": (Target(".cursor/mcp.json", *MCP_JSON),
                Target(".cursor/hooks.json", "hooks: sessionStart (context), postToolUse (a file's memories; the "
-                      "session's episode), postToolUseFailure, stop (reflect)",
+                      "session's episode), postToolUseFailure, stop (reflect), sessionEnd",
                       add_cursor_hooks, strip_cursor_hooks),
                Target(".cursor/rules/memstore.mdc", "rule (alwaysApply) with the memstore guide",
                       add_cursor_rule, strip_cursor_rule)),

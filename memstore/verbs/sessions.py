@@ -321,6 +321,22 @@ def _injected(sess: Session, event: str, answer: dict[str, Any], by: str | None,
     sess.log("memstore", f"injected for {why}: {shown}", extra)
 
 
+def end_session(ws: Workspace, cwd: Path, payload: dict[str, Any]) -> dict[str, Any] | None:
+    """Close the session's episode (what its cap dropped written first); the ``episode end`` answer,
+    or None when the session has no open episode."""
+    payload = clean(payload)
+    sid = session_of(payload)
+    note_file = recall.note_path(cwd, sid) if sid is not None else None
+    note = (recall.load_note(note_file) if note_file is not None else None) or {}
+    path = _open_episode(ws, note.get("episode")) if note_file is not None else None
+    if path is None or note_file is None:
+        return None
+    Session(ws, path.stem, path, note_file, note).flush_dropped()
+    reason = payload.get("reason") or payload.get("status")
+    outcome = f"session ended ({reason})" if isinstance(reason, str) and reason else "session ended"
+    return episodes.end(ws, outcome=outcome[:200], episode_id=path.stem)
+
+
 def stop_note(ws: Workspace, cwd: Path, payload: dict[str, Any], agent: str) -> str | None:
     """At the Stop hook: the session's episode (opened if the session had none yet), with what
     its cap dropped written into it. None without a session episode."""
