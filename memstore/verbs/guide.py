@@ -110,24 +110,29 @@ memstore episode log --source tool --content "<command and its output, or a key 
 # prints the ref to cite, e.g. event:01jd8w...:5
 memstore episode end --outcome success
 ```
-Log user requests, key decisions, failing and passing commands; reads are logged for you, and
-what you write is by the episode's agent.
+Log user requests, key decisions, failing and passing commands; reads, writes and votes are
+logged for you, and what you write is by the episode's agent. With the agent hooks of `memstore
+integrate`, the session is recorded by itself (prompts, tool calls and their outcomes).
 
 ### When to write (at session end)
-Run `memstore reflect`: it lists the episode's events, the memories you read (to vote on; not
-those you wrote) and a checklist (problems met, what worked, what failed, what changed,
-preferences learned) with ready-to-fill requests. Write one focused memory per item; every memory needs evidence
-(`event:<episode>:<seq>`, `file:path[@rev][#La-Lb]`, `commit:sha`, `user:"quote"`, `url:...`).
+Run `memstore reflect` (the hooks name your session: `reflect --session ID`): it lists the
+episode's events, the memories you read or were given (each with a vote request; not those you
+wrote), candidate lessons found in the tool calls and a checklist (problems met, what worked,
+what failed, what changed, preferences learned) with ready-to-fill requests. Write one focused
+memory per item; every memory needs evidence (`event:<episode>:<seq>`, `file:path[@rev][#La-Lb]`,
+`commit:sha`, `user:"quote"`, `url:...`).
 ```sh
 echo '{{"op": "write", "memory": {{"kind": "failed_tactic", "scope": "repo",
   "text": "IF NOT EXISTS guards in migration 0042 hide the real cause; the user rejected them.",
   "links": {{"problem_id": "01jd8x4k2m"}}, "confidence": 0.8,
   "evidence_refs": ["event:01jd8w3q5r:14"]}}}}' | memstore write --json -
 ```
-Vote on memories you used (+1 helped, -1 misled), archive wrong ones, link replaced facts:
+Vote on memories you used (+1 helped, -1 misled), archive wrong ones, link replaced facts;
+reflect's vote requests, filled in, go all at once (`null` skips one):
 ```sh
 echo '{{"op": "update", "type": "utility_vote", "memory_id": "01jd8x4k2m", "vote": 1,
   "evidence_refs": ["event:01jd8w3q5r:6"]}}' | memstore update --json -
+echo '{{"votes": [<reflect's vote requests with "vote" filled in>]}}' | memstore vote
 ```
 Judge each memory against what is stored before writing it: send it first with `"mode": "dry_run"`
 (nothing is written). The answer's `similar` lists the closest memories (id, kind, similarity,
