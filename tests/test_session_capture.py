@@ -146,3 +146,18 @@ def test_an_injection_the_episode_never_recorded_is_still_offered_for_a_vote(rep
     vote = {**group["memories"][0]["vote"], "vote": 1}
     code, ans, err = run_cli(("vote",), cwd=repo, env=dict(os.environ), input=json.dumps({"votes": [vote]}))
     assert code == 0 and ans["count"] == 1, err
+
+
+def test_parallel_first_calls_of_a_session_open_one_episode(repo: Path) -> None:
+    """An agent runs the hooks of parallel tool calls side by side: the session's first calls
+    race to open its episode, and one episode holds every call."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def call(i: int) -> str:
+        return hook(repo, "claude", "tool", {"session_id": "par-1", "cwd": str(repo), "hook_event_name": "PostToolUse",
+                                             "tool_name": "Read", "tool_input": {"file_path": str(repo / f"m{i}.py")}})
+
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(call, range(4))) == [""] * 4
+    rows = episode_rows(repo)  # exactly one episode file
+    assert sorted(f for r in rows[1:] for f in r.get("files", [])) == [f"m{i}.py" for i in range(4)]

@@ -31,6 +31,7 @@ from typing import Any
 
 from ..store import episodes
 from ..store.disk import episode_rows, episode_tail
+from ..store.files import file_lock
 from ..store.workspace import Workspace
 from . import recall
 
@@ -38,6 +39,7 @@ MAX_COMMAND = 1000  # characters of a tool call's command kept in its event
 MAX_OUTPUT = 1500  # characters of a tool call's output kept (its tail: where errors are)
 MAX_FILES = 20
 MAX_SESSION_CHARS = 200
+OPEN_LOCK = "open.lock"  # in the notes' folder: one session's episode is opened once
 AGENT_NAMES = {"claude": "claude-code", "codex": "codex", "cursor": "cursor"}
 # Tools that change files: their calls are the "edits" of reflect's heuristics.
 EDIT_TOOLS = frozenset({"Edit", "Write", "MultiEdit", "NotebookEdit", "apply_patch", "StrReplace", "TabWrite",
@@ -145,14 +147,21 @@ def session(ws: Workspace, cwd: Path, payload: dict[str, Any], agent: str) -> Se
     note = recall.load_note(note_file) or {}
     path = _open_episode(ws, note.get("episode"))
     if path is None:
-        current = episodes.current_id(store)
-        # An episode another hook session opened gives way: each hook session finds its own
-        # through its note. One an agent opened itself (`episode start`) stays the current one.
-        replace = current is not None and _hook_owned(store.episode_path(current))
-        started = episodes.start(ws, agent=AGENT_NAMES.get(agent, agent), task="", session=sid, replace=replace)
-        note = {**(recall.load_note(note_file) or note), "episode": started["episode"]}
-        recall.save_note(note_file, note)
-        path = store.episode_path(started["episode"])
+        # An agent runs hooks side by side (parallel tool calls): one of them opens the episode,
+        # the others find it in the note once they hold the lock.
+        with file_lock(note_file.parent / OPEN_LOCK):
+            note = recall.load_note(note_file) or {}
+            path = _open_episode(ws, note.get("episode"))
+            if path is None:
+                current = episodes.current_id(store)
+                # An episode another hook session opened gives way: each hook session finds its own
+                # through its note. One an agent opened itself (`episode start`) stays the current one.
+                replace = current is not None and _hook_owned(store.episode_path(current))
+                started = episodes.start(ws, agent=AGENT_NAMES.get(agent, agent), task="", session=sid,
+                                         replace=replace)
+                note = {**note, "episode": started["episode"]}
+                recall.save_note(note_file, note)
+                path = store.episode_path(started["episode"])
         if path is None:
             return None
     return Session(ws, path.stem, path, note_file, note)
