@@ -181,10 +181,18 @@ def latency(n: int, reps: int, data_dir: Path) -> dict[str, Any]:
         socket_file = [in_daemon("file", {"session_id": f"d{i}", "cwd": str(repo), "tool_name": "Read",
                                           "tool_input": {"file_path": str(repo / "src" / "app.py")}})
                        for i in range(reps)]
-        base, prompt_t, file_t = [], [], []
+        socket_tool = [in_daemon("tool", {"session_id": f"d{i}", "cwd": str(repo), "hook_event_name": "PostToolUse",
+                                          "tool_name": "Bash", "tool_input": {"command": "pytest -q"},
+                                          "tool_response": {"stdout": "3 passed", "stderr": ""}})
+                       for i in range(reps)]
+        base, prompt_t, file_t, tool_t, start_t = [], [], [], [], []
         injected = 0
         for i in range(reps):
             base.append(bare())
+            # a session's first call opens its episode (verbs/sessions.py): session-start does it here
+            dt, _ = hook("session-start", {"session_id": f"s{i}", "cwd": str(repo), "hook_event_name": "SessionStart",
+                                           "source": "startup"})
+            start_t.append(dt)
             dt, text = hook("prompt", {"session_id": f"s{i}", "cwd": str(repo), "hook_event_name": "UserPromptSubmit",
                                        "prompt": PROMPTS[i % len(PROMPTS)]})
             prompt_t.append(dt)
@@ -193,18 +201,29 @@ def latency(n: int, reps: int, data_dir: Path) -> dict[str, Any]:
                                                                           "offset": 1 + (i % 20) * 10, "limit": 5}})
             file_t.append(dt)
             injected += bool(text.strip())
+            dt, _ = hook("tool", {"session_id": f"s{i}", "cwd": str(repo), "hook_event_name": "PostToolUse",
+                                  "tool_name": "Bash", "tool_input": {"command": "pytest -q tests/test_app.py"},
+                                  "tool_response": {"stdout": "3 passed in 0.10s", "stderr": "",
+                                                    "interrupted": False}})
+            tool_t.append(dt)
         ms = lambda xs, p: round(pct(xs, p) * 1000, 1)  # noqa: E731
         out.update({
             "python_c_pass_ms": {"p50": ms(base, 50), "p95": ms(base, 95)},
             "prompt_hook_ms": {"p50": ms(prompt_t, 50), "p95": ms(prompt_t, 95)},
             "file_hook_ms": {"p50": ms(file_t, 50), "p95": ms(file_t, 95)},
+            "tool_hook_ms": {"p50": ms(tool_t, 50), "p95": ms(tool_t, 95)},
+            "session_start_hook_ms": {"p50": ms(start_t, 50), "p95": ms(start_t, 95)},
             "file_hook_injected": f"{injected}/{reps}",
             "in_daemon_ms": {"prompt": {"p50": ms(socket_prompt, 50), "p95": ms(socket_prompt, 95)},
-                             "file": {"p50": ms(socket_file, 50), "p95": ms(socket_file, 95)}},
+                             "file": {"p50": ms(socket_file, 50), "p95": ms(socket_file, 95)},
+                             "tool": {"p50": ms(socket_tool, 50), "p95": ms(socket_tool, 95)}},
             "reps": reps,
         })
         out["prompt_p95_over_python_ms"] = round(out["prompt_hook_ms"]["p95"] - out["python_c_pass_ms"]["p95"], 1)
         out["file_p95_over_python_ms"] = round(out["file_hook_ms"]["p95"] - out["python_c_pass_ms"]["p95"], 1)
+        out["tool_p95_over_python_ms"] = round(out["tool_hook_ms"]["p95"] - out["python_c_pass_ms"]["p95"], 1)
+        out["session_start_p95_over_python_ms"] = round(out["session_start_hook_ms"]["p95"]
+                                                        - out["python_c_pass_ms"]["p95"], 1)
     shutil.rmtree(work, ignore_errors=True)
     return out
 

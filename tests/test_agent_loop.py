@@ -188,7 +188,7 @@ def test_reflect_lists_what_was_read_during_the_episode(repo: Path) -> None:
     assert sources.count("memstore") == 2  # the read and the context's ambient read were logged
     items = {c["item"]: c for c in out["checklist"]}
     assert set(items) == {"problems met", "what worked", "what failed", "what changed", "facts learned",
-                          "preferences learned", "votes"}
+                          "preferences learned", "candidate lessons", "votes on what you were given", "votes"}
     assert items["problems met"]["template"]["memory"]["evidence_refs"] == [failing["ref"]]
     assert items["what changed"]["template"]["memory"]["evidence_refs"][0].endswith(":5")
     assert "propose" in out["next"]

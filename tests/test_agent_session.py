@@ -116,7 +116,9 @@ def test_a_session_is_remembered_and_a_fresh_clone_finds_it(repo: Path, tmp_path
     assert got["end"]["path"] in tracked
     assert all(got[k]["path"] in tracked for k in ("problem", "tactic", "solution"))
     sources = [r.get("source") for r in rows(repo / got["end"]["path"])]
-    assert sources.count("git") == 1 and sources.count("memstore") == 1  # the commit; the read
+    ops = [r.get("op") for r in rows(repo / got["end"]["path"])]
+    assert sources.count("git") == 1 and ops.count("read") == 1  # the commit; the read
+    assert ops.count("write") == 3  # the problem, the tactic and the solution, each an event of the session
 
     clone = tmp_path / "clone"
     git(tmp_path, "clone", "-q", str(repo), str(clone))

@@ -87,8 +87,12 @@ def test_claude_writes_hooks_mcp_and_guide_and_a_second_run_changes_nothing(
         "SessionStart": [{"matcher": "startup|clear", "hooks": command("session-start")}],
         "UserPromptSubmit": [{"hooks": command("prompt")}],
         "PreToolUse": [{"matcher": "Read|Edit|Write|MultiEdit", "hooks": command("file")}],
+        # every tool call's outcome, succeeded or failed, goes to the session's episode
+        "PostToolUse": [{"hooks": command("tool")}],
+        "PostToolUseFailure": [{"hooks": command("tool")}],
         "PreCompact": [{"hooks": command("compact")}],
         "Stop": [{"hooks": command("stop")}],
+        "SessionEnd": [{"hooks": command("end")}],  # closes the session's episode
     }
     # {"mcpServers": {name: {"command", "args"}}}; this machine's Python is in the clone's git config only
     servers = json.loads((repo / ".mcp.json").read_text())["mcpServers"]
@@ -131,6 +135,7 @@ def test_codex_writes_a_toml_table_and_agents_md(repo: Path, cli: Callable[..., 
         "UserPromptSubmit": [{"hooks": [{"type": "command", "command": hook("codex", "prompt")}]}],
         "PreToolUse": [{"matcher": "apply_patch|Edit|Write",
                         "hooks": [{"type": "command", "command": hook("codex", "file")}]}],
+        "PostToolUse": [{"hooks": [{"type": "command", "command": hook("codex", "tool")}]}],
         "Stop": [{"hooks": [{"type": "command", "command": hook("codex", "stop")}]}]}}
     assert "## Long-term memory (memstore)" in (repo / "AGENTS.md").read_text()
     code, again, _ = cli("integrate", "codex", cwd=repo)
@@ -150,7 +155,9 @@ def test_cursor_writes_mcp_json_and_a_rule_with_frontmatter(repo: Path, cli: Cal
     assert json.loads((repo / ".cursor/hooks.json").read_text()) == {"version": 1, "hooks": {
         "sessionStart": [{"command": hook("cursor", "session-start")}],
         "postToolUse": [{"command": hook("cursor", "file")}],
-        "stop": [{"command": hook("cursor", "stop")}]}}
+        "postToolUseFailure": [{"command": hook("cursor", "tool")}],
+        "stop": [{"command": hook("cursor", "stop")}],
+        "sessionEnd": [{"command": hook("cursor", "end")}]}}
     rule = (repo / ".cursor/rules/memstore.mdc").read_text()
     head, sep, body = rule.removeprefix("---\n").partition("\n---\n")
     assert rule.startswith("---\n") and sep
@@ -360,7 +367,7 @@ def test_claude_session_start_injects_context_and_stop_asks_once_after_work(
     res = run_hook(repo, "Stop", stop)
     answer = json.loads(res.stdout)
     assert res.returncode == 0 and answer["decision"] == "block"
-    assert f"{PY} -P -m memstore reflect" in answer["reason"] and "memory_reflect" in answer["reason"]
+    assert f"{PY} -P -m memstore reflect --session sess-1" in answer["reason"] and "memory_reflect" in answer["reason"]
     assert run_hook(repo, "Stop", {**stop, "stop_hook_active": True}).stdout == ""  # the turn it caused
     assert run_hook(repo, "Stop", stop).stdout == ""  # once per session
     other = run_hook(repo, "Stop", {**stop, "session_id": "sess-2"})

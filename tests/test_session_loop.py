@@ -221,7 +221,9 @@ def test_two_interleaved_cli_sessions_keep_separate_logs(repo: Path, cli: Callab
     assert [r["content"] for r in rows_of(repo, a["path"]) if "seq" in r] == ["a0", "a1", "a2"]
     b_rows = [r for r in rows_of(repo, b["path"]) if "seq" in r]
     assert [r["content"] for r in b_rows[:3]] == ["b0", "b1", "b2"]
-    assert [r["source"] for r in b_rows[3:]] == ["git"] and "Retry three times" in b_rows[3]["content"]
+    # b's write is b's event (a's log holds only a's), then its commit
+    assert [(r["source"], r.get("op")) for r in b_rows[3:]] == [("memstore", "write"), ("git", None)]
+    assert b_rows[3]["id"] == wrote["id"] and "Retry three times" in b_rows[4]["content"]
     assert rows_of(repo, a["path"])[-1]["outcome"] == "partial" and rows_of(repo, b["path"])[-1]["outcome"] == "success"
 
 

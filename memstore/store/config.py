@@ -20,7 +20,9 @@ from .files import MAX_FRONTMATTER_BYTES, read_untrusted, safe_yaml
 DEFAULTS: dict[str, Any] = {
     "write_mode": "review",  # review | autonomous
     "git": {"stage": True, "commit": False},
-    "episodes": {"local_only": False, "max_event_chars": 8000},
+    # max_session_events: events one agent session's episode keeps (the hooks' capture); past it
+    # they are counted in the episode, not kept
+    "episodes": {"local_only": False, "max_event_chars": 8000, "max_session_events": 2000},
     "limits": {"max_text_chars": 4000, "max_rationale_chars": 2000, "max_evidence": 50,
                "max_file_bytes": 256 * 1024, "max_files": 200_000, "max_listed_invalid": 50},
     "daemon": {"autostart": True, "idle_seconds": 1800, "evict_seconds": 600, "read_wait_seconds": 1.0},
@@ -57,6 +59,7 @@ LIMITS: dict[tuple[str, str], tuple[int | float, int | float]] = {
     # A row of an episode is read back only under 1 MiB (store/disk.MAX_EPISODE_LINE); JSON may
     # spell a character in up to 6.
     ("episodes", "max_event_chars"): (100, 100_000),
+    ("episodes", "max_session_events"): (10, 100_000),
     ("daemon", "idle_seconds"): (1, 7 * 24 * 3600),
     ("daemon", "evict_seconds"): (1, 7 * 24 * 3600),
     ("daemon", "read_wait_seconds"): (0, 60),

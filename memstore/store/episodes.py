@@ -180,10 +180,11 @@ def ref(episode_id: str, seq: int) -> str:
 
 # -- verbs ---------------------------------------------------------------------------------------------
 def start(ws: Workspace, *, agent: str | None = None, task: str | None = None, local: bool | None = None,
-          repo_name: str | None = None, replace: bool = False) -> dict[str, Any]:
+          repo_name: str | None = None, replace: bool = False, session: str | None = None) -> dict[str, Any]:
     """Open a new episode. It becomes the checkout's current episode unless another agent's
     episode is current, open and active (then ``current`` is false and ``warning`` says how to
-    name this one); ``replace`` makes it current anyway. An episode replaced stays open."""
+    name this one); ``replace`` makes it current anyway. An episode replaced stays open.
+    ``session``: the agent's own session id, when the agent hooks open it (verbs.sessions)."""
     _check_header(agent, task)
     store = episode_store(ws)
     if not store.exists():
@@ -195,6 +196,8 @@ def start(ws: Workspace, *, agent: str | None = None, task: str | None = None, l
     found: list[Finding] = []
     header = {"episode": episode_id, "repo": repo_name, "agent": scrub(agent or "unknown", found),
               "task": scrub(task or "", found), "started": utc_now()}
+    if session:
+        header["session"] = scrub(session, found)
     previous = current_id(store)
     busy = previous is not None and not replace and _active(store.episode_path(previous))
     store._writable(store.local_dir / CURRENT_FILE)  # refused before the episode file is written
@@ -311,6 +314,35 @@ def log_read(ws: Workspace, request: dict[str, Any], answer: dict[str, Any], epi
             # that problem's context rather than the context-free pool
             **({"problem_id": request["problem_id"]} if isinstance(request.get("problem_id"), str) else {}),
         })
+
+
+def log_change(ws: Workspace, answer: dict[str, Any], request: dict[str, Any],
+               episode_id: str | None = None) -> None:
+    """Record a committed write or update (a vote, an archive, a link) in the episode named, else
+    the current one, so the session's log holds what it changed. Never fails the call it describes."""
+    if not answer.get("ok") or answer.get("mode", "commit") != "commit":
+        return
+    with contextlib.suppress(Exception):
+        store = episode_store(ws)
+        if not episode_id and (not store.exists() or current_id(store) is None):
+            return
+        if "kind" in answer:  # a write
+            extra: dict[str, Any] = {"op": "write", "id": answer["id"], "kind": answer["kind"]}
+            links = (request.get("memory") or {}).get("links") or {}
+            if isinstance(links.get("problem_id"), str):
+                extra["problem_id"] = links["problem_id"]
+            content = f"wrote {answer['kind']} {answer['id'][:10]}"
+        else:
+            kind = str(request.get("type"))
+            extra = {"op": "vote" if kind == "utility_vote" else kind, "id": answer.get("id"),
+                     "memory_id": request.get("memory_id")}
+            if kind == "utility_vote":
+                extra["vote"] = request.get("vote")
+                if isinstance(request.get("problem_id"), str):
+                    extra["problem_id"] = request["problem_id"]
+            content = f"{extra['op']} {str(request.get('memory_id') or '')[:10]}".rstrip() + (
+                f" {request.get('vote'):+g}" if kind == "utility_vote" else "")
+        log(ws, "memstore", content, episode_id=episode_id or None, extra=extra)
 
 
 def session_id(ws: Workspace, episode_id: str | None = None) -> str | None:

@@ -24,4 +24,4 @@ EPISODE_SOURCES = ("user", "assistant", "tool", "git", "memstore", "note")  # wh
 HOOK_NAMES = ("pre-commit", "post-commit", "post-merge", "post-checkout")  # the git hooks memstore installs
 AGENTS = ("claude", "codex", "cursor", "generic", "github")  # what `memstore integrate` wires memstore into
 # What the agent hooks `integrate` writes run: `memstore integrate <agent> --hook <event>`.
-AGENT_HOOK_EVENTS = ("session-start", "prompt", "file", "compact", "stop")
+AGENT_HOOK_EVENTS = ("session-start", "prompt", "file", "tool", "compact", "stop", "end")

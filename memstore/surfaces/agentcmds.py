@@ -1,5 +1,5 @@
 """The CLI of the git-native and agent-loop verbs: ``episode``, ``hooks``, ``diff``, ``review``, ``guide``,
-``context``, ``reflect``, ``snapshot``. ``cli`` adds these parsers and hands matching commands
+``context``, ``reflect``, ``vote``, ``snapshot``. ``cli`` adds these parsers and hands matching commands
 here; each branch parses, calls the library, and returns (answer, render) for ``output``.
 
 Renders: a callable turns the answer into text on a terminal; ``"markdown"`` prints
@@ -17,7 +17,7 @@ from ..errors import InvalidRequest
 from ..store.kinds import EPISODE_SOURCES, HOOK_NAMES
 from . import render
 
-COMMANDS = ("episode", "hooks", "diff", "review", "guide", "context", "reflect", "snapshot")
+COMMANDS = ("episode", "hooks", "diff", "review", "guide", "context", "reflect", "vote", "snapshot")
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -101,8 +101,15 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     s.add_argument("--limit", type=int, help="at most this many relevant results")
 
     s = sub.add_parser("reflect", help="the session-end checklist and digest of an episode")
-    s.add_argument("episode", nargs="?", help="episode id or prefix (default: $MEMSTORE_EPISODE, else the "
-                   "current one, else the latest)")
+    s.add_argument("episode", nargs="?", help="episode id or prefix (default: the --session's episode, else "
+                   "$MEMSTORE_EPISODE, else the current one, else the newest open one; never an ended one)")
+    s.add_argument("--session", metavar="ID", help="the agent's session id (as its hooks send it): reflect on "
+                   "the episode the hooks opened for that session")
+
+    s = sub.add_parser("vote", help="record several utility votes at once (reflect's vote requests, filled in); "
+                       "all are checked before any is written")
+    s.add_argument("--json", metavar="FILE", default="-", help='{"votes": [...]} or a list of utility_vote '
+                   "requests (default: - for stdin); a vote left null is skipped")
 
     s = sub.add_parser("snapshot", help="derived view: current facts, preferences, best solutions, open problems")
     s.add_argument("--markdown", action="store_true", help="print Markdown instead of JSON")
@@ -209,7 +216,15 @@ def dispatch(a: argparse.Namespace, ws: Any, author: str | None, episode: str | 
     if a.cmd == "reflect":
         from ..verbs.guide import reflect
 
-        return reflect(ws, a.episode or episode), render.reflect
+        if a.episode:
+            return reflect(ws, a.episode), render.reflect
+        if a.session is not None:
+            return reflect(ws, session=a.session, cwd=Path.cwd()), render.reflect
+        return reflect(ws, episode), render.reflect
+    if a.cmd == "vote":
+        from ..verbs.api import vote
+
+        return vote(ws, _json_arg(a.json), author=_vote_author(ws, author, episode), episode=episode), None
     if a.cmd == "snapshot":
         from ..verbs.snapshot import snapshot, to_markdown, write_out
 
@@ -223,6 +238,31 @@ def dispatch(a: argparse.Namespace, ws: Any, author: str | None, episode: str | 
             return {**snap, "markdown": to_markdown(snap)}, "markdown"
         return snap, None
     raise InvalidRequest(f"unknown command {a.cmd!r}", code="usage")
+
+
+def _vote_author(ws: Any, author: str | None, episode: str | None) -> str | None:
+    from ..store.episodes import default_author
+
+    return author or default_author(ws, episode)
+
+
+def _json_arg(arg: str) -> Any:
+    """The JSON value of FILE (``-``: stdin), read with the request cap and only from a regular file."""
+    import json
+
+    from ..store.files import given_text, read_given
+    from .wire import MAX_REQUEST_BYTES
+
+    if arg == "-":
+        raw = sys.stdin.read(MAX_REQUEST_BYTES + 1)
+        if len(raw) > MAX_REQUEST_BYTES:
+            raise InvalidRequest(f"the request is over {MAX_REQUEST_BYTES} bytes", code="too_large")
+    else:
+        raw = given_text(read_given(Path(arg), max_bytes=MAX_REQUEST_BYTES, what="--json"), f"--json {arg}")
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidRequest(f"request is not valid JSON: {exc}", code="invalid_json") from exc
 
 
 def _text_arg(arg: str) -> str:

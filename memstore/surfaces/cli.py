@@ -64,10 +64,13 @@ def _dispatch(a: argparse.Namespace, new_id: str | None = None) -> tuple[dict[st
         from ..git.sync import sync
 
         return sync(ws, store_given=bool(a.store or os.environ.get("MEMSTORE_STORE")), keep=a.keep), render.sync
-    if a.cmd in ("write", "create"):
-        return api.write(ws, req or {}, author=_author(ws), new_id=new_id), None
-    if a.cmd == "update":
-        return api.update(ws, req or {}, author=_author(ws), new_id=new_id), None
+    if a.cmd in ("write", "create", "update"):
+        from ..store.episodes import log_change
+
+        verb = api.update if a.cmd == "update" else api.write
+        answer = verb(ws, req or {}, author=_author(ws), new_id=new_id)
+        log_change(ws, dict(answer), req or {}, _episode())  # the daemon logs what it answers
+        return answer, None
     if a.cmd == "read":
         from ..read.retrieve import read
         from . import client

@@ -125,14 +125,19 @@ class Requests:
                 finally:
                     self._work.embed_after_reply(entry)
             if verb == "recall":  # an agent hook's per-prompt or per-file injection (agenthooks)
-                from ..verbs.recall import hook
+                from ..verbs.sessions import hook
                 from .agenthooks import session_context
 
                 ws.embed_wait = 0.0 if self._work.embedding(entry) else entry.read_wait
                 try:
                     payload = args.get("payload")
-                    return hook(ws, str(args.get("event")), payload if isinstance(payload, dict) else {},
-                                str(args.get("agent") or "claude"), context_text=session_context, files=files), 0
+                    payload = payload if isinstance(payload, dict) else {}
+                    if args.get("event") == "session-start":
+                        from .agenthooks import session_start_answer
+
+                        return session_start_answer(ws, payload, str(args.get("agent") or "claude")), 0
+                    return hook(ws, str(args.get("event")), payload, str(args.get("agent") or "claude"),
+                                context_text=session_context, files=files), 0
                 finally:
                     self._work.embed_after_reply(entry)
             if verb == "show":
@@ -157,6 +162,9 @@ class Requests:
             finally:
                 for root in entry.roots():
                     watcher.watch(root)
+            from ..store.episodes import log_change
+
+            log_change(ws, dict(answer), request if isinstance(request, dict) else {}, episode)
             # Our own write must be visible to the very next read, before inotify reports it:
             # by path, so that read re-reads one file rather than walking the store.
             written = _written(ws, answer)

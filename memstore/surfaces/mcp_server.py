@@ -53,7 +53,8 @@ with the problem in words before trying fixes: have we seen this before, what wo
 - Log key events with episode_log (user requests, decisions, failing and passing commands); its \
 `ref` (event:<episode>:<seq>) is the evidence to cite in memory_write.
 - Session end: memory_reflect lists what to write (problems, solutions, failed tactics, changes, \
-facts, preferences) and the memories you read, to vote on with memory_update; then episode_end.
+facts, preferences) and the memories you read or were given, to vote on all at once with memory_vote; \
+then episode_end.
 memory_read / memory_write / memory_update take the same JSON requests as \
 `memstore read|write|update --json -` (the `op` field is optional). memory_guide has the full guide \
 (kinds, evidence refs, write mode: in review mode propose memories to the user before writing)."""
@@ -62,7 +63,7 @@ MCP_PREFACE = """\
 > You are connected to memstore over MCP. The tools stand for the commands below: memory_read, \
 memory_write and memory_update take the same JSON requests as `memstore read|write|update --json -` \
 (`op` may be omitted); episode_start / episode_log / episode_end are `memstore episode start|log|end`; \
-memory_context is `memstore context`; memory_reflect is `memstore reflect`.
+memory_context is `memstore context`; memory_reflect is `memstore reflect`; memory_vote is `memstore vote`.
 
 """
 
@@ -144,11 +145,23 @@ class Backend:
             if autostart and "partial" in answer:
                 client.autostart(ws.config, warm=None if self.store else os.getcwd())
             return answer
+        from ..store.episodes import log_change
         from ..verbs import api
 
         if verb == "write":
-            return api.write(ws, request, author=self.author(ws), new_id=new_id)
-        return api.update(ws, request, author=self.author(ws), new_id=new_id)
+            answer = api.write(ws, request, author=self.author(ws), new_id=new_id)
+        else:
+            answer = api.update(ws, request, author=self.author(ws), new_id=new_id)
+        log_change(ws, dict(answer), request, self.episode)  # the daemon logs what it answers
+        return answer
+
+    def vote(self, args: dict[str, Any]) -> dict[str, Any]:
+        """memory_vote: several votes at once, in-process (a vote run writes one small file each)."""
+        from ..verbs.api import vote
+
+        with self.gc.transient():
+            ws = self.workspace()
+            return vote(ws, args, author=self.author(ws), episode=self.episode)
 
     def context(self, args: dict[str, Any]) -> dict[str, Any]:
         """memory_context: through the daemon when one runs, like a read."""
@@ -311,6 +324,8 @@ def _episode_end(b: Backend, args: dict[str, Any]) -> dict[str, Any]:
 def _reflect(b: Backend, args: dict[str, Any]) -> dict[str, Any]:
     from ..verbs.guide import reflect
 
+    if not args.get("episode") and args.get("session") is not None:
+        return reflect(b.workspace(), session=str(args["session"]), cwd=Path.cwd())
     return reflect(b.workspace(), args.get("episode") or b.episode)
 
 
@@ -370,10 +385,13 @@ TOOLS: tuple[Tool, ...] = (
          _object({"outcome": {"type": "string", "description": "How the session ended."}, "episode": _EPISODE_ID}),
          _episode_end),
     Tool("memory_reflect", "Session-end checklist",
-         "The session-end review of an episode (default: this session's): its events, the memories read "
-         "during it that it did not write (with ready-to-fill vote requests) and a checklist of memories to "
-         "write, with templates.",
-         _object({"episode": _EPISODE_ID}), _reflect, read_only=True),
+         "The session-end review of an episode (default: this session's, or the agent `session` the hooks "
+         "saw): its events, the memories read or injected (with vote requests), candidate lessons and a "
+         "checklist of memories to write, with templates.",
+         _object({"episode": _EPISODE_ID, "session": {"type": "string"}}), _reflect, read_only=True),
+    Tool("memory_vote", "Vote on memories",
+         "Several utility_vote requests at once (memory_reflect's, filled in); all or none are written.",
+         _object({"votes": {"type": "array", "items": {"type": "object"}}}, ("votes",)), lambda b, a: b.vote(a)),
 )
 TOOLS_BY_NAME = {t.name: t for t in TOOLS}
 

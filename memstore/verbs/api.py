@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import Conflict, InvalidFile, InvalidRequest, NoStore, SemanticError
+from ..errors import Conflict, InvalidFile, InvalidRequest, MemstoreError, NoStore, SemanticError
 from ..errors import IntegrityError as LinkError
 from ..read.scopeview import ScopeView, scope_view
 from ..store import ids
@@ -411,3 +411,50 @@ def init(ws: Workspace, *, global_store: bool = False) -> dict[str, Any]:
                              hint="run `git init` first, or use `memstore init --global`")
     created = store.init()
     return {"ok": True, "scope": store.scope, "root": str(store.root), "created": created}
+
+
+# -- votes ------------------------------------------------------------------------------------
+MAX_VOTES = 200  # one reflection's votes; a longer list is not one session's
+
+
+def vote(ws: Workspace, request: Any, *, author: str | None = None, episode: str | None = None) -> dict[str, Any]:
+    """Several utility votes at once (reflect's ``vote`` requests, filled in): ``{"votes": [...]}``
+    or the list itself. Every vote runs every gate of ``update`` first, as a dry run; one refused
+    refuses them all and nothing is written. A vote left ``null`` is skipped (it did not matter).
+    Each vote recorded is logged to the episode named, else the current one."""
+    from ..store.episodes import log_change
+
+    votes = request.get("votes") if isinstance(request, dict) else request
+    if not isinstance(votes, list):
+        raise InvalidRequest('expected {"votes": [...]} or a list of utility_vote requests', field="votes",
+                             code="schema")
+    if len(votes) > MAX_VOTES:
+        raise InvalidRequest(f"{len(votes)} votes; at most {MAX_VOTES} in one call", field="votes", code="too_large")
+    chosen: list[tuple[int, dict[str, Any]]] = []
+    skipped: list[int] = []
+    for i, item in enumerate(votes):
+        if not isinstance(item, dict):
+            raise InvalidRequest(f"votes[{i}] is not an object", field=f"votes[{i}]", code="schema")
+        if item.get("type", "utility_vote") != "utility_vote" or item.get("op", "update") != "update":
+            raise InvalidRequest(f"votes[{i}] is not a utility_vote (archive and links go through `update`)",
+                                 field=f"votes[{i}].type", code="schema")
+        if item.get("vote") is None:
+            skipped.append(i)
+            continue
+        req = {k: v for k, v in item.items() if k != "mode" and v is not None}
+        chosen.append((i, {**req, "op": "update", "type": "utility_vote"}))
+    for i, req in chosen:  # all gates, nothing written
+        try:
+            update(ws, {**req, "mode": "dry_run"}, author=author)
+        except MemstoreError as exc:
+            exc.message = f"votes[{i}]: {exc.message}"
+            exc.args = (exc.message,)
+            exc.field = f"votes[{i}].{exc.field}" if exc.field else f"votes[{i}]"
+            raise
+    recorded: list[dict[str, Any]] = []
+    for i, req in chosen:
+        answer = update(ws, req, author=author)
+        log_change(ws, dict(answer), req, episode)
+        recorded.append({"index": i, "id": answer["id"], "memory_id": req["memory_id"], "vote": req["vote"],
+                         "problem_id": req.get("problem_id"), "effect": answer["effect"], "path": answer.get("path")})
+    return {"ok": True, "recorded": recorded, "count": len(recorded), "skipped": skipped}

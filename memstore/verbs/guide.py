@@ -110,24 +110,29 @@ memstore episode log --source tool --content "<command and its output, or a key 
 # prints the ref to cite, e.g. event:01jd8w...:5
 memstore episode end --outcome success
 ```
-Log user requests, key decisions, failing and passing commands; reads are logged for you, and
-what you write is by the episode's agent.
+Log user requests, key decisions, failing and passing commands; reads, writes and votes are
+logged for you, and what you write is by the episode's agent. With the agent hooks of `memstore
+integrate`, the session is recorded by itself (prompts, tool calls and their outcomes).
 
 ### When to write (at session end)
-Run `memstore reflect`: it lists the episode's events, the memories you read (to vote on; not
-those you wrote) and a checklist (problems met, what worked, what failed, what changed,
-preferences learned) with ready-to-fill requests. Write one focused memory per item; every memory needs evidence
-(`event:<episode>:<seq>`, `file:path[@rev][#La-Lb]`, `commit:sha`, `user:"quote"`, `url:...`).
+Run `memstore reflect` (the hooks name your session: `reflect --session ID`): it lists the
+episode's events, the memories you read or were given (each with a vote request; not those you
+wrote), candidate lessons found in the tool calls and a checklist (problems met, what worked,
+what failed, what changed, preferences learned) with ready-to-fill requests. Write one focused
+memory per item; every memory needs evidence (`event:<episode>:<seq>`, `file:path[@rev][#La-Lb]`,
+`commit:sha`, `user:"quote"`, `url:...`).
 ```sh
 echo '{{"op": "write", "memory": {{"kind": "failed_tactic", "scope": "repo",
   "text": "IF NOT EXISTS guards in migration 0042 hide the real cause; the user rejected them.",
   "links": {{"problem_id": "01jd8x4k2m"}}, "confidence": 0.8,
   "evidence_refs": ["event:01jd8w3q5r:14"]}}}}' | memstore write --json -
 ```
-Vote on memories you used (+1 helped, -1 misled), archive wrong ones, link replaced facts:
+Vote on memories you used (+1 helped, -1 misled), archive wrong ones, link replaced facts;
+reflect's vote requests, filled in, go all at once (`null` skips one):
 ```sh
 echo '{{"op": "update", "type": "utility_vote", "memory_id": "01jd8x4k2m", "vote": 1,
   "evidence_refs": ["event:01jd8w3q5r:6"]}}' | memstore update --json -
+echo '{{"votes": [<reflect's vote requests with "vote" filled in>]}}' | memstore vote
 ```
 Judge each memory against what is stored before writing it: send it first with `"mode": "dry_run"`
 (nothing is written). The answer's `similar` lists the closest memories (id, kind, similarity,
@@ -410,6 +415,22 @@ def context(ws: Workspace, *, task: str | None = None, limit: int | None = None,
 
 
 # -- reflect --------------------------------------------------------------------------------------
+def _injected_memory(mid: str, group: dict[str, Any], memories: dict[str, Memory], graph: Graph,
+                     problem_id: str | None) -> dict[str, Any]:
+    """One memory the hooks gave the session, with its ready vote request (the problem it served,
+    when the session had one; never a repo problem for a global memory, nor the memory itself)."""
+    mem = memories.get(mid)
+    item: dict[str, Any] = {"id": mid}
+    if mem is not None:
+        item.update(kind=mem.kind, scope=mem.scope, text=mem.text, utility=round(graph.utility_global(mid), 4))
+    if problem_id == mid or (problem_id is not None and (mem is None or (
+            mem.scope == "global" and memories[problem_id].scope == "repo"))):
+        problem_id = None
+    item["vote"] = {"op": "update", "type": "utility_vote", "memory_id": mid, "problem_id": problem_id,
+                    "vote": None, "rationale": "", "evidence_refs": group["injected_at"][-1:]}
+    return item
+
+
 _FAILURE_RE = re.compile(r"error|fail|exception|traceback|refused|denied", re.I)
 
 
@@ -444,18 +465,41 @@ def _written_in(memories: dict[str, Memory], header: dict[str, Any], ended: dict
             or (known_agent and m.author == agent and started and started <= m.created <= until)}
 
 
-def reflect(ws: Workspace, episode_id: str | None = None) -> dict[str, Any]:
-    """The session-end digest and checklist for an episode (default: the current one, else the latest)."""
+def _episode_to_reflect(ws: Workspace, episode_id: str | None, session: str | None, cwd: Path | None) -> str:
+    """The episode named; else the one the hooks opened for ``session``; else the current one, else
+    the newest open one. Never an older, ended episode: a reflection on another session's
+    events would ask for votes and lessons that session never met."""
     from ..store import episodes
+    from .sessions import find_session_episode
 
-    if episode_id is None:
-        store = episodes.episode_store(ws)
-        episode_id = episodes.current_id(store) if store.exists() else None
-        if episode_id is None:
-            listed = [e for e in episodes.list_episodes(ws)["episodes"] if not e["local_only"] or e["agent"] != "git"]
-            if not listed:
-                raise NotFound("no episode to reflect on", hint="start one with `memstore episode start`")
-            episode_id = listed[0]["episode"]
+    if episode_id:
+        return episode_id
+    if session is not None:
+        found = find_session_episode(ws, (cwd or Path.cwd()).resolve(), session)
+        if found is None:
+            raise NotFound(f"no episode for session {session!r}", field="session",
+                           hint="the agent hooks open one at the session's first hook call (`memstore integrate`)")
+        return found
+    store = episodes.episode_store(ws)
+    current = episodes.current_id(store) if store.exists() else None
+    if current is not None:
+        return current
+    listed = [e for e in episodes.list_episodes(ws)["episodes"] if e["ended"] is None and e["agent"] != "git"]
+    if not listed:
+        raise NotFound("no open episode to reflect on", hint="name one (`memstore reflect ID`), pass the agent's "
+                       "session (`--session ID`), or start one with `memstore episode start`")
+    return str(listed[0]["episode"])
+
+
+def reflect(ws: Workspace, episode_id: str | None = None, *, session: str | None = None,
+            cwd: Path | None = None) -> dict[str, Any]:
+    """The session-end digest and checklist for an episode: the one named, else the agent
+    session's (``session``: its id as the hooks saw it), else the current one, else the newest
+    open one."""
+    from ..store import episodes
+    from .sessions import injections, lessons
+
+    episode_id = _episode_to_reflect(ws, episode_id, session, cwd)
     shown = episodes.show(ws, episode_id)
     ep = shown["episode"]
     events = shown["events"]
@@ -483,6 +527,12 @@ def reflect(ws: Workspace, episode_id: str | None = None) -> dict[str, Any]:
     # A read without a problem_id served the session's problem when it wrote exactly one.
     session_problems = [m.id for m in written.values() if m.kind == "problem"]
     fallback = session_problems[0] if len(session_problems) == 1 else None
+    if fallback is None:
+        # else the one problem the session read (or named in a read) or was given
+        met = {p for p in served.values()} | {mid for e in events if e.get("op") in ("read", "inject")
+                                              for mid in e.get("results") or []
+                                              if mid in memories and memories[mid].kind == "problem"}
+        fallback = next(iter(met)) if len(met) == 1 else None
     reads = []
     for mid, info in read_info.items():
         mem = memories.get(mid)
@@ -496,6 +546,18 @@ def reflect(ws: Workspace, episode_id: str | None = None) -> dict[str, Any]:
         info["vote"] = {"op": "update", "type": "utility_vote", "memory_id": mid, "problem_id": problem_id,
                         "vote": None, "rationale": "", "evidence_refs": info["read_at"][-1:]}
         reads.append(info)
+    injected = injections(events, ep)
+    if session is not None:
+        from .sessions import noted_injections
+
+        logged = {mid for group in injected for mid in group["memories"]}
+        unlogged = [m for m in dict.fromkeys(noted_injections((cwd or Path.cwd()).resolve(), session))
+                    if m not in logged]
+        if unlogged:  # injected, but no event says by what: still offered for a vote (without evidence)
+            injected.append({"event": "unrecorded", "injected_at": [], "memories": unlogged})
+    for group in injected:
+        group["memories"] = [_injected_memory(mid, group, memories, graph, served.get(mid, fallback))
+                             for mid in group["memories"]]
 
     mode = ws.config.write_mode
     problem = _pick(events, ep, sources=("tool", "user", "assistant"), failing=True)
@@ -518,6 +580,14 @@ def reflect(ws: Workspace, episode_id: str | None = None) -> dict[str, Any]:
          "template": _write_template("fact", worked[-1:])},
         {"item": "preferences learned", "ask": "Did the user say how they want things done? "
          "Use scope global if it holds beyond this repo.", "template": _write_template("preference", prefs)},
+        {"item": "candidate lessons", "ask": "`lessons` lists what the session's tool calls suggest (a command "
+         "that failed and then passed after edits, a tactic undone, the files edited most), found by fixed rules: "
+         "judge each, write the ones that hold (a problem and its solution, a failed tactic) and drop the rest.",
+         "template": None},
+        {"item": "votes on what you were given", "ask": "`injected` lists every memory the hooks gave this "
+         "session, by the prompt or file that brought it, each with a `vote` request: fill `vote` (+1 helped, "
+         "-1 misled, null: did not matter) and send them all at once: `memstore vote` reads "
+         '{"votes": [...]} on stdin (the memory_vote tool takes the same list).', "template": None},
         {"item": "votes", "ask": "For each memory read during the session (those it wrote are left out, under "
          "`written`): did it help (+1), mislead (-1) or not matter (skip)? Fill `vote` in the requests under "
          "`reads`. A vote counts for the problem it names (`problem_id`, filled from the read when it named one, "
@@ -530,7 +600,7 @@ def reflect(ws: Workspace, episode_id: str | None = None) -> dict[str, Any]:
         "mode_note": MODE_TEXT.get(mode, MODE_TEXT["review"]).replace("**", ""),
         "events": [{"ref": f"event:{ep}:{e['seq']}", "source": e.get("source"), "ts": e.get("ts"),
                     "content": e.get("content")} for e in events],
-        "reads": reads, "checklist": checklist,
+        "reads": reads, "injected": injected, "lessons": lessons(events, ep), "checklist": checklist,
         "written": [{"id": m.id, "kind": m.kind, "text": m.text} for m in written.values()],
         # global memories proposed in review mode: the user approves (`memstore approve ID`) or drops them
         "pending": list_pending(ws)["pending"],

@@ -202,8 +202,13 @@ def claude_groups(setup: Setup) -> dict[str, dict[str, Any]]:
         "SessionStart": _group(setup, "session-start", "startup|clear"),  # not resume: the transcript has it
         "UserPromptSubmit": _group(setup, "prompt"),
         "PreToolUse": _group(setup, "file", FILE_TOOLS),
+        # Every tool call's outcome goes to the session's episode: PostToolUse fires after a call
+        # that succeeded, PostToolUseFailure after one that failed (a command's non-zero exit).
+        "PostToolUse": _group(setup, "tool"),
+        "PostToolUseFailure": _group(setup, "tool"),
         "PreCompact": _group(setup, "compact"),
         "Stop": _group(setup, "stop"),
+        "SessionEnd": _group(setup, "end"),  # closes the session's episode
     }
 
 
@@ -214,6 +219,7 @@ def codex_groups(setup: Setup) -> dict[str, dict[str, Any]]:
         "SessionStart": _group(setup, "session-start", "startup|clear|compact"),
         "UserPromptSubmit": _group(setup, "prompt"),
         "PreToolUse": _group(setup, "file", CODEX_FILE_TOOLS),
+        "PostToolUse": _group(setup, "tool"),  # Bash, apply_patch and MCP calls, with their response
         "Stop": _group(setup, "stop"),
     }
 
@@ -223,9 +229,14 @@ def cursor_groups(setup: Setup) -> dict[str, dict[str, Any]]:
     # there (it fires for every tool; one that names no cited file gets nothing back).
     # beforeSubmitPrompt and beforeReadFile only allow or block, and afterFileEdit's answer is
     # documented as ignored: the prompt hook is not wired, nor the file hook on those.
+    # The file hook on postToolUse also records the call in the session's episode; a failed call
+    # comes as postToolUseFailure. afterShellExecution is not wired: a shell call already comes
+    # through postToolUse, and a second hook would record it twice.
     return {"sessionStart": {"command": setup.hook_command("session-start")},
             "postToolUse": {"command": setup.hook_command("file")},
-            "stop": {"command": setup.hook_command("stop")}}
+            "postToolUseFailure": {"command": setup.hook_command("tool")},
+            "stop": {"command": setup.hook_command("stop")},
+            "sessionEnd": {"command": setup.hook_command("end")}}
 
 
 def _ours_in(entry: Any) -> bool:
@@ -398,15 +409,17 @@ GUIDE = ("the memstore guide, between markers", add_markdown, strip_markdown)
 # One row per agent; a new agent is a new row (its files, what each holds, how to add and strip it).
 TARGETS: dict[str, tuple[Target, ...]] = {
     "claude": (Target(".claude/settings.json", "hooks: SessionStart and UserPromptSubmit (context), PreToolUse on "
-                      "file tools, PreCompact, Stop (reflect)", add_claude_settings, strip_claude_settings),
+                      "file tools, PostToolUse and PostToolUseFailure (the session's episode), PreCompact, "
+                      "Stop (reflect), SessionEnd", add_claude_settings, strip_claude_settings),
                Target(".mcp.json", *MCP_JSON), Target("CLAUDE.md", *GUIDE)),
     "codex": (Target(".codex/config.toml", "MCP server memstore", add_codex_toml, strip_codex_toml),
               Target(".codex/hooks.json", "hooks: SessionStart (also after compaction) and UserPromptSubmit "
-                     "(context), PreToolUse on edits, Stop (reflect)", add_codex_hooks, strip_codex_hooks),
+                     "(context), PreToolUse on edits, PostToolUse (the session's episode), Stop (reflect)",
+                     add_codex_hooks, strip_codex_hooks),
               Target("AGENTS.md", *GUIDE)),
     "cursor": (Target(".cursor/mcp.json", *MCP_JSON),
-               Target(".cursor/hooks.json", "hooks: sessionStart (context), postToolUse (a file's memories), "
-                      "stop (reflect)",
+               Target(".cursor/hooks.json", "hooks: sessionStart (context), postToolUse (a file's memories; the "
+                      "session's episode), postToolUseFailure, stop (reflect), sessionEnd",
                       add_cursor_hooks, strip_cursor_hooks),
                Target(".cursor/rules/memstore.mdc", "rule (alwaysApply) with the memstore guide",
                       add_cursor_rule, strip_cursor_rule)),
