@@ -277,10 +277,12 @@ def tool_event(ws: Workspace, payload: dict[str, Any], cwd: Path) -> tuple[str, 
 
 # -- one hook call ---------------------------------------------------------------------------------
 def hook(ws: Workspace, event: str, payload: dict[str, Any], agent: str = "claude", *,
-         context_text: Callable[[Workspace], str] | None = None) -> dict[str, Any]:
+         context_text: Callable[[Workspace], str] | None = None,
+         files: list[tuple[str, tuple[int, int] | None]] | None = None) -> dict[str, Any]:
     """One agent hook call through the session's episode: the payload cleaned, the prompt or tool
     call logged, then ``verbs.recall.hook``'s injection (``prompt``, ``file``) logged with what
-    brought it. ``tool`` (a post-tool event) injects nothing. Capture never fails the hook."""
+    brought it. ``tool`` (a post-tool event) injects nothing. Capture never fails the hook.
+    ``files``: a file event's touched files, when the caller looked them up already."""
     payload = clean(payload)
     cwd = Path(str(payload.get("cwd") or ".")).resolve()
     sess: Session | None = None
@@ -292,7 +294,7 @@ def hook(ws: Workspace, event: str, payload: dict[str, Any], agent: str = "claud
     if event == "tool":
         answer: dict[str, Any] = {"ok": True, "event": event, "results": [], "text": "", "stdout": ""}
     else:
-        answer = recall.hook(ws, event, payload, agent, context_text=context_text)
+        answer = recall.hook(ws, event, payload, agent, context_text=context_text, files=files)
     if sess is not None and answer.get("results"):
         with contextlib.suppress(Exception):
             _injected(sess, event, answer, by, payload, cwd)
