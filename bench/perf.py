@@ -21,6 +21,7 @@ The machine's load average is printed with the results: on a shared 2-core box i
     python bench/perf.py cold --sizes 10000 --workers 1 2 --corpus mixed --eval-dir ../shared/eval
     python bench/perf.py cold --firsts 5       # and the first read p50 of 5 clones, each
                                                # against a daemon of its own (model loaded)
+    python bench/perf.py profile --sizes 10000 # cProfile of 50 warm library reads
 
 ``cold`` commits each generated store as ``.memory/`` of a git repo (kept under
 ``bench/.cache/perf/``), starts a daemon (model loaded, as on a machine that used memstore
@@ -849,9 +850,60 @@ def cold_main(argv: list[str]) -> int:
     return 0
 
 
+def profile_main(argv: list[str]) -> int:
+    """Where a warm library read's time goes: the generated store (built as the main run builds
+    it, its index reused when a run left one), a watched workspace, one pass over the queries to
+    warm it, then ``--reps`` reads timed without a profiler and again under cProfile; the top
+    functions by cumulative and by own time."""
+    import cProfile
+    import io
+    import pstats
+
+    from memstore.read import retrieve
+    from memstore.store.workspace import open_workspace
+
+    ap = argparse.ArgumentParser(prog="perf.py profile", description=profile_main.__doc__)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10000])
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--top", type=int, default=25)
+    a = ap.parse_args(argv)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    for n in a.sizes:
+        root = CACHE / f"store-{n}"
+        if not (root / ".complete").exists() or not (root / ".index" / "meta.json").exists():
+            root, _ = prepare(n, CACHE / "embeddings")
+        ws = open_workspace(cwd=root, env={"MEMSTORE_STORE": str(root), "MEMSTORE_HOME": str(CACHE / "global")})
+        ws.watch()
+        for q in QUERIES:
+            retrieve.read(ws, {"query": q}, log_episode=False)
+        plain = []
+        for i in range(a.reps):
+            t0 = time.perf_counter()
+            retrieve.read(ws, {"query": QUERIES[i % len(QUERIES)]}, log_episode=False)
+            plain.append(time.perf_counter() - t0)
+        prof = cProfile.Profile()
+        prof.enable()
+        for i in range(a.reps):
+            retrieve.read(ws, {"query": QUERIES[i % len(QUERIES)]}, log_episode=False)
+        prof.disable()
+        ws.close()
+        print(f"## n={n}: {a.reps} warm library reads, p50 {ms(pct(plain, 50))} ms, p95 {ms(pct(plain, 95))} ms "
+              f"without the profiler; load {os.getloadavg()[0]:.1f}\n")
+        for order in ("cumulative", "tottime"):
+            out = io.StringIO()
+            stats = pstats.Stats(prof, stream=out)
+            stats.strip_dirs().sort_stats(order).print_stats(a.top)
+            print(f"### by {order} (per read: divide by {a.reps})\n\n```")
+            print(out.getvalue().split("\n\n", 2)[-1].strip())
+            print("```\n", flush=True)
+    return 0
+
+
 def main() -> int:
     if sys.argv[1:2] == ["cold"]:
         return cold_main(sys.argv[2:])
+    if sys.argv[1:2] == ["profile"]:
+        return profile_main(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
     ap.add_argument("--reps", type=int, default=30)

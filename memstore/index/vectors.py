@@ -25,8 +25,8 @@ NORM_TOLERANCE = 1e-3
 # exact and fast enough (the measurements in docs/decisions/approximate-index.md).
 APPROX_ROWS = 200_000
 APPROX_ENV = "MEMSTORE_APPROX_ROWS"  # another threshold (tests set a low one to take this path)
-NPROBE = 16  # inverted lists searched per query
-CANDIDATES = 4  # candidates asked of the approximate index per result wanted, scored exactly
+NPROBE = 48  # inverted lists searched per query
+CANDIDATES = 2  # candidates asked of the approximate index per result wanted, scored exactly
 RETRAIN_GROWTH = 4  # a store this many times the size it was trained on is trained again
 
 
@@ -56,10 +56,16 @@ def unit_rows(vecs: np.ndarray) -> np.ndarray:
     return np.isfinite(norms) & (np.abs(norms - 1.0) < NORM_TOLERANCE)
 
 
+LISTS_PER_ROOT = 2  # inverted lists per sqrt(rows)
+TRAIN_PER_LIST = 40  # k-means runs on this many rows per list (faiss warns on stderr below 39)
+TRAIN_ITERATIONS = 10
+
+
 def ann_lists(n: int) -> int:
-    """Inverted lists for ``n`` rows: ~4 sqrt(n) (faiss's guidance is 4-16 sqrt(n)), and at
-    least 39 training rows per list, below which faiss's k-means warns on stderr."""
-    return max(1, min(int(4 * math.sqrt(n)), n // 39))
+    """Inverted lists for ``n`` rows: ``LISTS_PER_ROOT`` sqrt(n), fewer than faiss's usual 4-16
+    sqrt(n): k-means costs lists squared, and a search of one query scans a few thousand codes
+    either way. At least ``TRAIN_PER_LIST`` rows per list."""
+    return max(1, min(int(LISTS_PER_ROOT * math.sqrt(n)), n // TRAIN_PER_LIST))
 
 
 def train_ann(vecs: np.ndarray, labels: np.ndarray) -> faiss.Index:
@@ -67,7 +73,8 @@ def train_ann(vecs: np.ndarray, labels: np.ndarray) -> faiss.Index:
     n, dim = vecs.shape
     nlist = ann_lists(n)
     ann = faiss.index_factory(dim, f"IVF{nlist},SQ8", faiss.METRIC_INNER_PRODUCT)
-    ann.cp.max_points_per_centroid = 64  # k-means on a sample of the rows, not all of them
+    ann.cp.max_points_per_centroid = TRAIN_PER_LIST  # k-means on a sample of the rows, not all of them
+    ann.cp.niter = TRAIN_ITERATIONS
     ann.cp.seed = 1234
     ann.train(vecs)
     ann.add_with_ids(vecs, labels)
