@@ -10,6 +10,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+import faiss
 import numpy as np
 import pytest
 from conftest import CliResult, store_files, write_req
@@ -178,3 +179,10 @@ def test_damaged_or_planted_approximate_index_is_not_believed(repo: Path, cli: C
     assert outside.read_bytes() == b"not memstore's"
     assert ann.is_file() and not ann.is_symlink()
     assert judged(cli, repo, {}) == expected
+    # The flat vectors damaged: both indexes rebuilt from the files, and the same judgment.
+    flat = ann.with_name("vectors.faiss")
+    flat.write_bytes(b"\x00" * 128)
+    rc, out, _ = cli("read", "cache eviction", cwd=repo)
+    assert rc == 0 and any("vector index was damaged" in w for w in out["warnings"])
+    assert judged(cli, repo, {}) == expected
+    assert faiss.read_index(str(ann)).ntotal == len(FACTS) + 1
