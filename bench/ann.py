@@ -16,7 +16,8 @@ itself is measured with its threshold set to 0, so the approximate path is the o
 renormalised: the same directions and cluster structure, ``--noise`` chosen so that a query's
 nearest similarity is close to the real one; both are printed), queries likewise. Per index:
 build (train + add) seconds, the RSS it adds, search p50/p95 of one query, recall@10 against
-flat on those rows. Flat is ``VectorIndex``'s own search (one matrix product).
+flat on those rows. Flat is ``VectorIndex``'s own search (one matrix product). BLAS and faiss
+run on one thread, as in the daemon.
 
 The candidates: IVF-Flat, IVF-SQ8 (8-bit codes; the candidates then scored exactly on the flat
 rows, as ``VectorIndex`` does), HNSW32 (up to ``--hnsw-max`` rows: its build is the slowest).
@@ -221,7 +222,12 @@ def main() -> int:
     ap.add_argument("--hnsw-max", type=int, default=100_000, help="HNSW only up to this many rows")
     ap.add_argument("--eval-dir", type=Path, default=EVAL_DIR)
     a = ap.parse_args()
-    faiss.omp_set_num_threads(1)  # one query at a time, as a read asks; the build gets one core too
+    # As the daemon runs (surfaces/daemon_work.one_blas_thread): BLAS on one thread, and faiss
+    # too; a build then gets one core, as the daemon's save would.
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1, user_api="blas")
+    faiss.omp_set_num_threads(1)
     corpus, queries = real_texts(a.real, a.queries, a.eval_dir)
     x, q = embed(corpus), embed(queries)
     print(f"# load {os.getloadavg()[0]:.1f}, {os.cpu_count()} cpus; real: n={len(x)} texts, {len(q)} queries",

@@ -852,7 +852,8 @@ def cold_main(argv: list[str]) -> int:
 
 def profile_main(argv: list[str]) -> int:
     """Where a warm library read's time goes: the generated store (built as the main run builds
-    it, its index reused when a run left one), a watched workspace, one pass over the queries to
+    it, its index reused when a run left one), a watched workspace, BLAS on one thread as in the
+    daemon, one pass over the queries to
     warm it, then ``--reps`` reads timed without a profiler and again under cProfile; the top
     functions by cumulative and by own time."""
     import cProfile
@@ -866,11 +867,15 @@ def profile_main(argv: list[str]) -> int:
     ap.add_argument("--sizes", type=int, nargs="+", default=[10000])
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--store", type=Path, help="profile this indexed store instead (--sizes is then its label)")
     a = ap.parse_args(argv)
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1, user_api="blas")  # as the daemon runs a read (surfaces/daemon_work.one_blas_thread)
     CACHE.mkdir(parents=True, exist_ok=True)
     for n in a.sizes:
-        root = CACHE / f"store-{n}"
-        if not (root / ".complete").exists() or not (root / ".index" / "meta.json").exists():
+        root = a.store or CACHE / f"store-{n}"
+        if a.store is None and not ((root / ".complete").exists() and (root / ".index" / "meta.json").exists()):
             root, _ = prepare(n, CACHE / "embeddings")
         ws = open_workspace(cwd=root, env={"MEMSTORE_STORE": str(root), "MEMSTORE_HOME": str(CACHE / "global")})
         ws.watch()
