@@ -23,7 +23,7 @@ from .terms import top_k
 NORM_TOLERANCE = 1e-3
 # Rows from which ``search`` turns to the approximate index; below it the flat product is both
 # exact and fast enough (the measurements in docs/decisions/approximate-index.md).
-APPROX_ROWS = 200_000
+APPROX_ROWS = 100_000
 APPROX_ENV = "MEMSTORE_APPROX_ROWS"  # another threshold (tests set a low one to take this path)
 NPROBE = 48  # inverted lists searched per query
 CANDIDATES = 2  # candidates asked of the approximate index per result wanted, scored exactly
