@@ -12,6 +12,9 @@ sets) embedded with the real model (cached in ``bench/.cache``), and ``--queries
 rows of each query; recall@10 is the share of the flat index's 10 it returns. ``VectorIndex``
 itself is measured with its threshold set to 0, so the approximate path is the one taken.
 
+``--judge STORE``: a write's duplicate judgment on an indexed store (``perf.py noisy`` makes
+one of 100k), flat against approximate, alternating.
+
 (b) Speed: ``--sizes`` rows drawn around the real vectors (a real row plus Gaussian noise,
 renormalised: the same directions and cluster structure, ``--noise`` chosen so that a query's
 nearest similarity is close to the real one; both are printed), queries likewise. Per index:
@@ -209,6 +212,45 @@ def table(rows: list[dict[str, object]]) -> None:
         print("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
 
 
+def judge(store: Path, rounds: int = 3) -> int:
+    """A write's duplicate judgment (``read/indexes.semantic_neighbours``: the text's vector, the
+    store's 50 nearest over 0.6) on an indexed store, flat and approximate alternating in one
+    process: p50 / p95 of each, and whether they found the same neighbours."""
+    from perf import QUERIES, ms, pct
+
+    from memstore.read import indexes
+    from memstore.read.tuning import params_from_config
+    from memstore.store.model import Memory
+    from memstore.store.workspace import open_workspace
+
+    store = store.resolve()
+    ws = open_workspace(cwd=store, env={"MEMSTORE_STORE": str(store), "MEMSTORE_HOME": str(store.parent / "global")})
+    ws.watch()
+    mems = [Memory(id=f"01J0000000000000000000{i:04d}", kind="fact", text=q, scope="repo",
+                   created="2026-01-01T00:00:00Z", author="bench", confidence=0.5, rationale="", links={},
+                   evidence=["user:bench"], tags=[]) for i, q in enumerate(QUERIES)]
+    si = indexes.store_index(ws, "repo", params_from_config(ws.config))
+    indexes.semantic_neighbours(ws, mems[0], ["repo"], 0.6)  # loads the store, trains if over the threshold
+    assert si.vectors is not None
+    times: dict[str, list[float]] = {"flat": [], "approx": []}
+    found: dict[str, list[object]] = {"flat": [], "approx": []}
+    for r in range(rounds):
+        for mem in mems:
+            for name, rows in (("flat", 2**62), ("approx", 0)):
+                si.vectors.approx_rows = rows
+                t0 = time.perf_counter()
+                near = indexes.semantic_neighbours(ws, mem, ["repo"], 0.6)
+                times[name].append(time.perf_counter() - t0)
+                if r == 0:
+                    found[name].append([(d["id"], d["similarity"]) for d in near])
+    print(f"# {store.name}: {len(si.vectors)} rows, {len(mems)} texts x {rounds}, load {os.getloadavg()[0]:.1f}")
+    for name, v in times.items():
+        print(f"{name}: p50 {ms(pct(v, 50))} ms, p95 {ms(pct(v, 95))} ms")
+    print(f"same neighbours: {found['flat'] == found['approx']} "
+          f"({sum(len(f) for f in found['flat'])} found)")  # type: ignore[arg-type]
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--real", type=int, default=2000, help="real texts embedded for (a) and as (b)'s centres")
@@ -221,6 +263,8 @@ def main() -> int:
     ap.add_argument("--ef", type=int, nargs="+", default=[32, 64])
     ap.add_argument("--hnsw-max", type=int, default=100_000, help="HNSW only up to this many rows")
     ap.add_argument("--eval-dir", type=Path, default=EVAL_DIR)
+    ap.add_argument("--judge", type=Path, metavar="STORE",
+                    help="instead: a write's duplicate judgment on this indexed store, flat against approximate")
     a = ap.parse_args()
     # As the daemon runs (surfaces/daemon_work.one_blas_thread): BLAS on one thread, and faiss
     # too; a build then gets one core, as the daemon's save would.
@@ -228,6 +272,8 @@ def main() -> int:
 
     threadpool_limits(1, user_api="blas")
     faiss.omp_set_num_threads(1)
+    if a.judge:
+        return judge(a.judge)
     corpus, queries = real_texts(a.real, a.queries, a.eval_dir)
     x, q = embed(corpus), embed(queries)
     print(f"# load {os.getloadavg()[0]:.1f}, {os.cpu_count()} cpus; real: n={len(x)} texts, {len(q)} queries",
