@@ -14,6 +14,7 @@ import faiss
 import numpy as np
 import pytest
 from conftest import CliResult, store_files, write_req
+from daemonworld import Env, _poll, _seed
 
 from memstore.index import vectors as vecmod
 from memstore.index.vectors import VectorIndex, approx_rows_setting
@@ -186,3 +187,30 @@ def test_damaged_or_planted_approximate_index_is_not_believed(repo: Path, cli: C
     assert rc == 0 and any("vector index was damaged" in w for w in out["warnings"])
     assert judged(cli, repo, {}) == expected
     assert faiss.read_index(str(ann)).ntotal == len(FACTS) + 1
+
+
+def test_the_daemon_saves_the_approximate_index_and_judges_as_flat(tmp_path: Path) -> None:
+    """A real daemon over the threshold: it writes vectors.ann with its idle save, and its
+    judgment of a write is the in-process flat one."""
+    life = Env(tmp_path / "ann")
+    life.vars["MEMSTORE_APPROX_ROWS"] = "4"
+    proc = None
+    try:
+        with life.environ():
+            repo = life.make_repo("repo")
+            _seed(life, repo, "omega")  # five memories
+        proc = life.start("--idle", "600")
+        text = "omega: settings of the API server come from a TOML file in config/"
+        request = {"op": "write", "mode": "dry_run",
+                   "memory": {"kind": "fact", "scope": "repo", "text": text, "evidence_refs": ["user:x"]}}
+        answer = life.forward("write", repo, request=request)["answer"]
+        ann = repo / ".memory" / ".index" / "vectors.ann"
+        assert _poll(ann.is_file, timeout=60, every=1), life.log()
+        rc, flat, err = life.cli("write", "--dry-run", "--kind", "fact", "--text", text, "--evidence", "user:x",
+                                 cwd=repo, MEMSTORE_DAEMON="0", MEMSTORE_APPROX_ROWS="1000")
+        assert rc == 0, err
+        assert answer["similar"] == flat["similar"] and "omega" in json.dumps(flat["similar"])
+    finally:
+        life.cleanup()
+        if proc is not None:
+            proc.wait(timeout=30)
