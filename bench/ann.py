@@ -7,13 +7,11 @@ Run (from the repo root, venv active):
     python bench/ann.py --real 1000 --queries 200 --sizes 100000 --hnsw-max 100000
 
 (a) Recall: ``--real`` texts (half LoCoMo turns, half Hadoop bug reports, from the shared eval
-sets) embedded with the real model (cached in ``bench/.cache``), and ``--queries`` queries
-(LoCoMo questions and other bug reports). Each approximate index is asked for the 10 nearest
-rows of each query; recall@10 is the share of the flat index's 10 it returns. ``VectorIndex``
-itself is measured with its threshold set to 0, so the approximate path is the one taken.
-
-``--judge STORE``: a write's duplicate judgment on an indexed store (``perf.py noisy`` makes
-one of 100k), flat against approximate, alternating.
+sets, ``--eval-dir``: ``../shared/eval`` by default) embedded with the real model (cached in
+``bench/.cache``), and ``--queries`` queries (LoCoMo questions and other bug reports). Each
+approximate index is asked for the 10 nearest rows of each query; recall@10 is the share of the
+flat index's 10 it returns. ``VectorIndex`` itself is measured with its threshold set to 0, so
+the approximate path is the one taken.
 
 (b) Speed: ``--sizes`` rows drawn around the real vectors (a real row plus Gaussian noise,
 renormalised: the same directions and cluster structure, ``--noise`` chosen so that a query's
@@ -24,6 +22,9 @@ run on one thread, as in the daemon.
 
 The candidates: IVF-Flat, IVF-SQ8 (8-bit codes; the candidates then scored exactly on the flat
 rows, as ``VectorIndex`` does), HNSW32 (up to ``--hnsw-max`` rows: its build is the slowest).
+
+``--judge STORE``: a write's duplicate judgment on an indexed store (``perf.py noisy`` makes
+one of 100k), flat against approximate, alternating.
 """
 
 from __future__ import annotations
