@@ -21,6 +21,9 @@ The machine's load average is printed with the results: on a shared 2-core box i
     python bench/perf.py cold --sizes 10000 --workers 1 2 --corpus mixed --eval-dir ../shared/eval
     python bench/perf.py cold --firsts 5       # and the first read p50 of 5 clones, each
                                                # against a daemon of its own (model loaded)
+    python bench/perf.py profile --sizes 10000 # cProfile of 50 warm library reads
+    python bench/perf.py noisy --sizes 100000  # store-100000-noisy: vectors without the model
+    python bench/perf.py profile --sizes 100000 --store bench/.cache/perf/store-100000-noisy
 
 ``cold`` commits each generated store as ``.memory/`` of a git repo (kept under
 ``bench/.cache/perf/``), starts a daemon (model loaded, as on a machine that used memstore
@@ -849,9 +852,109 @@ def cold_main(argv: list[str]) -> int:
     return 0
 
 
+def profile_main(argv: list[str]) -> int:
+    """Where a warm library read's time goes: the generated store (built as the main run builds
+    it, its index reused when a run left one), a watched workspace, BLAS on one thread as in the
+    daemon, one pass over the queries to
+    warm it, then ``--reps`` reads timed without a profiler and again under cProfile; the top
+    functions by cumulative and by own time."""
+    import cProfile
+    import io
+    import pstats
+
+    from memstore.read import retrieve
+    from memstore.store.workspace import open_workspace
+
+    ap = argparse.ArgumentParser(prog="perf.py profile", description=profile_main.__doc__)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10000])
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--store", type=Path, help="profile this indexed store instead (--sizes is then its label)")
+    a = ap.parse_args(argv)
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1, user_api="blas")  # as the daemon runs a read (surfaces/daemon_work.one_blas_thread)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    for n in a.sizes:
+        root = a.store.resolve() if a.store else CACHE / f"store-{n}"
+        if a.store is None and not ((root / ".complete").exists() and (root / ".index" / "meta.json").exists()):
+            root, _ = prepare(n, CACHE / "embeddings")
+        ws = open_workspace(cwd=root, env={"MEMSTORE_STORE": str(root), "MEMSTORE_HOME": str(CACHE / "global")})
+        ws.watch()
+        for q in QUERIES:
+            retrieve.read(ws, {"query": q}, log_episode=False)
+        plain = []
+        for i in range(a.reps):
+            t0 = time.perf_counter()
+            retrieve.read(ws, {"query": QUERIES[i % len(QUERIES)]}, log_episode=False)
+            plain.append(time.perf_counter() - t0)
+        prof = cProfile.Profile()
+        prof.enable()
+        for i in range(a.reps):
+            retrieve.read(ws, {"query": QUERIES[i % len(QUERIES)]}, log_episode=False)
+        prof.disable()
+        ws.close()
+        print(f"## n={n}: {a.reps} warm library reads, p50 {ms(pct(plain, 50))} ms, p95 {ms(pct(plain, 95))} ms "
+              f"without the profiler; load {os.getloadavg()[0]:.1f}\n")
+        for order in ("cumulative", "tottime"):
+            out = io.StringIO()
+            stats = pstats.Stats(prof, stream=out)
+            stats.strip_dirs().sort_stats(order).print_stats(a.top)
+            print(f"### by {order} (per read: divide by {a.reps})\n\n```")
+            print(out.getvalue().split("\n\n", 2)[-1].strip())
+            print("```\n", flush=True)
+    return 0
+
+
+def noisy_main(argv: list[str]) -> int:
+    """``store-<n>-noisy``: the generated store of ``n`` memories whose vectors are the real
+    ones of the 10k store plus noise, put in its embedding cache and indexed, without the model:
+    the per-memory work of a read does not depend on what the vectors are, and 100k texts take
+    over an hour to embed on a busy 2-core machine."""
+    import numpy as np
+
+    from memstore.index.embcache import text_key
+    from memstore.read import indexes
+    from memstore.read.tuning import params_from_config
+    from memstore.store.workspace import open_workspace
+
+    ap = argparse.ArgumentParser(prog="perf.py noisy", description=noisy_main.__doc__)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[100000])
+    a = ap.parse_args(argv)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    real, _ = prepare(10000, CACHE / "embeddings")
+    env = {"MEMSTORE_HOME": str(CACHE / "global"), "MEMSTORE_DAEMON": "0"}
+    rws = open_workspace(cwd=real, env={**env, "MEMSTORE_STORE": str(real)})
+    indexes.reindex(rws)
+    vecs = indexes.store_index(rws, "repo", params_from_config(rws.config)).vectors
+    assert vecs is not None
+    base = vecs.matrix().copy()
+    for n in a.sizes:
+        root = CACHE / f"store-{n}-noisy"
+        if not (root / ".complete").exists():
+            shutil.rmtree(root, ignore_errors=True)
+            generate_store(root, n)
+        ws = open_workspace(cwd=root, env={**env, "MEMSTORE_STORE": str(root)})
+        texts = sorted({m.text for m in ws.catalog("repo").memories.values()})
+        rng = np.random.default_rng(n)
+        x = base[rng.integers(0, len(base), len(texts))]
+        x = x + rng.normal(0, 0.3 / np.sqrt(x.shape[1]), x.shape).astype(np.float32)
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        cache = indexes.store_index(ws, "repo", params_from_config(ws.config)).embedding_cache()
+        cache.put_many([text_key(t) for t in texts], x.astype(np.float32))
+        t0 = time.perf_counter()
+        indexes.reindex(ws)
+        print(f"{root}: {len(texts)} texts, indexed in {time.perf_counter() - t0:.0f} s", flush=True)
+    return 0
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["noisy"]:
+        return noisy_main(sys.argv[2:])
     if sys.argv[1:2] == ["cold"]:
         return cold_main(sys.argv[2:])
+    if sys.argv[1:2] == ["profile"]:
+        return profile_main(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
     ap.add_argument("--reps", type=int, default=30)

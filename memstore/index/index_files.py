@@ -23,11 +23,11 @@ from typing import Any
 from ..store.files import NotOurs, atomic_write, clear_way, file_lock, private_dir, read_projection, recheck_dir
 from ..store.userkey import looks_sealed, sealed_json, unseal
 from .keyword import BM25Params, KeywordIndex, folder_listing
-from .vectors import VectorIndex
+from .vectors import VectorIndex, ann_path
 
 META_VERSION = 2
 # The files whose size, mtime and inode this process remembers as it last wrote or read them.
-WATCHED = ("meta.json", "vectors.faiss")
+WATCHED = ("meta.json", "vectors.faiss", "vectors.ann")
 # meta.json records ~200 bytes per memory (its vector label and two manifest keys): 1,000,000
 # memories, the ceiling of limits.max_files, fit well within this. A larger file was not written
 # here; its size is checked on the open file, and its seal's place at the end, before any read.
@@ -128,9 +128,10 @@ class IndexFiles:
                  model_id: str | None) -> dict[str, Any]:
         """What meta.json holds, as a snapshot (the manifests copied)."""
         files = {f"keyword/{name}": sig for name, sig in keyword.files().items()}
-        vec = stat(self.dir / "vectors.faiss")
-        if vec is not None:
-            files["vectors.faiss"] = [vec[0], vec[1]]
+        for name in ("vectors.faiss", "vectors.ann"):
+            vec = stat(self.dir / name)
+            if vec is not None:
+                files[name] = [vec[0], vec[1]]
         return {
             "version": META_VERSION,
             "generation": state.generation,
@@ -208,7 +209,12 @@ class IndexFiles:
         if saved is None or now is None or [now[0], now[1]] != list(saved):
             raise ValueError("vectors.faiss is not the file that was saved")
         labels = {int(k): v for k, v in meta.get("labels", {}).items()}
-        return VectorIndex.load(self.dir / "vectors.faiss", dim, labels), dict(meta.get("vec_manifest", {}))
+        # The approximate index is read only when it is the file saved with these vectors; any
+        # other is left to be built again from them.
+        ann_saved, ann_now = meta.get("files", {}).get("vectors.ann"), stat(ann_path(self.dir / "vectors.faiss"))
+        with_ann = ann_saved is not None and ann_now is not None and [ann_now[0], ann_now[1]] == list(ann_saved)
+        return (VectorIndex.load(self.dir / "vectors.faiss", dim, labels, with_ann=with_ann),
+                dict(meta.get("vec_manifest", {})))
 
     def save_vectors(self, vectors: VectorIndex) -> None:
         vectors.save(clear_way(self.dir / "vectors.faiss"))
@@ -228,7 +234,7 @@ class IndexFiles:
         brought it since this process first looked)."""
         recheck_dir(self.dir)
         shutil.rmtree(self.dir / "keyword", ignore_errors=True)
-        for name in ("vectors.faiss", "meta.json", "generation"):
+        for name in ("vectors.faiss", "vectors.ann", "meta.json", "generation"):
             with contextlib.suppress(FileNotFoundError):
                 (self.dir / name).unlink()
 

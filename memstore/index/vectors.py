@@ -1,8 +1,17 @@
 """The vector projection: a faiss inner-product index over unit vectors, id-mapped so single
-memories can be added and removed without a rebuild."""
+memories can be added and removed without a rebuild.
+
+Above ``APPROX_ROWS`` rows, ``search`` asks an approximate index (an inverted file over the same
+labels, docs/decisions/approximate-index.md) for candidates and scores them exactly against the
+flat rows, which stay: the read pipeline ranks over them as a matrix. The approximate index is a
+second projection of the flat one, saved beside it (``vectors.ann``) and built again from it
+whenever it is missing, unvouched for, or trained on a store a quarter of today's size."""
 
 from __future__ import annotations
 
+import logging
+import math
+import os
 from pathlib import Path
 
 import faiss
@@ -12,6 +21,35 @@ from ..store.files import atomic_file, full_device
 from .terms import top_k
 
 NORM_TOLERANCE = 1e-3
+# Rows from which ``search`` turns to the approximate index; below it the flat product is both
+# exact and fast enough (the measurements in docs/decisions/approximate-index.md).
+APPROX_ROWS = 100_000
+APPROX_ENV = "MEMSTORE_APPROX_ROWS"  # another threshold (tests set a low one to take this path)
+NPROBE = 48  # inverted lists searched per query
+CANDIDATES = 2  # candidates asked of the approximate index per result wanted, scored exactly
+RETRAIN_GROWTH = 4  # a store this many times the size it was trained on is trained again
+LISTS_PER_ROOT = 2  # inverted lists per sqrt(rows)
+TRAIN_PER_LIST = 40  # k-means runs on at most this many rows per list (faiss's usual floor is 39)
+TRAIN_ITERATIONS = 10
+
+
+log = logging.getLogger("memstore.index")
+
+
+def approx_rows_setting(env: dict[str, str] | None = None) -> int:
+    """``MEMSTORE_APPROX_ROWS``, or ``APPROX_ROWS``; a value that is not a whole number >= 1 is
+    warned about and ignored."""
+    raw = (os.environ if env is None else env).get(APPROX_ENV, "").strip()
+    if not raw:
+        return APPROX_ROWS
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        log.warning("%s=%r is not a whole number >= 1; using %d", APPROX_ENV, raw, APPROX_ROWS)
+        return APPROX_ROWS
+    return value
 
 
 def unit_rows(vecs: np.ndarray) -> np.ndarray:
@@ -21,15 +59,42 @@ def unit_rows(vecs: np.ndarray) -> np.ndarray:
     return np.isfinite(norms) & (np.abs(norms - 1.0) < NORM_TOLERANCE)
 
 
+def ann_lists(n: int) -> int:
+    """Inverted lists for ``n`` rows: ``LISTS_PER_ROOT`` sqrt(n), fewer than faiss's usual 4-16
+    sqrt(n): k-means costs lists squared, and a query still scans only 2-8 % of the codes from
+    100k to 1M rows. At least ``TRAIN_PER_LIST`` rows per list."""
+    return max(1, min(int(LISTS_PER_ROOT * math.sqrt(n)), n // TRAIN_PER_LIST))
+
+
+def train_ann(vecs: np.ndarray, labels: np.ndarray) -> faiss.Index:
+    """An inverted file with 8-bit scalar codes over ``vecs`` (unit rows), under ``labels``."""
+    n, dim = vecs.shape
+    nlist = ann_lists(n)
+    ann = faiss.index_factory(dim, f"IVF{nlist},SQ8", faiss.METRIC_INNER_PRODUCT)
+    ann.cp.max_points_per_centroid = TRAIN_PER_LIST  # k-means on a sample of the rows, not all of them
+    ann.cp.niter = TRAIN_ITERATIONS
+    # ann_lists chose the lists; a store just over a low threshold has fewer rows than faiss
+    # asks for, and its warning would go to the stderr of whatever process trains.
+    ann.cp.min_points_per_centroid = 1
+    ann.cp.seed = 1234
+    ann.train(vecs)
+    ann.add_with_ids(vecs, labels)
+    return ann
+
+
 class VectorIndex:
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int, approx_rows: int | None = None) -> None:
         self.dim = dim
         self.index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
         self.label_of: dict[str, int] = {}
         self.id_of: dict[int, str] = {}
         self.next_label = 1
         self._rows: list[str] | None = None
+        self._labels: np.ndarray | None = None
         self._capacity = 0  # bytes of storage faiss holds for rows (see _room_for)
+        self.approx_rows = approx_rows_setting() if approx_rows is None else approx_rows
+        self.ann: faiss.Index | None = None  # the approximate index, once a search over approx_rows built it
+        self.ann_trained = 0  # rows the approximate index was trained on
 
     def __len__(self) -> int:
         return int(self.index.ntotal)
@@ -41,7 +106,11 @@ class VectorIndex:
         self._room_for(len(ids))
         labels = np.arange(self.next_label, self.next_label + len(ids), dtype=np.int64)
         self.next_label += len(ids)
-        self.index.add_with_ids(np.ascontiguousarray(vecs, dtype=np.float32), labels)
+        vecs = np.ascontiguousarray(vecs, dtype=np.float32)
+        self.index.add_with_ids(vecs, labels)
+        if self.ann is not None:
+            self.ann.add_with_ids(vecs, labels)
+        self._labels = None
         for mid, lab in zip(ids, labels.tolist(), strict=True):
             self.label_of[mid] = lab
             self.id_of[lab] = mid
@@ -68,6 +137,9 @@ class VectorIndex:
             return
         gone = {self.id_of.pop(lab) for lab in labels}
         self.index.remove_ids(np.array(labels, dtype=np.int64))
+        if self.ann is not None:
+            self.ann.remove_ids(np.array(labels, dtype=np.int64))
+        self._labels = None
         # faiss closes the gaps keeping the order of the rows that stay.
         self._rows = None if self._rows is None else [mid for mid in self._rows if mid not in gone]
 
@@ -89,41 +161,69 @@ class VectorIndex:
     def row_labels(self) -> np.ndarray:
         """The faiss label of each matrix row: a label names one vector for good (a memory
         whose text changes gets a new one), so rows can be followed across changes."""
-        if not len(self):
-            return np.zeros(0, dtype=np.int64)
-        return faiss.vector_to_array(self.index.id_map)
+        if self._labels is None:
+            self._labels = faiss.vector_to_array(self.index.id_map) if len(self) else np.zeros(0, dtype=np.int64)
+        return self._labels
 
     def search(self, q: np.ndarray, k: int) -> list[tuple[str, float]]:
         """The ``k`` rows of highest inner product with ``q``, best first."""
         n = len(self)
         if n == 0 or k <= 0:
             return []
+        if n >= self.approx_rows:
+            return self._approx_search(np.asarray(q, dtype=np.float32).reshape(-1), k)
         # One matrix-vector product over faiss's own storage: faiss's search of a single query
         # on an id-mapped flat index costs ~25 ms at 100k rows, this ~3 ms.
         sims = self.matrix() @ np.asarray(q, dtype=np.float32).reshape(-1)
         rows = self.row_ids()
         return [(rows[i], s) for i, s in top_k(sims, k, floor=float("-inf"))]
 
+    def _approx_search(self, q: np.ndarray, k: int) -> list[tuple[str, float]]:
+        """Candidates from the approximate index, scored exactly on the flat rows: the scores
+        and their order are the flat search's; only a row the inverted lists miss is lost."""
+        ann = self.approx()
+        ann.nprobe = min(NPROBE, ann.nlist)
+        _, found = ann.search(q.reshape(1, -1), k * CANDIDATES)
+        labels = self.row_labels()
+        wanted = found[0][found[0] >= 0]
+        rows = np.minimum(np.searchsorted(labels, wanted), len(labels) - 1)  # labels only grow along the rows
+        rows = np.unique(rows[labels[rows] == wanted])
+        sims = self.matrix()[rows] @ q
+        ids = self.row_ids()
+        return [(ids[int(rows[i])], s) for i, s in top_k(sims, k, floor=float("-inf"))]
+
+    def approx(self) -> faiss.Index:
+        """The approximate index, trained now when there is none or the store has outgrown it."""
+        if self.ann is None or len(self) > RETRAIN_GROWTH * self.ann_trained or self.ann.ntotal != len(self):
+            self.ann = train_ann(self.matrix(), self.row_labels())
+            self.ann_trained = len(self)
+        return self.ann
+
     # -- persistence ---------------------------------------------------------------------------
     def save(self, path: Path) -> None:
-        with atomic_file(path) as tmp:
-            try:
-                faiss.write_index(self.index, str(tmp))
-            except RuntimeError as exc:  # faiss reports a failed write as a C++ exception: its text says why
-                full = full_device(str(exc), path.name)
-                if full is not None:
-                    raise full from exc
-                raise
+        """The flat index to ``path``; over ``approx_rows``, the approximate one to ``ann_path``
+        (trained now if no search has yet), so the next process loads it instead of training it;
+        below, an old one is removed, so no file outlives the rows it was built on."""
+        _write(self.index, path)
+        ann = ann_path(path)
+        if len(self) >= self.approx_rows:
+            _write(self.approx(), ann)
+        elif ann.exists() or ann.is_symlink():
+            os.unlink(ann)
 
     @classmethod
-    def load(cls, path: Path, dim: int, ids_by_label: dict[int, str]) -> VectorIndex:
+    def load(cls, path: Path, dim: int, ids_by_label: dict[int, str], *, with_ann: bool = False,
+             approx_rows: int | None = None) -> VectorIndex:
+        """The flat index at ``path``: ValueError when it is damaged. ``with_ann``: the caller
+        vouches for ``ann_path(path)`` too; it is used when it reads as an inverted file over
+        exactly these rows, and is otherwise built again by the first search that needs it."""
         try:
             index = faiss.read_index(str(path))
         except RuntimeError as exc:  # faiss reports a damaged file as a C++ exception
             raise ValueError(f"cannot read vector index: {exc}") from exc
         if index.d != dim:
             raise ValueError(f"vector index has dim {index.d}, expected {dim}")
-        out = cls(dim)
+        out = cls(dim, approx_rows)
         out.index = index
         out.id_of = dict(ids_by_label)
         out.label_of = {v: k for k, v in ids_by_label.items()}
@@ -133,4 +233,34 @@ class VectorIndex:
         if not unit_rows(out.matrix()).all():  # garbled bytes read as numbers without an error
             raise ValueError("vector index holds rows that are not unit vectors")
         out._room_for(len(out) // 8 + 1024)
+        if with_ann:
+            out.ann = _read_ann(ann_path(path), out)
+            out.ann_trained = len(out) if out.ann is not None else 0
         return out
+
+
+def ann_path(path: Path) -> Path:
+    return path.with_name("vectors.ann")
+
+
+def _write(index: faiss.Index, path: Path) -> None:
+    with atomic_file(path) as tmp:
+        try:
+            faiss.write_index(index, str(tmp))
+        except RuntimeError as exc:  # faiss reports a failed write as a C++ exception: its text says why
+            full = full_device(str(exc), path.name)
+            if full is not None:
+                raise full from exc
+            raise
+
+
+def _read_ann(path: Path, flat: VectorIndex) -> faiss.Index | None:
+    """The saved approximate index if it is one over ``flat``'s rows; None: build it again. A
+    wrong label or code in it can only cost a candidate, as every score comes from the flat rows."""
+    try:
+        ann = faiss.read_index(str(path))
+    except RuntimeError:
+        return None
+    if not isinstance(ann, faiss.IndexIVFScalarQuantizer) or ann.d != flat.dim or ann.ntotal != len(flat):
+        return None
+    return ann
