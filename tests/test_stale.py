@@ -306,3 +306,21 @@ def test_git_s_quoting_of_every_awkward_name_is_matched(repo: Path) -> None:
     found = split_patch(proc.stdout, names)
     assert sorted(found) == sorted(names)
     assert all([(h.old_start, h.old_count) for h in d.hunks] == [(2, 1)] for d in found.values())
+
+
+def test_a_hostile_citation_of_two_billion_lines_is_answered_from_the_hunks(repo: Path) -> None:
+    """A memory from a clone or a PR may cite L1-L2000000000: the answer comes from the diff's
+    hunks, never from a walk over the lines (which would not end)."""
+    (repo / "src" / "big.py").write_text("".join(f"v{n} = {n}\n" for n in range(1, 21)))
+    git(repo, "add", "src/big.py")
+    git(repo, "commit", "-q", "-m", "code")
+    mem_id = "01m7qmk1513w2q09vvmz6swwc1"  # hand-written: a write refuses lines past the end
+    (repo / ".memory" / "facts" / f"{mem_id}-huge.md").write_text(
+        f"---\nid: {mem_id}\nkind: fact\nscope: repo\ncreated: 2026-11-18T15:32:15Z\n"
+        "evidence: ['file:src/big.py#L5-L2000000000']\n---\nThe whole of big.py is one table of values.\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "memory")
+    (repo / "src" / "big.py").write_text("".join(f"v{n} = {n}\n" for n in range(1, 21)) + "v21 = 21\n")
+    assert check(repo, mem_id) is not None  # a line added inside the cited range
+    (repo / "src" / "big.py").write_text("top = 0\n" + "".join(f"v{n} = {n}\n" for n in range(1, 21)))
+    assert check(repo, mem_id) is None  # only shifted
