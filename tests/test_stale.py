@@ -324,3 +324,25 @@ def test_a_hostile_citation_of_two_billion_lines_is_answered_from_the_hunks(repo
     assert check(repo, mem_id) is not None  # a line added inside the cited range
     (repo / "src" / "big.py").write_text("top = 0\n" + "".join(f"v{n} = {n}\n" for n in range(1, 21)))
     assert check(repo, mem_id) is None  # only shifted
+
+
+def test_many_memories_are_asked_about_in_runs_of_bounded_size(repo: Path, monkeypatch: Any) -> None:
+    """A snapshot asks about every memory it lists: git gets the paths in runs (it takes no list
+    on stdin for diff and log), and the answers are those of one run."""
+    from memstore.git import stale
+
+    src = repo / "src"
+    for i in range(5):
+        (src / f"m{i}.py").write_text("".join(f"v{n} = {n}\n" for n in range(1, 11)))
+    git(repo, "add", "src")
+    git(repo, "commit", "-q", "-m", "code")
+    ids = [_cite(repo, f"Module m{i} sets v3 and v4 to their own numbers.", f"file:src/m{i}.py#L3-L4")
+           for i in range(5)]
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "memories")
+    for i in (0, 2, 4):
+        (src / f"m{i}.py").write_text("".join(f"v{n} = {n * 2 if (n == 3 and i != 2) else n}\n" for n in range(1, 11)))
+    monkeypatch.setattr(stale, "PATHS_PER_RUN", 2)
+    ws = reopen(repo)
+    found = stale.stale_of(ws.repo, [ws.catalog("repo").memories[m] for m in ids])
+    assert [found[m] is not None for m in ids] == [True, False, False, False, True]

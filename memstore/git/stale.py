@@ -177,6 +177,15 @@ def _signature(worktree: Path, paths: list[str]) -> list[Any]:
     return sig
 
 
+# Paths per git run: a snapshot of a large store asks about every memory it lists, and git
+# diff and log take no list of paths on stdin; this many stay far below any ARG_MAX.
+PATHS_PER_RUN = 1000
+
+
+def _chunks(paths: list[str]) -> list[list[str]]:
+    return [paths[i:i + PATHS_PER_RUN] for i in range(0, len(paths), PATHS_PER_RUN)]
+
+
 def _nul_log(text: str) -> list[tuple[str, list[str]]]:
     """``git log --format=%x01%H --name-only -z`` as (sha, paths) per commit: each field ends
     in NUL, and a commit's names follow its line after one newline."""
@@ -267,13 +276,14 @@ class StaleChecker:
         file, asked once for all): memory id -> sha; a memory not committed yet is absent."""
         assert self.worktree is not None
         shown = {self.store.display_path(m.path): m.id for m in mems if m.path}
-        proc = gitops.run(["--literal-pathspecs", "log", "--diff-filter=A", "--no-renames", "--format=%x01%H",
-                           "--name-only", "-z", "--", *shown], self.worktree, check=False)
         added: dict[str, str] = {}
-        for sha, names in _nul_log(proc.stdout):
-            for name in names:
-                if name in shown and shown[name] not in added:
-                    added[shown[name]] = sha  # newest first: the last time the file was added
+        for part in _chunks(list(shown)):
+            proc = gitops.run(["--literal-pathspecs", "log", "--diff-filter=A", "--no-renames", "--format=%x01%H",
+                               "--name-only", "-z", "--", *part], self.worktree, check=False)
+            for sha, names in _nul_log(proc.stdout):
+                for name in names:
+                    if name in shown and shown[name] not in added:
+                        added[shown[name]] = sha  # newest first: the last time the file was added
         return added
 
     def _diffs(self, base: str, paths: set[str]) -> dict[str, FileDiff] | None:
@@ -293,12 +303,14 @@ class StaleChecker:
                 ask.append(p)
         if not ask:
             return out
-        # base tree vs the work tree (staged or not): what the agent would read now
-        proc = gitops.run(["--literal-pathspecs", "-c", "core.quotePath=true", "diff", "-U0", "--no-renames",
-                           "--no-color", "--no-ext-diff", base, "--", *ask], self.worktree, check=False)
-        if proc.returncode != 0:
-            return None
-        found = split_patch(proc.stdout, ask)
+        found: dict[str, FileDiff] = {}
+        for part in _chunks(ask):
+            # base tree vs the work tree (staged or not): what the agent would read now
+            proc = gitops.run(["--literal-pathspecs", "-c", "core.quotePath=true", "diff", "-U0", "--no-renames",
+                               "--no-color", "--no-ext-diff", base, "--", *part], self.worktree, check=False)
+            if proc.returncode != 0:
+                return None
+            found.update(split_patch(proc.stdout, part))
         for p in ask:
             diff = found.get(p)
             self._files[f"{base}\0{p}"] = {"sig": sigs[p], "diff": diff.to_json() if diff is not None else None}
