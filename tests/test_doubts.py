@@ -221,3 +221,49 @@ def test_review_shows_the_doubts_of_the_memories_a_change_touches(repo: Path, wo
     rc, md, err = cli("review", "--base", "main", cwd=repo)
     assert rc == 0, err
     assert "*(disputed)*" in _line_of(md, world["old"][:10]) and "*(unconfirmed)*" in _line_of(md, world["low"][:10])
+
+
+def test_a_running_daemon_answers_the_hooks_with_line_level_staleness(tmp_path: Path) -> None:
+    """The hooks an agent runs are answered by the daemon, which keeps the workspace warm: an
+    edit on line 5 leaves a citation of L7-L8 current there too, and an edit inside it is seen
+    by the next call."""
+    from daemonworld import Env, commit_all
+
+    life = Env(tmp_path / "doubtd")
+    proc = None
+    try:
+        with life.environ():
+            repo = life.make_repo("repo")
+            (repo / "src").mkdir(exist_ok=True)
+            _ledger(repo, LEDGER)
+            commit_all(repo, "code")
+            near = _write(repo, "fact", NEAR, ["file:src/ledger.py#L7-L8"])
+            old = _write(repo, "fact", OLD_LIMIT, ["file:src/ledger.py#L100-L101"])
+            new = _write(repo, "fact", NEW_LIMIT, ["file:src/ledger.py#L100-L101"])
+            _update(repo, {"type": "link", "memory_id": new, "relation": {"type": "contradicts", "id": old}})
+            commit_all(repo)
+        proc = life.start("--idle", "600")
+        _ledger(repo, ["import decimal", *LEDGER[:4], "RATE_5 = 'five'", *LEDGER[5:]])
+
+        def hook(event: str, payload: dict[str, Any]) -> str:
+            out = subprocess.run([sys.executable, "-m", "memstore", "integrate", "claude", "--hook", event],
+                                 input=json.dumps({"cwd": str(repo), **payload}), capture_output=True, text=True,
+                                 cwd=repo, env=life.env(), check=False, timeout=120)
+            assert out.returncode == 0, out.stderr
+            return json.loads(out.stdout)["hookSpecificOutput"]["additionalContext"]
+
+        before = life.status()["requests"]
+        read = {"hook_event_name": "PreToolUse", "tool_name": "Read",
+                "tool_input": {"file_path": str(repo / "src" / "ledger.py")}}
+        text = hook("file", {"session_id": "d1", **read})
+        assert "stale" not in _line_of(text, near) and "(disputed)" in _line_of(text, old)
+        assert life.status()["requests"] == before + 2  # the hook's one call (and the status asked before it)
+        _ledger(repo, ["import decimal", *LEDGER[:6], "RATE_7 = 'seven'", *LEDGER[7:]])
+        text = hook("file", {"session_id": "d2", **read})
+        assert "stale" in _line_of(text, near)
+        text = hook("prompt", {"session_id": "d3", "hook_event_name": "UserPromptSubmit", "prompt": NEW_LIMIT})
+        assert "(disputed)" in _line_of(text, new)
+    finally:
+        life.cleanup()
+        if proc is not None:
+            proc.wait(timeout=30)
