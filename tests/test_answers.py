@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from conftest import CliResult
 
-from memstore.read.answers import Dispute, DisputeSide, ReadAnswer, ReadResult, ResultLinks
+from memstore.read.answers import Dispute, DisputeSide, Doubt, ReadAnswer, ReadResult, ResultLinks
 from memstore.verbs.answers import ListAnswer, ListedMemory, ShowAnswer, UpdateAnswer, WriteAnswer
 
 pytestmark = pytest.mark.model
@@ -54,6 +54,10 @@ def test_read_write_and_update_answers_match_their_types(repo: Path, cli: Callab
         kinds.add(result["kind"])
         assert set(result) <= _keys(ReadResult), set(result) - _keys(ReadResult)
         assert set(result["links"]) == _keys(ResultLinks)
+        assert {"confidence", "review", "doubts"} <= set(result)
+        for doubt in result["doubts"]:
+            assert set(doubt) == _keys(Doubt)
+    assert any(d["doubt"] == "disputed" for r in read["results"] for d in r["doubts"])  # the contradicting pair
     assert "failed_tactic" in kinds  # the one kind that carries `note`
     for dispute in read["disputes"]:
         assert set(dispute) == _keys(Dispute)

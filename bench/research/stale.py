@@ -3,6 +3,10 @@ with git (the cache is keyed by HEAD). Prints the time of that first annotate an
 one for N results citing files, with the git runs counted, beside one `git rev-parse` run.
 
     python bench/research/stale.py --results 10 --reps 5
+    python bench/research/stale.py --results 10 --reps 5 --lines   # citations of L10-L20
+
+With ``--lines`` each memory cites lines 10-20 of a 50-line file; a third of the files change
+inside those lines, a third above them (not stale when lines are carried through the diff).
 
 Before/after a change, run this checkout's script against the other code with
 ``PYTHONPATH=<that checkout>`` (the path given first wins over the one inserted here).
@@ -39,6 +43,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--results", type=int, default=10)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--lines", action="store_true", help="cite lines 10-20 instead of whole files")
     args = ap.parse_args()
     gitops.run = _counting  # type: ignore[assignment]
     root = Path(tempfile.mkdtemp(prefix="memstore-stale-"))
@@ -51,18 +56,22 @@ def main() -> None:
     git("config", "user.name", "bench")
     (root / "src").mkdir()
     n = args.results
+    body = lambda i, at=0: "".join(f"X{k} = {i if k != at else 99}\n" for k in range(1, 51))  # noqa: E731
     for i in range(n):
-        (root / "src" / f"m{i}.py").write_text(f"X = {i}\n")
+        (root / "src" / f"m{i}.py").write_text(body(i) if args.lines else f"X = {i}\n")
     git("add", ".")
     git("commit", "-qm", "code")
     api.init(open_workspace(cwd=root))
     ids = [api.write(open_workspace(cwd=root), {"memory": {
         "kind": "fact", "scope": "repo", "text": f"Module m{i} sets X to {i} on the billing path {i}.",
-        "evidence_refs": [f"file:src/m{i}.py", "user:bench"]}, "allow_duplicate": True})["id"] for i in range(n)]
+        "evidence_refs": [f"file:src/m{i}.py" + ("#L10-L20" if args.lines else ""), "user:bench"]},
+        "allow_duplicate": True})["id"] for i in range(n)]
     git("add", "-A")
     git("commit", "-qm", "memories")
     for i in range(0, n, 3):
-        (root / "src" / f"m{i}.py").write_text("X = 99\n")
+        (root / "src" / f"m{i}.py").write_text(body(i, 15) if args.lines else "X = 99\n")
+        if args.lines and i + 1 < n:
+            (root / "src" / f"m{i + 1}.py").write_text(body(i + 1, 2))
     git("commit", "-qam", "change a third")
     ws = open_workspace(cwd=root)
     memories = ws.catalog("repo").memories
@@ -84,9 +93,10 @@ def main() -> None:
         git("rev-parse", "HEAD")
         floor.append(time.perf_counter() - t)
     ms = lambda xs: f"{statistics.median(xs) * 1000:.1f}"  # noqa: E731
-    print("| results | first after a commit p50 ms | git runs | cached p50 ms | one git run p50 ms |")
-    print("|---|---|---|---|---|")
-    print(f"| {n} | {ms(first)} | {runs} | {ms(cached)} | {ms(floor)} |")
+    n_stale = sum(1 for r in results if r.get("stale"))
+    print("| results | stale | first after a commit p50 ms | git runs | cached p50 ms | one git run p50 ms |")
+    print("|---|---|---|---|---|---|")
+    print(f"| {n} | {n_stale} | {ms(first)} | {runs} | {ms(cached)} | {ms(floor)} |")
 
 
 if __name__ == "__main__":

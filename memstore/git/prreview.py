@@ -26,22 +26,10 @@ from ..store.graph import archived_ids
 from ..store.model import Memory
 from ..store.workspace import Workspace
 from .check import _store_prefix
-from .stale import StaleChecker, owning_worktree
+from .stale import HUNK_RE as _HUNK
+from .stale import Hunk, StaleChecker, carry_lines, owning_worktree
 
-_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 MAX_HUNK_TEXT = 6000  # characters of changed lines kept for the "seen before" query
-
-
-@dataclass(frozen=True)
-class Hunk:
-    """One ``-U0`` hunk: ``old_count`` lines from ``old_start`` in the base became ``new_count``
-    lines from ``new_start`` in the head (a count of 0 is a pure insertion or deletion after
-    the line named by the start)."""
-
-    old_start: int
-    old_count: int
-    new_start: int
-    new_count: int
 
 
 @dataclass
@@ -164,26 +152,6 @@ def change(store: Store, base: str, head: str | None = None) -> Change:
     files = {p: fc for p, fc in _diff(mb, h, store.worktree).items()
              if p != prefix and not p.startswith(prefix + "/")}
     return Change(b, h, mb, files)
-
-
-def carry_lines(hunks: list[Hunk], lines: range) -> dict[int, int]:
-    """Old line -> new line for each of ``lines`` that ``hunks`` leave as they were; a line a
-    hunk rewrites or deletes has no entry (what the memory cited there is gone)."""
-    out: dict[int, int] = {}
-    for n in lines:
-        shift = 0
-        for hk in hunks:
-            if hk.old_count == 0:
-                if hk.old_start < n:
-                    shift += hk.new_count  # inserted above n
-                continue
-            if hk.old_start + hk.old_count - 1 < n:
-                shift += hk.new_count - hk.old_count
-            elif hk.old_start <= n:
-                break  # rewritten
-        else:
-            out[n] = n + shift
-    return out
 
 
 @dataclass

@@ -1,14 +1,20 @@
 """Staleness (SPEC §7): a memory whose ``file:`` evidence changed since the memory was written.
 
-The memory's commit is the ``@rev`` in the ref, else the commit that added the memory file. If
-the file differs between that commit and the work tree, read answers carry
-``"stale": {"files": [...], "commits_since": n}`` (n: commits touching those files since then)
-— a cue to verify against the code, never a reason to hide the memory.
+The memory's commit is the ``@rev`` in the ref, else the commit that added the memory file. A
+citation with lines (``#L7-L8``) is stale when the diff from that commit to the work tree
+(uncommitted edits included) rewrites or deletes one of those lines, or inserts a line between
+two of them: the cited lines are carried through the diff's hunks, as ``review`` carries them
+(``carry_lines``), so an edit elsewhere in the file, or lines added above, leave it current. A
+citation of a whole file is stale when the file differs at all. Read answers then carry
+``"stale": {"files": [...], "evidence": [...], "commits_since": n, "since": sha}`` (n: commits
+touching those files since then) — a cue to verify against the code, never a reason to hide the
+memory.
 
-Cheap enough for every read: only the results being returned are looked at, memories that are
+Cheap enough for every read: only the memories being shown are looked at, memories that are
 not committed yet are never stale (no git history to compare with), and answers are cached in
-``.index/stale.json`` keyed by (HEAD, memory id) plus the evidence files' stat signature, so
-an edit in the work tree is noticed without re-running git for unchanged files.
+``.index/stale.json`` keyed by HEAD: per memory (its citations and the cited files' stat
+signature) and per (memory commit, file) the diff's hunks, so a warm read runs no git, and an
+edit in the work tree costs one ``git diff`` per memory commit for the files it touched.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +33,136 @@ from ..store.files import atomic_write
 from ..store.model import Memory
 
 CACHE_NAME = "stale.json"
-CACHE_VERSION = 1
+CACHE_VERSION = 2
+HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+Ref = tuple[str, str | None, tuple[int, int] | None, str]  # (path, rev, lines, the ref as written)
 
 
-def file_refs(mem: Memory) -> list[tuple[str, str | None]]:
-    """(path, rev or None) for each well-formed ``file:`` evidence ref, in order, deduplicated."""
-    return list(dict.fromkeys((ref.path or "", ref.rev) for ref in mem.file_evidence()))
+@dataclass(frozen=True)
+class Hunk:
+    """One ``-U0`` hunk: ``old_count`` lines from ``old_start`` in the base became ``new_count``
+    lines from ``new_start`` in the head (a count of 0 is a pure insertion or deletion after
+    the line named by the start)."""
+
+    old_start: int
+    old_count: int
+    new_start: int
+    new_count: int
+
+
+def parse_hunk(line: str) -> Hunk | None:
+    m = HUNK_RE.match(line)
+    if m is None:
+        return None
+    return Hunk(int(m.group(1)), int(m.group(2) or 1), int(m.group(3)), int(m.group(4) or 1))
+
+
+def carry_lines(hunks: list[Hunk], lines: range) -> dict[int, int]:
+    """Old line -> new line for each of ``lines`` that ``hunks`` leave as they were; a line a
+    hunk rewrites or deletes has no entry (what the memory cited there is gone)."""
+    out: dict[int, int] = {}
+    for n in lines:
+        shift = 0
+        for hk in hunks:
+            if hk.old_count == 0:
+                if hk.old_start < n:
+                    shift += hk.new_count  # inserted above n
+                continue
+            if hk.old_start + hk.old_count - 1 < n:
+                shift += hk.new_count - hk.old_count
+            elif hk.old_start <= n:
+                break  # rewritten
+        else:
+            out[n] = n + shift
+    return out
+
+
+# Past this many cited lines, whether a hunk falls inside the range is asked of the hunks (one
+# test each) rather than line by line: a memory from a clone or a PR may cite L1-L2000000000.
+CARRY_LINES_MAX = 5000
+
+
+def lines_moved_on(hunks: list[Hunk], lines: tuple[int, int]) -> bool:
+    """Did ``hunks`` rewrite or delete one of the cited ``lines``, or insert a line between two
+    of them? Lines added or removed above or below only shift them (``carry_lines``)."""
+    lo, hi = lines
+    if any(hk.old_count == 0 and lo <= hk.old_start < hi for hk in hunks):
+        return True  # an insertion inside the cited block changes what the block says
+    if hi - lo < CARRY_LINES_MAX:
+        return len(carry_lines(hunks, range(lo, hi + 1))) < hi - lo + 1
+    return any(hk.old_count and hk.old_start <= hi and lo <= hk.old_start + hk.old_count - 1 for hk in hunks)
+
+
+_C_QUOTE = {7: "a", 8: "b", 9: "t", 10: "n", 11: "v", 12: "f", 13: "r", 34: '"', 92: "\\"}
+
+
+def quote_path(name: str) -> str:
+    """``name`` as ``git diff`` prints it in a ``diff --git`` line under ``core.quotePath=true``:
+    C-quoted when it holds a quote, a backslash, a control character or a byte past ASCII."""
+    raw = name.encode("utf-8", "surrogateescape")
+    if not any(b < 0x20 or b >= 0x7F or b in (34, 92) for b in raw):
+        return name
+    body = "".join(f"\\{_C_QUOTE[b]}" if b in _C_QUOTE else f"\\{b:03o}" if b < 0x20 or b >= 0x7F else chr(b)
+                   for b in raw)
+    return f'"{body}"'
+
+
+@dataclass
+class FileDiff:
+    """What the diff from a memory's commit to the work tree did to one file."""
+
+    status: str = "M"  # A (absent at the memory's commit), D (gone now), M
+    binary: bool = False
+    hunks: list[Hunk] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return self.status != "M" or self.binary or bool(self.hunks)  # a mode change alone is no change
+
+    def to_json(self) -> list[Any]:
+        return [self.status, self.binary, [[h.old_start, h.old_count, h.new_start, h.new_count] for h in self.hunks]]
+
+    @classmethod
+    def from_json(cls, raw: list[Any]) -> FileDiff:
+        return cls(str(raw[0]), bool(raw[1]), [Hunk(*map(int, h)) for h in raw[2]])
+
+
+def split_patch(text: str, paths: list[str]) -> dict[str, FileDiff]:
+    """``git -c core.quotePath=true diff -U0 --no-renames`` output for ``paths``, by path. Each
+    file's section is known by its ``diff --git`` line, built from the path asked about (so a
+    name holding a space, a quote, a tab or a newline is never parsed out of git's text); a type
+    change comes as a deletion and an addition of one path."""
+    headers = {f"diff --git {quote_path('a/' + p)} {quote_path('b/' + p)}": p for p in paths}
+    out: dict[str, FileDiff] = {}
+    cur: FileDiff | None = None
+    in_header = False
+    for line in text.split("\n"):
+        if line.startswith("diff --git "):
+            path = headers.get(line)
+            cur = out.setdefault(path, FileDiff()) if path is not None else None
+            in_header = True
+        elif cur is None:
+            continue
+        elif line.startswith("@@"):
+            in_header = False
+            hk = parse_hunk(line)
+            if hk is not None:
+                cur.hunks.append(hk)
+        elif in_header:
+            if line.startswith("new file mode"):
+                cur.status = "A" if cur.status == "M" else cur.status
+            elif line.startswith("deleted file mode"):
+                cur.status = "D"
+            elif line.startswith("Binary files "):
+                cur.binary = True
+    return out
+
+
+def file_refs(mem: Memory) -> list[Ref]:
+    """(path, rev or None, lines or None, raw) for each well-formed ``file:`` evidence ref, in
+    order, deduplicated."""
+    return list(dict.fromkeys((ref.path or "", ref.rev, ref.lines, ref.raw) for ref in mem.file_evidence()))
 
 
 def _signature(worktree: Path, paths: list[str]) -> list[Any]:
@@ -45,6 +177,32 @@ def _signature(worktree: Path, paths: list[str]) -> list[Any]:
     return sig
 
 
+# Paths per git run: a snapshot of a large store asks about every memory it lists, and git
+# diff and log take no list of paths on stdin; this many stay far below any ARG_MAX.
+PATHS_PER_RUN = 1000
+
+
+def _chunks(paths: list[str]) -> list[list[str]]:
+    return [paths[i:i + PATHS_PER_RUN] for i in range(0, len(paths), PATHS_PER_RUN)]
+
+
+def _nul_log(text: str) -> list[tuple[str, list[str]]]:
+    """``git log --format=%x01%H --name-only -z`` as (sha, paths) per commit: each field ends
+    in NUL, and a commit's names follow its line after one newline."""
+    out: list[tuple[str, list[str]]] = []
+    after_sha = False
+    for item in text.split("\0"):
+        if after_sha and item.startswith("\n"):
+            item = item[1:]
+        after_sha = False
+        if item.startswith("\x01"):
+            out.append((item[1:].strip(), []))
+            after_sha = True
+        elif item and out:
+            out[-1][1].append(item)
+    return out
+
+
 class StaleChecker:
     """Staleness for one store's work tree at its current HEAD."""
 
@@ -53,6 +211,7 @@ class StaleChecker:
         self.worktree = store.worktree
         self.head: str | None = None
         self._cache: dict[str, Any] = {}
+        self._files: dict[str, Any] = {}  # "base\0path" -> {"sig", "diff"}
         self._dirty = False
         if self.worktree is not None:
             self.head = gitops.head_sha(self.worktree)
@@ -64,15 +223,16 @@ class StaleChecker:
         return self.store.index_dir / CACHE_NAME
 
     def _load(self) -> None:
-        with contextlib.suppress(OSError, ValueError, TypeError):
+        with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
             raw = json.loads(self._cache_path.read_text(encoding="utf-8"))
             if raw.get("version") == CACHE_VERSION and raw.get("head") == self.head:
                 self._cache = dict(raw["entries"])
+                self._files = dict(raw["files"])
 
     def save(self) -> None:
         if not self._dirty or self.head is None:
             return
-        data = {"version": CACHE_VERSION, "head": self.head, "entries": self._cache}
+        data = {"version": CACHE_VERSION, "head": self.head, "entries": self._cache, "files": self._files}
         # A projection: failing to save only costs the next call a few git runs.
         with contextlib.suppress(OSError):
             atomic_write(self._cache_path, json.dumps(data, separators=(",", ":")))
@@ -80,16 +240,15 @@ class StaleChecker:
 
     # -- the check ----------------------------------------------------------------------------------
     def check(self, mem: Memory) -> dict[str, Any] | None:
-        """``{"files": [...], "commits_since": n, "since": sha}`` or None when not stale."""
+        """``{"files", "evidence", "commits_since", "since"}`` or None when not stale."""
         return self.check_many([mem]).get(mem.id)
 
     def check_many(self, mems: list[Memory]) -> dict[str, dict[str, Any] | None]:
-        """``check`` for each memory, by id. After a commit (a new HEAD empties the cache) a
-        read's results are worked out together: one ``git log`` for when their files were
-        added and one ``git diff`` per base commit, not two or three git runs per result
-        (~24 runs, ~75 ms, for ten results citing files)."""
+        """``check`` for each memory, by id. After a commit (a new HEAD empties the cache) the
+        memories are worked out together: one ``git log`` for when their files were added and
+        one ``git diff`` per memory commit, not two or three git runs per memory."""
         out: dict[str, dict[str, Any] | None] = {}
-        todo: list[tuple[Memory, list[tuple[str, str | None]], list[Any]]] = []
+        todo: list[tuple[Memory, list[Ref], list[Any]]] = []
         for mem in mems:
             if self.worktree is None or self.head is None or mem.scope != "repo" or not mem.path:
                 out[mem.id] = None
@@ -98,17 +257,17 @@ class StaleChecker:
             if not refs:
                 out[mem.id] = None
                 continue
-            sig = _signature(self.worktree, [p for p, _ in refs])
+            sig = _signature(self.worktree, [p for p, _, _, _ in refs])
             hit = self._cache.get(mem.id)
-            if hit is not None and hit.get("sig") == sig:
+            if hit is not None and hit.get("sig") == sig and hit.get("refs") == [r[3] for r in refs]:
                 out[mem.id] = hit.get("stale")
             else:
                 todo.append((mem, refs, sig))
         if todo:
             computed = self._compute(todo)
-            for mem, _refs, sig in todo:
+            for mem, refs, sig in todo:
                 out[mem.id] = computed.get(mem.id)
-                self._cache[mem.id] = {"sig": sig, "stale": out[mem.id]}
+                self._cache[mem.id] = {"sig": sig, "refs": [r[3] for r in refs], "stale": out[mem.id]}
             self._dirty = True
         return out
 
@@ -117,61 +276,97 @@ class StaleChecker:
         file, asked once for all): memory id -> sha; a memory not committed yet is absent."""
         assert self.worktree is not None
         shown = {self.store.display_path(m.path): m.id for m in mems if m.path}
-        proc = gitops.run(["log", "--diff-filter=A", "--no-renames", "--format=%x01%H", "--name-only", "--",
-                           *shown], self.worktree, check=False)
         added: dict[str, str] = {}
-        sha = ""
-        for line in proc.stdout.split("\n"):
-            if line.startswith("\x01"):
-                sha = line[1:]
-            elif line in shown and shown[line] not in added and sha:
-                added[shown[line]] = sha  # newest first: the last time the file was added
+        for part in _chunks(list(shown)):
+            proc = gitops.run(["--literal-pathspecs", "log", "--diff-filter=A", "--no-renames", "--format=%x01%H",
+                               "--name-only", "-z", "--", *part], self.worktree, check=False)
+            for sha, names in _nul_log(proc.stdout):
+                for name in names:
+                    if name in shown and shown[name] not in added:
+                        added[shown[name]] = sha  # newest first: the last time the file was added
         return added
 
-    def _compute(self, todo: list[tuple[Memory, list[tuple[str, str | None]], list[Any]]]
-                 ) -> dict[str, dict[str, Any] | None]:
+    def _diffs(self, base: str, paths: set[str]) -> dict[str, FileDiff] | None:
+        """What the diff from ``base`` to the work tree did to each of ``paths`` (absent:
+        nothing), reusing the hunks kept per (base, file) while the file's stat is unchanged;
+        None when git could not say."""
+        assert self.worktree is not None
+        out: dict[str, FileDiff] = {}
+        sigs = dict(zip(sorted(paths), _signature(self.worktree, sorted(paths)), strict=True))
+        ask: list[str] = []
+        for p in sorted(paths):
+            hit = self._files.get(f"{base}\0{p}")
+            if hit is not None and hit.get("sig") == sigs[p]:
+                if hit.get("diff") is not None:
+                    out[p] = FileDiff.from_json(hit["diff"])
+            else:
+                ask.append(p)
+        if not ask:
+            return out
+        found: dict[str, FileDiff] = {}
+        for part in _chunks(ask):
+            # base tree vs the work tree (staged or not): what the agent would read now
+            proc = gitops.run(["--literal-pathspecs", "-c", "core.quotePath=true", "diff", "-U0", "--no-renames",
+                               "--no-color", "--no-ext-diff", base, "--", *part], self.worktree, check=False)
+            if proc.returncode != 0:
+                return None
+            found.update(split_patch(proc.stdout, part))
+        for p in ask:
+            diff = found.get(p)
+            self._files[f"{base}\0{p}"] = {"sig": sigs[p], "diff": diff.to_json() if diff is not None else None}
+            if diff is not None:
+                out[p] = diff
+        return out
+
+    def _compute(self, todo: list[tuple[Memory, list[Ref], list[Any]]]) -> dict[str, dict[str, Any] | None]:
         assert self.worktree is not None
         added = self._added_in([m for m, _, _ in todo])
         revs: dict[str, str | None] = {}
         wanted: dict[str, set[str]] = {}  # base commit -> files asked about against it
-        plans: list[tuple[Memory, dict[str, list[str]]]] = []
+        plans: list[tuple[Memory, list[tuple[str, Ref]]]] = []
         for mem, refs, _sig in todo:
             if mem.id not in added:
                 continue  # not committed yet: written against the code as it is now
-            by_base: dict[str, list[str]] = {}
-            for path, rev in refs:
+            plan: list[tuple[str, Ref]] = []
+            for ref in refs:
+                path, rev = ref[0], ref[1]
                 if rev and rev not in revs:
                     revs[rev] = gitops.resolve_commit(rev, self.worktree)
                 base = (revs[rev] if rev else None) or added[mem.id]
-                by_base.setdefault(base, []).append(path)
+                plan.append((base, ref))
                 wanted.setdefault(base, set()).add(path)
-            plans.append((mem, by_base))
-        changed: dict[str, set[str] | None] = {}
-        for base, paths in wanted.items():
-            # base tree vs the work tree (staged or not): what the agent would read now
-            proc = gitops.run(["diff", "--name-only", "--no-renames", base, "--", *sorted(paths)], self.worktree,
-                              check=False)
-            changed[base] = set(proc.stdout.split("\n")) if proc.returncode == 0 else None
+            plans.append((mem, plan))
+        diffs = {base: self._diffs(base, paths) for base, paths in wanted.items()}
         commits_since: dict[tuple[str, tuple[str, ...]], set[str]] = {}
         out: dict[str, dict[str, Any] | None] = {}
-        for mem, by_base in plans:
-            moved_all: list[str] = []
-            commits: set[str] = set()
-            since: str | None = None
-            for base, paths in by_base.items():
-                moved_set = changed[base]
-                moved = [p for p in paths if moved_set is not None and p in moved_set]
-                if not moved:
+        for mem, plan in plans:
+            moved: dict[str, list[str]] = {}  # base -> files whose cited part moved on
+            evidence: list[str] = []
+            for base, (path, _rev, lines, raw) in plan:
+                got = diffs[base]
+                diff = got.get(path) if got is not None else None
+                if diff is None or not diff.changed:
                     continue
-                moved_all += moved
-                since = since or base
-                key = (base, tuple(moved))
+                if lines is not None and diff.status == "M" and not diff.binary and not lines_moved_on(diff.hunks,
+                                                                                                      lines):
+                    continue
+                evidence.append(raw)
+                if path not in moved.setdefault(base, []):
+                    moved[base].append(path)
+            if not evidence:
+                out[mem.id] = None
+                continue
+            commits: set[str] = set()
+            for base, paths in moved.items():
+                key = (base, tuple(paths))
                 if key not in commits_since:
-                    log = gitops.run(["rev-list", f"{base}..HEAD", "--", *moved], self.worktree, check=False)
+                    log = gitops.run(["--literal-pathspecs", "rev-list", f"{base}..HEAD", "--", *paths],
+                                     self.worktree, check=False)
                     commits_since[key] = {line for line in log.stdout.split() if line}
                 commits |= commits_since[key]
-            out[mem.id] = ({"files": moved_all, "commits_since": len(commits), "since": (since or added[mem.id])[:12]}
-                           if moved_all else None)
+            files = list(dict.fromkeys(p for paths in moved.values() for p in paths))
+            out[mem.id] = {"files": files, "evidence": evidence, "commits_since": len(commits),
+                           "since": next(iter(moved))[:12]}
         return out
 
 
@@ -192,17 +387,27 @@ def checker(store: Store | None) -> StaleChecker | None:
     return StaleChecker(store)
 
 
+def stale_of(repo: Store | None, mems: list[Memory]) -> dict[str, dict[str, Any] | None]:
+    """``check_many`` against ``repo``'s work tree for whoever shows memories outside a read
+    (``context``, ``snapshot``, the file hook); {} without a repo store or on any git trouble."""
+    if not any(m.scope == "repo" for m in mems):
+        return {}
+    with contextlib.suppress(Exception):
+        sc = checker(repo)
+        if sc is None:
+            return {}
+        found = sc.check_many(mems)
+        sc.save()
+        return found
+    return {}
+
+
 def annotate(repo: Store | None, results: list[dict[str, Any]], memories: dict[str, Memory]) -> None:
     """Fill ``stale`` in read results in place, against ``repo``'s work tree (the repo store, or
     None without one); any git trouble leaves them as they are."""
     if not any(r.get("scope") == "repo" for r in results):
         return
-    with contextlib.suppress(Exception):
-        sc = checker(repo)
-        if sc is None:
-            return
-        found = sc.check_many([m for r in results if (m := memories.get(r["id"])) is not None])
-        for r in results:
-            if r["id"] in found:
-                r["stale"] = found[r["id"]]
-        sc.save()
+    found = stale_of(repo, [m for r in results if (m := memories.get(r["id"])) is not None])
+    for r in results:
+        if r["id"] in found:
+            r["stale"] = found[r["id"]]

@@ -16,6 +16,14 @@ class ResultLinks(TypedDict):
     relations: dict[str, list[dict[str, str]]]  # {"out": [{type, id}], "in": [...]}
 
 
+class Doubt(TypedDict):
+    """One doubt a memory carries (``store/relations.doubts``): ``doubt`` is disputed,
+    unconfirmed, stale or voted_down; ``why`` says what makes it so."""
+
+    doubt: str
+    why: str
+
+
 class ReadResult(TypedDict, total=False):
     """One memory in an answer. ``note`` comes with failed tactics only."""
 
@@ -29,6 +37,9 @@ class ReadResult(TypedDict, total=False):
     attached_to: dict[str, str] | None
     utility: dict[str, float]  # {"local", "global", "votes"}: "global" is a Python keyword
     stale: dict[str, Any] | None
+    confidence: float | None
+    review: bool  # written less sure than review.confidence_below, not confirmed by a vote since
+    doubts: list[Doubt]
     evidence: list[str]
     tags: list[str]
     created: str | None

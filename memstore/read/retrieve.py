@@ -23,7 +23,8 @@ import numpy as np
 from ..errors import MemstoreError
 from ..index.embedder import EmbedderUnavailable, get_embedder
 from ..store import relations
-from ..store.graph import Graph
+from ..store.config import Config
+from ..store.graph import Graph, needs_review
 from ..store.model import KINDS, Memory
 from ..store.trust import CONTENT_TRUST, UNTRUSTED_RULE
 from ..store.validate import check_chars, check_schema
@@ -61,6 +62,8 @@ PARTIAL_NOTE = ("Embedding of this store is still under way: memories without a 
 CANDIDATES_FIRST = 20
 CANDIDATES_SECONDS = 0.15  # and for at most this long (a long memory takes ~40 ms)
 WATCH_OUT = "watch-out: this was tried and failed here; avoid or reconsider unless the context changed"
+HISTORY_NOTE = ("history: this was tried and failed, and a later solution of the same problem worked since "
+                "(links.superseded_by); read it as what led there, not as a watch-out")
 
 
 # -- scope -------------------------------------------------------------------------------------------
@@ -210,7 +213,12 @@ def utility(mem_id: str, sc: Scope, problem_id: str | None, problem_sim: Mapping
         num += v.weight * rel * v.value
         den += v.weight * rel
     local = num / (den + up.local_prior) if den > 0 else 0.0
-    return local, sc.graph.utility_global(mem_id), len(votes)
+    return local, sc.graph.utility_global(mem_id, config_of(sc).half_life_days), len(votes)
+
+
+def config_of(sc: Scope) -> Config:
+    """The settings the scope's stores were opened with (one workspace's: the same for each)."""
+    return next(iter(sc.stores.values())).config
 
 
 def problem_similarities(sc: Scope, rows: Rows, qvec: np.ndarray | None, wanted: set[str]) -> dict[str, float]:
@@ -251,6 +259,7 @@ def result_json(hit: Hit, sc: Scope, util: tuple[float, float, int],
                 predecessors: Mapping[str, list[str]], attached_to: dict[str, str] | None = None) -> ReadResult:
     mem, g = hit.mem, sc.graph
     attempts = g.attempts.get(mem.id, [])
+    overtaken = g.superseded_tactic(mem, sc.memories)
     data: ReadResult = {
         "id": mem.id, "kind": mem.kind, "scope": mem.scope, "text": mem.text, "score": round(hit.score, 4),
         "reasons": hit.reasons,
@@ -259,12 +268,15 @@ def result_json(hit: Hit, sc: Scope, util: tuple[float, float, int],
             "solutions": [a for a in attempts if sc.memories[a].kind == "solution"],
             "failed_tactics": [a for a in attempts if sc.memories[a].kind == "failed_tactic"],
             "changes": list(g.changes_for.get(mem.id, [])),
-            "superseded_by": g.superseded_by.get(mem.id),
+            "superseded_by": g.superseded_by.get(mem.id) or overtaken,
             "relations": relations.relation_lists(mem.id, g, sc.memories, active_only=True),
         },
         "attached_to": attached_to,
         "utility": {"local": round(util[0], 4), "global": round(util[1], 4), "votes": util[2]},
         "stale": None,
+        "confidence": mem.confidence,
+        "review": needs_review(mem, config_of(sc), g),
+        "doubts": [],
         "evidence": mem.evidence,
         "tags": mem.tags,
         "created": mem.created,
@@ -272,8 +284,17 @@ def result_json(hit: Hit, sc: Scope, util: tuple[float, float, int],
         "history": history(mem.id, sc, predecessors) if mem.id in predecessors else [],
     }
     if mem.kind == "failed_tactic":
-        data["note"] = WATCH_OUT
+        data["note"] = HISTORY_NOTE if overtaken else WATCH_OUT
     return data
+
+
+def add_doubts(results: list[ReadResult], sc: Scope, problem_id: str | None) -> None:
+    """``doubts`` for each result, once ``stale`` is known (``relations.doubts``, the rule every
+    surface applies); a problem in hand is the problem whose down-votes count."""
+    config = config_of(sc)
+    for r in results:
+        r["doubts"] = relations.doubts(sc.memories[r["id"]], sc.graph, sc.memories, config, stale=r.get("stale"),
+                                       problem=problem_id)
 
 
 # -- the verb ----------------------------------------------------------------------------------------
@@ -411,6 +432,7 @@ def answer_in(sc: Scope, request: dict[str, Any], started: float,
     from ..git.stale import annotate  # fills "stale" for the returned results only
 
     annotate(sc.stores.get("repo"), results, sc.memories)
+    add_doubts(results, sc, problem_id)
     answer: ReadAnswer = {
         "ok": True,
         "guidance": GUIDANCE + (" " + relations.DISPUTE_RULE if disputes else ""),

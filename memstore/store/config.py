@@ -28,6 +28,9 @@ DEFAULTS: dict[str, Any] = {
     "daemon": {"autostart": True, "idle_seconds": 1800, "evict_seconds": 600, "read_wait_seconds": 1.0},
     "duplicates": {"threshold": 0.95, "candidates": 5, "similar": 0.6},
     "review": {"confidence_below": 0.5},  # a write less sure than this is stored flagged for review
+    # A vote's weight in a memory's global utility halves every this many days
+    # (docs/decisions/utility-half-life.md).
+    "utility": {"half_life_days": 180},
     # Characters of memory text `context` (the session start) shows in full; the rest is an
     # index of ids and first lines. Agents take a hook's output whole up to 10,000 characters.
     "context": {"budget_chars": 6000},
@@ -68,6 +71,7 @@ LIMITS: dict[tuple[str, str], tuple[int | float, int | float]] = {
     ("duplicates", "candidates"): (1, 100),
     ("duplicates", "similar"): (0.3, 1.0),  # what a write answers with as similar (under 0.3: noise)
     ("review", "confidence_below"): (0.0, 1.0),
+    ("utility", "half_life_days"): (1, 36500),
     ("context", "budget_chars"): (1, 100_000),
 }
 
@@ -158,6 +162,11 @@ class Config:
     def review_bar(self) -> float:
         """``review.confidence_below``: a memory written less sure than this is flagged for review."""
         return float(self.number("review", "confidence_below"))
+
+    @property
+    def half_life_days(self) -> float:
+        """``utility.half_life_days``: the age at which a vote counts half in global utility."""
+        return float(self.number("utility", "half_life_days"))
 
     @property
     def max_text_chars(self) -> int:

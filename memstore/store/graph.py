@@ -7,6 +7,8 @@ append-only history every time the history changes.
 from __future__ import annotations
 
 import contextlib
+import math
+import time
 from collections import defaultdict
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -19,6 +21,10 @@ from .model import RELATION_TYPES, Event, Memory
 UNEVIDENCED_WEIGHT = 0.5
 # Shrinkage toward 0 for the global prior: two neutral pseudo-votes.
 PRIOR_STRENGTH = 2.0
+# The age at which a vote counts half in global utility: config.yaml ``utility.half_life_days``
+# (docs/decisions/utility-half-life.md); this is its default.
+HALF_LIFE_DAYS = 180.0
+DAY = 86400.0
 
 
 @dataclass
@@ -29,6 +35,25 @@ class Vote:
     weight: float
     author: str
     created: str
+    at: float | None = None  # ``created`` in seconds since the epoch (None: no readable time)
+
+
+def epoch(created: str) -> float | None:
+    """An ISO time (``2026-11-18T15:32:15Z``) in seconds since the epoch, or None."""
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
+    except (ValueError, AttributeError):
+        return None
+
+
+def decay(at: float | None, half_life_days: float, now: float) -> float:
+    """A vote's weight factor for its age: 1 now, 1/2 at ``half_life_days``; a vote with no
+    readable time, or dated in the future (a clock ahead, a hand-written file), counts whole."""
+    if at is None or at >= now:
+        return 1.0
+    return math.exp(-math.log(2) * (now - at) / (half_life_days * DAY))
 
 
 @dataclass
@@ -56,11 +81,41 @@ class Graph:
             cur = nxt
         return cur
 
-    def utility_global(self, memory_id: str) -> float:
+    def utility_global(self, memory_id: str, half_life_days: float = HALF_LIFE_DAYS, now: float | None = None) -> float:
+        """The shrunk mean of every vote on the memory, each weighed by its evidence and its age:
+        a vote ``half_life_days`` old counts half (the design: global utility decays with the
+        age of its votes; the votes of the problem in hand, U_local, do not)."""
         votes = self.votes.get(memory_id, [])
-        total = sum(v.value * v.weight for v in votes)
-        weight = sum(v.weight for v in votes)
-        return total / (weight + PRIOR_STRENGTH) if votes else 0.0
+        if not votes:
+            return 0.0
+        now = time.time() if now is None else now
+        weights = [v.weight * decay(v.at, half_life_days, now) for v in votes]
+        total = sum(v.value * w for v, w in zip(votes, weights, strict=True))
+        return total / (sum(weights) + PRIOR_STRENGTH)
+
+    def problem_votes(self, memory_id: str, problem: str | None) -> float:
+        """The evidence-weighted sum of the votes cast on ``memory_id`` for ``problem``: below 0,
+        it was voted down for that problem."""
+        if problem is None:
+            return 0.0
+        return sum(v.value * v.weight for v in self.votes.get(memory_id, []) if v.problem == problem)
+
+    def superseded_tactic(self, mem: Memory, memories: Mapping[str, Memory]) -> str | None:
+        """For a failed tactic: the solution of its problem written after it whose votes are
+        positive (the newest such), which supersedes it: it is history, not a watch-out. A
+        solution voted on for another problem only, or not at all, supersedes nothing."""
+        if mem.kind != "failed_tactic" or not mem.problem:
+            return None
+        best: str | None = None
+        for other in self.attempts.get(mem.problem, ()):
+            sol = memories.get(other)
+            if sol is None or sol.kind != "solution" or other in self.archived or (sol.created, sol.id) <= (
+                    mem.created, mem.id):
+                continue
+            votes = self.votes.get(other, [])
+            if votes and sum(v.value * v.weight for v in votes if v.problem in (None, mem.problem)) > 0:
+                best = other if best is None or (sol.created, sol.id) > (memories[best].created, best) else best
+        return best
 
     def vote_count(self, memory_id: str) -> int:
         return len(self.votes.get(memory_id, []))
@@ -391,7 +446,7 @@ def _put(table: dict[str, Any], key: str, value: Any) -> None:
 def _vote(mid: str, problem: str | None, author: str, ev: Event) -> Vote:
     weight = 1.0 if ev.evidence else UNEVIDENCED_WEIGHT
     value = max(-1.0, min(1.0, float(ev.vote or 0.0)))
-    return Vote(mid, problem, value, weight, author, ev.created)
+    return Vote(mid, problem, value, weight, author, ev.created, epoch(ev.created))
 
 
 def build_graph(memories: dict[str, Memory], events: Iterable[Event]) -> Graph:

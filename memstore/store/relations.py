@@ -1,5 +1,6 @@
 """Typed links as people and agents see them (SPEC §10): the lists ``show`` and reads give,
-where a read places a memory that elaborates on or depends on another, and disputes.
+where a read places a memory that elaborates on or depends on another, disputes, and the
+doubts every surface shows beside a memory (``doubts``).
 
 Everything here works on the graph already in memory (``Graph.relations`` / ``related_from``):
 no file is read, so a read pays a few dictionary lookups per result.
@@ -10,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from .graph import Graph
+from .config import Config
+from .graph import Graph, needs_review
 from .model import ATTACHING, Memory
 
 _SETTLE = ("do not pick one silently; settle it against the current code, then record the outcome with a "
@@ -137,3 +139,51 @@ def open_disputes(graph: Graph, memories: Mapping[str, Memory]) -> list[tuple[st
                 a, b = sorted((memories[mid], memories[other]), key=lambda m: (m.created, m.id))
                 out.add((a.id, b.id))
     return sorted(out)
+
+
+# -- doubts -------------------------------------------------------------------------------------------
+# What every surface that shows a memory says beside it, in this order (docs/json.md):
+DOUBTS = ("disputed", "unconfirmed", "stale", "voted_down")
+DOUBT_WORDS = {"disputed": "disputed", "unconfirmed": "unconfirmed", "stale": "stale: verify against the code",
+               "voted_down": "voted down for this problem"}
+
+
+def doubts(mem: Memory, graph: Graph, memories: Mapping[str, Memory], config: Config, *,
+           stale: Mapping[str, Any] | None = None, problem: str | None = None) -> list[dict[str, str]]:
+    """The doubts a memory carries wherever it is shown, as ``[{"doubt", "why"}]`` in ``DOUBTS``
+    order (empty: none). The one rule read results, ``context``, ``snapshot``, the agent hooks
+    and ``review`` apply:
+
+    - ``disputed``: an open ``contradicts`` link (the other side active); both sides carry it,
+      and neither is ever shown as a current fact;
+    - ``unconfirmed``: written less sure than ``review.confidence_below`` and not confirmed
+      since by a positive vote (``graph.needs_review``: the write's ``review: true``);
+    - ``stale``: ``stale`` is what ``git/stale`` found for it (cited lines, or files, changed);
+    - ``voted_down``: its votes for ``problem`` (the problem in hand, else the one it is an
+      attempt at) add up below zero; such a solution is never listed as the best."""
+    out: list[dict[str, str]] = []
+    rivals = [o for o in dict.fromkeys(contradicting(mem.id, graph)) if state(o, graph, memories) == "active"]
+    if rivals and mem.id not in graph.archived:
+        out.append({"doubt": "disputed", "why": "contradicted by " + ", ".join(rivals)})
+    if needs_review(mem, config, graph):
+        why = (f"written with confidence {mem.confidence:g}, below review.confidence_below "
+               f"{config.review_bar:g}; no vote confirmed it")
+        out.append({"doubt": "unconfirmed", "why": why})
+    if stale:
+        cited = stale.get("evidence") or stale.get("files") or []
+        out.append({"doubt": "stale", "why": "the code it cites changed since: " + ", ".join(map(str, cited))})
+    problem = problem or mem.problem
+    if problem is not None and graph.problem_votes(mem.id, problem) < 0:
+        out.append({"doubt": "voted_down", "why": f"voted down for problem {problem}"})
+    return out
+
+
+def doubt_label(found: list[dict[str, str]] | None) -> str:
+    """The doubts as the text surfaces print them beside a memory: ``" (disputed; unconfirmed)"``,
+    or "" without any."""
+    words = [DOUBT_WORDS.get(d.get("doubt", ""), d.get("doubt", "")) for d in found or ()]
+    return f" ({'; '.join(words)})" if words else ""
+
+
+def is_doubted(found: list[dict[str, str]] | None, doubt: str) -> bool:
+    return any(d.get("doubt") == doubt for d in found or ())

@@ -10,6 +10,7 @@ import textwrap
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from ..store.relations import doubt_label
 from .render import read_expected, read_explain
 
 # Text from memory files (and their authors, dates, tags, paths) is untrusted: raw, a control
@@ -166,12 +167,13 @@ def pretty(answer: dict[str, Any], render: Render) -> str:
         if not answer["results"]:
             out.append("(no memory clears the bar: nothing relevant is known)")
         for r in answer["results"]:
-            tag = "WATCH-OUT " if r["kind"] == "failed_tactic" else ""
-            sup = f"  superseded by {r['links']['superseded_by']}" if r.get("links", {}).get("superseded_by") else ""
-            stale = "  (stale: verify against the code)" if r.get("stale") else ""
+            sup_id = r.get("links", {}).get("superseded_by")
+            tag = ("HISTORY " if sup_id else "WATCH-OUT ") if r["kind"] == "failed_tactic" else ""
+            sup = f"  superseded by {sup_id}" if sup_id else ""
+            doubts = doubt_label(r.get("doubts")) or ("  (stale: verify against the code)" if r.get("stale") else "")
             att = r.get("attached_to")
             placed = f"  ({att['type'].replace('_', ' ')} {att['id'][:10]})" if att else ""
-            out.append(f"\n{tag}{r['kind']} {r['id'][:10]}  score {r['score']:.2f}{sup}{stale}{placed}")
+            out.append(f"\n{tag}{r['kind']} {r['id'][:10]}  score {r['score']:.2f}{sup}{doubts}{placed}")
             out.append(_wrap(r["text"]))
             out.append(f"    why: {', '.join(r.get('reasons', []))}")
             if r.get("explain"):

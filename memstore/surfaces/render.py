@@ -8,6 +8,8 @@ import json
 import textwrap
 from typing import Any
 
+from ..store.relations import doubt_label
+
 
 def _short100(text: str, n: int = 100) -> str:
     one = " ".join(text.split())
@@ -84,15 +86,18 @@ def context(answer: dict[str, Any]) -> str:
     out = [answer["guidance"], f"write mode: {answer['write_mode']}"
            + (f"; episode {answer['episode']}" if answer.get("episode") else "; no episode open")]
     for title, key in (("Relevant to " + repr(answer.get("query") or ""), "relevant"), ("Preferences", "preferences"),
-                       ("Current facts", "facts"), ("Failed tactics (watch-outs)", "failed_tactics"),
-                       ("Open problems", "open_problems"), ("Recent changes", "recent_changes")):
+                       ("Current facts", "facts"),
+                       ("Disputed (they contradict each other: settle against the code, never pick one silently)",
+                        "disputed"),
+                       ("Failed tactics (watch-outs)", "failed_tactics"),
+                       ("Open problems", "open_problems"), ("Recent changes", "recent_changes"),
+                       ("History (failed before; a later solution worked)", "tactics_history")):
         items = answer.get(key) or []
         if not items:
             continue
         out.append(f"\n{title}:")
         for m in items:
-            stale = "  (stale: verify)" if m.get("stale") else ""
-            out.append(f"  [{m['kind']} {m['id']}]{stale}")
+            out.append(f"  [{m['kind']} {m['id']}]{doubt_label(m.get('doubts'))}")
             out.extend("  | " + line for line in str(m["text"]).splitlines() or [""])
     if answer.get("index"):
         out.append("\nAlso known (not shown in full; `memstore show <id>`):")

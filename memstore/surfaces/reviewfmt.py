@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ..errors import InvalidRequest
+from ..store.relations import DOUBTS, doubt_label
 
 MARKER = "<!-- memstore-review -->"  # the posted comment is found again by this first line
 RESOLVED = "memstore: nothing left to say about this change."
@@ -111,9 +112,15 @@ def _range(r: Any) -> str:
     return f"L{r[0]}" if r[0] == r[1] else f"L{r[0]}-L{r[1]}"
 
 
+def _doubts(e: dict[str, Any]) -> str:
+    """The memory's doubts (``relations.doubts``) in words; only the known names are shown."""
+    known = [d for d in _get(e, "doubts", list, []) if isinstance(d, dict) and d.get("doubt") in DOUBTS]
+    return f" *{doubt_label(known).strip()}*" if known else ""
+
+
 def _touched_item(e: dict[str, Any], ans: dict[str, Any], link_base: str | None) -> str:
     kind, text = inert(_get(e, "kind", str, "?"), 20), inert(_get(e, "text", str, ""))
-    lines = [f"- **{kind}** {_mem(e, ans, link_base)}: {text}"]
+    lines = [f"- **{kind}** {_mem(e, ans, link_base)}: {text}{_doubts(e)}"]
     for c in _get(e, "citations", list, []):
         path = _get(c, "path", str, "?")
         overlap = _get(c, "overlap", list, [])
@@ -140,7 +147,7 @@ def _touched_item(e: dict[str, Any], ans: dict[str, Any], link_base: str | None)
 def _seen_item(e: dict[str, Any], ans: dict[str, Any], link_base: str | None) -> str:
     kind = _get(e, "kind", str, "?")
     label = {"failed_tactic": "failed tactic", "problem": "problem", "solution": "solution"}.get(kind, inert(kind, 20))
-    s = f"- **{label}** {_mem(e, ans, link_base)}: {inert(_get(e, 'text', str, ''))}"
+    s = f"- **{label}** {_mem(e, ans, link_base)}: {inert(_get(e, 'text', str, ''))}{_doubts(e)}"
     if kind == "failed_tactic":
         s += " *(tried before and failed here: is this change different?)*"
     why = _get(e, "reason", str)

@@ -219,7 +219,8 @@ def update(ws: Workspace, request: dict[str, Any], *, author: str | None = None,
         # A retry's event is in the history already: its effect is the one it had, as first answered.
         links = scope_links(ws).links
         answer: UpdateAnswer = {"ok": True, "id": ev.id, "type": kind, "scope": scope,
-                                "effect": _effect(links, ev) if earlier is None else _effect_again(links, ev)}
+                                "effect": (_effect(links, ev, ws.config.half_life_days) if earlier is None
+                                           else _effect_again(links, ev, ws.config.half_life_days))}
         if commit:
             path = store.create_event(ev) if earlier is None else store.record_event_again(ev, earlier)
             ws.wrote(store, path)
@@ -311,21 +312,21 @@ def _earlier_event(ws: Workspace, store: Store, ev: Event) -> Path | None:
     return found
 
 
-def _effect_again(links: LinkIndex, ev: Event) -> dict[str, Any]:
+def _effect_again(links: LinkIndex, ev: Event, half_life_days: float) -> dict[str, Any]:
     """The effect a retried update's event had when its first attempt wrote it."""
     with links.without(ev.id):
-        return _effect(links, ev)
+        return _effect(links, ev, half_life_days)
 
 
-def _effect(links: LinkIndex, ev: Event) -> dict[str, Any]:
+def _effect(links: LinkIndex, ev: Event, half_life_days: float) -> dict[str, Any]:
     """What the event changes, computed by projecting the history with the event added."""
     g = links.graph
     if ev.type == "utility_vote" and ev.memory:
-        before = g.utility_global(ev.memory)
+        before = g.utility_global(ev.memory, half_life_days)
         with links.trying(ev):
+            after = g.utility_global(ev.memory, half_life_days)
             return {"memory_id": ev.memory,
-                    "utility": {"before": round(before, 4), "after": round(g.utility_global(ev.memory), 4),
-                                "votes": g.vote_count(ev.memory)}}
+                    "utility": {"before": round(before, 4), "after": round(after, 4), "votes": g.vote_count(ev.memory)}}
     if ev.type == "archive" and ev.memory:
         with links.trying(ev):
             return {"memory_id": ev.memory, "archived": ev.memory in g.archived}
@@ -351,7 +352,8 @@ def describe(ws: Workspace, mem: Memory, graph: Graph, memories: dict[str, Memor
         "superseded_by": graph.superseded_by.get(mem.id),
         "head": graph.head(mem.id) if mem.kind == "fact" else None,
         "archived": mem.id in graph.archived,
-        "utility": {"global": round(graph.utility_global(mem.id), 4), "votes": graph.vote_count(mem.id)},
+        "utility": {"global": round(graph.utility_global(mem.id, ws.config.half_life_days), 4),
+                    "votes": graph.vote_count(mem.id)},
         "relations": relation_lists(mem.id, graph, memories, active_only=False),
     }
     if mem.id_derived:

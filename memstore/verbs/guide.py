@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import gitops
 from ..errors import InvalidRequest, NotFound
+from ..store import relations
 from ..store.files import BAD_CHARS, given_text, read_given
 from ..store.graph import Graph
 from ..store.model import Memory
@@ -262,7 +263,8 @@ OPEN_PROBLEMS = 5
 
 def _item(ws: Workspace, mem: Memory, graph: Graph) -> dict[str, Any]:
     return {"id": mem.id, "kind": mem.kind, "scope": mem.scope, "text": mem.text,
-            "utility": round(graph.utility_global(mem.id), 4), "votes": graph.vote_count(mem.id),
+            "utility": round(graph.utility_global(mem.id, ws.config.half_life_days), 4),
+            "votes": graph.vote_count(mem.id), "confidence": mem.confidence,
             "created": mem.created, "path": ws.store(mem.scope).display_path(mem.path)}
 
 
@@ -359,7 +361,7 @@ def context(ws: Workspace, *, task: str | None = None, limit: int | None = None,
     def ranked(items: list[Memory]) -> list[Memory]:
         # Newest first, then (stable) by utility, then (stable) what the task finds first.
         out = sorted(items, key=lambda m: (m.created, m.id), reverse=True)
-        out.sort(key=lambda m: -graph.utility_global(m.id))
+        out.sort(key=lambda m: -graph.utility_global(m.id, ws.config.half_life_days))
         out.sort(key=lambda m: closeness.get(m.id, len(closeness)))
         return out
 
@@ -368,12 +370,20 @@ def context(ws: Workspace, *, task: str | None = None, limit: int | None = None,
 
     solved = {pid for pid, tried in graph.attempts.items()
               if any(memories.get(a) is not None and memories[a].kind == "solution" for a in tried)}
+    # Both sides of an open dispute are listed as disputed, never as current facts or
+    # preferences; a failed tactic a later voted-up solution overtook is history, after the rest.
+    disputed = {m.id for k in ("preference", "fact") for m in by_kind[k]
+                if any(relations.state(o, graph, memories) == "active" for o in relations.contradicting(m.id, graph))}
+    tactics = newest(by_kind["failed_tactic"], FAILED_TACTICS)
+    overtaken = {m.id for m in tactics if graph.superseded_tactic(m, memories) is not None}
     sections: list[tuple[str, list[Memory]]] = [
-        ("preferences", ranked(by_kind["preference"])),
-        ("facts", ranked(by_kind["fact"])),
-        ("failed_tactics", newest(by_kind["failed_tactic"], FAILED_TACTICS)),
+        ("preferences", ranked([m for m in by_kind["preference"] if m.id not in disputed])),
+        ("facts", ranked([m for m in by_kind["fact"] if m.id not in disputed])),
+        ("disputed", ranked([m for k in ("preference", "fact") for m in by_kind[k] if m.id in disputed])),
+        ("failed_tactics", [m for m in tactics if m.id not in overtaken]),
         ("open_problems", newest([m for m in by_kind["problem"] if m.id not in solved], OPEN_PROBLEMS)),
         ("recent_changes", newest(by_kind["change"], 5)),
+        ("tactics_history", [m for m in tactics if m.id in overtaken]),
     ]
     budget = context_budget(ws)
     left = budget - sum(len(str(r.get("text", ""))) + ITEM_OVERHEAD for r in relevant)
@@ -396,6 +406,9 @@ def context(ws: Workspace, *, task: str | None = None, limit: int | None = None,
             index_left -= len(entry["first_line"]) + ITEM_OVERHEAD
             if index_left >= 0:
                 index.append(entry)
+    from .snapshot import with_doubts
+
+    with_doubts(ws, [item for items in answer_parts.values() for item in items], memories, graph)
     listed = len(shown) - len(relevant)
     answer = {
         "ok": True, "guidance": GUIDANCE, "content_trust": CONTENT_TRUST, "write_mode": ws.config.write_mode,

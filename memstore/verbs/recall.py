@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import gitops
+from ..store import relations
 from ..store.files import atomic_write
 from ..store.model import Memory
 from ..store.paths import bounded, check_path
@@ -255,8 +256,15 @@ def file_recall(ws: Workspace, payload: dict[str, Any], *, session: Any = None, 
         return rank, -_stamp(m.created), m.id
 
     mems.sort(key=order)
-    items = [{"id": m.id, "kind": m.kind, "scope": m.scope, "text": m.text, "created": m.created}
-             for m in mems[:FILE_LIMIT * 3]]
+    mems = mems[:FILE_LIMIT * 3]
+    # The same doubts a read gives, stale by cited lines included (the prompt's come with its read).
+    from ..git.stale import stale_of
+
+    found = stale_of(ws.repo, mems)
+    items = [{"id": m.id, "kind": m.kind, "scope": m.scope, "text": m.text, "created": m.created,
+              "stale": found.get(m.id),
+              "doubts": relations.doubts(m, view.graph, view.memories, ws.config, stale=found.get(m.id))}
+             for m in mems]
     return _answer(ws, "file", items, session, cwd)
 
 
@@ -268,7 +276,7 @@ def _stamp(created: str) -> int:
 # -- the answer -----------------------------------------------------------------------------------
 def _item(r: dict[str, Any]) -> dict[str, Any]:
     return {"id": r["id"], "kind": r["kind"], "scope": r["scope"], "text": r["text"], "score": r.get("score"),
-            "stale": r.get("stale")}
+            "stale": r.get("stale"), "doubts": r.get("doubts") or []}
 
 
 def _answer(ws: Workspace, event: str, items: list[dict[str, Any]], session: Any, cwd: Path | None) -> dict[str, Any]:
@@ -300,8 +308,7 @@ def render(event: str, items: list[dict[str, Any]], budget: int) -> str:
         if len(text) > left:
             text = text[:left].rstrip() + f" ... (cut; `memstore show {it['id']}` for the rest)"
         left -= len(text)
-        stale = " (stale: cites files changed since; verify)" if it.get("stale") else ""
-        out.append(f"[{it['kind']} {it['id']}]{stale}")
+        out.append(f"[{it['kind']} {it['id']}]{relations.doubt_label(it.get('doubts'))}")
         out.extend("| " + line for line in text.splitlines() or [""])
     return "\n".join(out) + "\n"
 

@@ -35,6 +35,7 @@ from ..git import prreview
 from ..git.review import branch_diff
 from ..index.terms import STOP_WORDS
 from ..read.longquery import MAX_QUERY_CHARS
+from ..store import relations
 from ..store.model import Memory
 from ..store.workspace import Workspace
 from .settings import check
@@ -86,6 +87,7 @@ def review(ws: Workspace, base: str, head: str | None = None, *, title: str | No
     touched = prreview.touched(ws, ch, exclude=own)
     partial: list[bool] = []
     seen = _seen_before(ws, title, body, ch, exclude=own | {t["id"] for t in touched}, partial=partial)
+    _add_doubts(ws, touched)
 
     answer["sections"] = {k: v for k, v in (("touched", touched), ("seen_before", seen), ("added", added)) if v}
     if not at_head:
@@ -96,6 +98,19 @@ def review(ws: Workspace, base: str, head: str | None = None, *, title: str | No
     answer["nothing_to_say"] = not answer["sections"]
     answer["elapsed_ms"] = round((time.perf_counter() - t0) * 1000)
     return answer
+
+
+def _add_doubts(ws: Workspace, items: list[dict[str, Any]]) -> None:
+    """The doubts each memory the change touches carries (``relations.doubts``, the rule every
+    surface applies); its cited lines are this section's own news, so staleness is not asked."""
+    if not items:
+        return
+    from .api import combined_graph
+
+    memories, graph = combined_graph(ws, ["repo"])
+    for item in items:
+        mem = memories.get(item["id"])
+        item["doubts"] = relations.doubts(mem, graph, memories, ws.config) if mem is not None else []
 
 
 def _added_memory(m: dict[str, Any]) -> dict[str, Any]:
@@ -171,5 +186,5 @@ def _seen_before(ws: Workspace, title: str | None, body: str | None, ch: prrevie
             continue
         out.append({"id": r["id"], "kind": r["kind"], "text": r["text"], "score": round(float(r["score"]), 4),
                     "reason": reason, "path": r.get("path"), "problem": (r.get("links") or {}).get("problem"),
-                    "created": r.get("created"), "evidence": r.get("evidence", [])})
+                    "created": r.get("created"), "evidence": r.get("evidence", []), "doubts": r.get("doubts", [])})
     return out

@@ -3,7 +3,10 @@
 Current facts (supersession heads, not archived), preferences, the best solution per problem
 by utility, and open problems (no solution yet, or none a change has not overtaken), from the
 repo store and the global store. A solution a change memory targets is listed as no longer
-applying, with the change, never as a fix that works now. Printed as JSON or Markdown, or written
+applying, with the change, never as a fix that works now; one voted down for its problem is
+listed apart too (``voted_down``), never as the best. Both sides of an open dispute are listed
+under ``disputed``, never as current facts, and every memory listed carries the doubts a read
+gives it (``relations.doubts``, by ``with_doubts``). Printed as JSON or Markdown, or written
 with ``--out`` to a file in the repository (never in a store or in ``.git/``): it is a projection,
 and the files it is derived from stay the only truth. ``output_path`` is the rule for every file
 memstore writes where a flag says (``snapshot --out``, ``guide --install --file``).
@@ -18,17 +21,51 @@ from typing import Any
 
 from .. import gitops
 from ..errors import DiskFull, GitError, InvalidRequest
+from ..store import relations
 from ..store.disk import STORE_DIRNAME
 from ..store.files import atomic_write
-from ..store.graph import Graph
+from ..store.graph import Graph, needs_review
 from ..store.model import Memory
 from ..store.workspace import Workspace
 
 
 def _item(ws: Workspace, mem: Memory, graph: Graph) -> dict[str, Any]:
     return {"id": mem.id, "kind": mem.kind, "scope": mem.scope, "text": mem.text, "created": mem.created,
-            "utility": round(graph.utility_global(mem.id), 4), "votes": graph.vote_count(mem.id),
+            "utility": round(graph.utility_global(mem.id, ws.config.half_life_days), 4),
+            "votes": graph.vote_count(mem.id), "confidence": mem.confidence,
             "path": ws.store(mem.scope).display_path(mem.path)}
+
+
+def with_doubts(ws: Workspace, items: list[dict[str, Any]], memories: dict[str, Memory], graph: Graph) -> None:
+    """``stale``, ``review`` and ``doubts`` for each of ``items`` (memories as ``context`` and
+    ``snapshot`` list them), in place: one stale check for them all, then the one rule
+    (``relations.doubts``) the reads apply."""
+    from ..git.stale import stale_of
+
+    found = stale_of(ws.repo, [memories[i["id"]] for i in items if i["id"] in memories])
+    for item in items:
+        mem = memories.get(item["id"])
+        if mem is None:
+            continue
+        item["stale"] = found.get(mem.id)
+        item["review"] = needs_review(mem, ws.config, graph)
+        item["doubts"] = relations.doubts(mem, graph, memories, ws.config, stale=item["stale"])
+        if (solution := graph.superseded_tactic(mem, memories)) is not None:
+            item["superseded_by"] = solution
+
+
+
+def _items_in(snap: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every memory item a snapshot lists, wherever it sits."""
+    out = [*snap["facts"], *snap["disputed"], *snap["preferences"]]
+    for entry in [*snap["solutions"], *snap["open_problems"]]:
+        out.append(entry["problem"])
+        for key in ("best_solution",):
+            if key in entry:
+                out.append(entry[key])
+        for key in ("other_solutions", "voted_down", "no_longer_applies", "failed_tactics"):
+            out += entry.get(key, [])
+    return out
 
 
 def snapshot(ws: Workspace) -> dict[str, Any]:
@@ -36,12 +73,21 @@ def snapshot(ws: Workspace) -> dict[str, Any]:
 
     memories, graph = combined_graph(ws)
     live = {mid: m for mid, m in memories.items() if mid not in graph.archived}
+    half_life = ws.config.half_life_days
 
     def by_utility(mems: list[Memory]) -> list[Memory]:
-        return sorted(mems, key=lambda m: (-graph.utility_global(m.id), m.created, m.id))
+        return sorted(mems, key=lambda m: (-graph.utility_global(m.id, half_life), m.created, m.id))
 
-    facts = by_utility([m for m in live.values() if m.kind == "fact" and m.id not in graph.superseded_by])
-    prefs = by_utility([m for m in live.values() if m.kind == "preference"])
+    def disputed(mem: Memory) -> bool:
+        return any(relations.state(o, graph, memories) == "active" for o in relations.contradicting(mem.id, graph))
+
+    # Both sides of an open dispute are listed as disputed, never as current facts or preferences.
+    heads = [m for m in live.values() if m.kind == "fact" and m.id not in graph.superseded_by]
+    facts = by_utility([m for m in heads if not disputed(m)])
+    prefs = by_utility([m for m in live.values() if m.kind == "preference" and not disputed(m)])
+    contested = by_utility([m for m in [*heads, *live.values()] if m.kind in ("fact", "preference") and disputed(m)
+                            and m.id not in graph.superseded_by])
+    contested = list({m.id: m for m in contested}.values())
     def changes(mem: Memory) -> list[Memory]:
         """The live change memories that target ``mem``: what may have made it stop applying."""
         return [live[c] for c in graph.changes_for.get(mem.id, []) if c in live]
@@ -57,11 +103,15 @@ def snapshot(ws: Workspace) -> dict[str, Any]:
         failed = [_item(ws, a, graph) for a in by_utility([a for a in attempts if a.kind == "failed_tactic"])]
         entry: dict[str, Any] = {"problem": _item(ws, problem, graph), "failed_tactics": failed}
         # A solution a change targets worked once; the change says something moved under it.
-        # It is shown apart, with the change, never as a fix that works now.
-        current = [a for a in solutions if not changes(a)]
+        # It is shown apart, with the change, never as a fix that works now. One voted down for
+        # this problem is never the best: listed apart too.
+        down = [a for a in solutions if not changes(a) and graph.problem_votes(a.id, problem.id) < 0]
+        current = [a for a in solutions if not changes(a) and a not in down]
         outdated = [changed(a) for a in solutions if changes(a)]
         if outdated:
             entry["no_longer_applies"] = outdated
+        if down:
+            entry["voted_down"] = [_item(ws, a, graph) for a in down]
         if current:
             entry["best_solution"] = _item(ws, current[0], graph)
             entry["other_solutions"] = [_item(ws, s, graph) for s in current[1:]]
@@ -69,15 +119,25 @@ def snapshot(ws: Workspace) -> dict[str, Any]:
         else:  # never solved, or every fix was overtaken by a change: open (again)
             open_.append(entry)
     scopes = {scope: sum(1 for m in memories.values() if m.scope == scope) for scope in ws.scopes()}
-    return {"ok": True, "facts": [changed(m) if changes(m) else _item(ws, m, graph) for m in facts],
+    snap = {"ok": True, "facts": [changed(m) if changes(m) else _item(ws, m, graph) for m in facts],
+            "disputed": [_item(ws, m, graph) for m in contested],
             "preferences": [_item(ws, m, graph) for m in prefs], "solutions": solved, "open_problems": open_,
             "counts": {"memories": len(memories), "archived": len(memories) - len(live), **scopes}}
+    with_doubts(ws, _items_in(snap), memories, graph)
+    return snap
+
+
+def _doubt_text(m: dict[str, Any]) -> str:
+    label = relations.doubt_label(m.get("doubts"))
+    if m.get("superseded_by"):
+        label += f" (history: a later solution worked, `{m['superseded_by'][:10]}`)"
+    return label
 
 
 def _line(m: dict[str, Any], prefix: str = "- ") -> str:
     text = " ".join(m["text"].split())
     util = f", utility {m['utility']:+.2f}" if m["votes"] else ""
-    line = f"{prefix}{text} (`{m['id'][:10]}`{', global' if m['scope'] == 'global' else ''}{util})"
+    line = f"{prefix}{text} (`{m['id'][:10]}`{', global' if m['scope'] == 'global' else ''}{util}){_doubt_text(m)}"
     for c in m.get("changed_by", []):
         line += f"\n  - changed since: {' '.join(c['text'].split())} (`{c['id'][:10]}`)"
     return line
@@ -89,6 +149,9 @@ def to_markdown(snap: dict[str, Any]) -> str:
            "`memstore snapshot --markdown`; do not edit, regenerate it. "
            "Current code is ground truth: these are hypotheses to verify.", ""]
     out += ["## Current facts", ""] + ([_line(m) for m in snap["facts"]] or ["(none)"]) + [""]
+    if snap.get("disputed"):
+        out += ["## Disputed", "", "These contradict each other: settle them against the code, then record the "
+                "outcome.", ""] + [_line(m) for m in snap["disputed"]] + [""]
     out += ["## Preferences", ""] + ([_line(m) for m in snap["preferences"]] or ["(none)"]) + [""]
     out += ["## Best solutions", ""]
     if not snap["solutions"]:
@@ -98,7 +161,9 @@ def to_markdown(snap: dict[str, Any]) -> str:
         out.append(_line(s["best_solution"], "- **Solution:** "))
         out += [_line(o, "- Also worked: ") for o in s["other_solutions"]]
         out += [_line(o, "- No longer applies (a change targets it): ") for o in s.get("no_longer_applies", [])]
-        out += [_line(f, "- Watch-out (failed): ") for f in s["failed_tactics"]]
+        out += [_line(o, "- Voted down for this problem: ") for o in s.get("voted_down", [])]
+        out += [_line(f, "- Failed before: " if f.get("superseded_by") else "- Watch-out (failed): ")
+                for f in s["failed_tactics"]]
         out.append("")
     out += ["## Open problems", ""]
     if not snap["open_problems"]:
@@ -107,6 +172,7 @@ def to_markdown(snap: dict[str, Any]) -> str:
         out.append(_line(p["problem"]))
         out += [_line(o, "  - solved once, no longer applies (a change targets it): ")
                 for o in p.get("no_longer_applies", [])]
+        out += [_line(o, "  - voted down for this problem: ") for o in p.get("voted_down", [])]
         out += [_line(f, "  - tried, failed: ") for f in p["failed_tactics"]]
     return "\n".join(out).rstrip() + "\n"
 
