@@ -420,3 +420,13 @@ def changed_blobs(base: str | None, head: str, cwd: Path) -> dict[str, str]:
 def changed_names(base: str, head: str, cwd: Path) -> list[str]:
     out = run(["diff", "--name-only", "-z", "--no-renames", base, head], cwd).stdout
     return [p for p in out.split("\0") if p]
+
+
+def is_ancestor(a: str, b: str, cwd: Path) -> bool:
+    """Is commit ``a`` an ancestor of (or the same as) ``b``?"""
+    return run(["merge-base", "--is-ancestor", a, b], cwd, check=False).returncode == 0
+
+
+def fast_forward(rev: str, cwd: Path) -> None:
+    """Move the checked-out branch and its files to ``rev``, which must be ahead of it."""
+    run(["merge", "--ff-only", "--quiet", rev], cwd)
