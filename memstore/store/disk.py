@@ -125,7 +125,7 @@ def memory_from_file(relpath: str, text: str, scope: str) -> Memory:
     else:
         mem_id = str(raw_id)
     file_scope = meta.get("scope", scope)
-    if scope.startswith(SHARED_PREFIX) and file_scope in ("repo", "shared"):
+    if scope.startswith(SHARED_PREFIX) and file_scope in ("repo", "shared", scope):
         file_scope = scope
     elif file_scope not in SCOPES:
         raise InvalidFile(f"scope {file_scope!r} is not repo or global")
