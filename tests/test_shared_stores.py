@@ -113,6 +113,11 @@ def test_read_no_shared_leaves_the_shared_stores_out_and_no_global_keeps_them(
         world: dict[str, Path], cli: Cli) -> None:
     assert DIGEST not in found(cli, world["a"], "base image digest Dockerfile", "--no-shared")
     assert found(cli, world["a"], "base image digest Dockerfile", "--no-global")[DIGEST]["scope"] == "shared:team"
+    # The session start (context, what the agent hooks inject) lists the shared store's facts too.
+    code, out, err = cli("context", cwd=world["b"])
+    assert code == 0, err
+    assert [(f["scope"], f["path"].split("/")[0]) for f in out["facts"] if f["text"] == DIGEST] == [
+        ("shared:team", "facts")]
 
 
 def test_the_shared_setting_decides_which_repos_see_a_store(world: dict[str, Path], cli: Cli) -> None:
