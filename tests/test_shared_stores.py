@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from conftest import git, make_git_repo
+from daemonworld import Env
 
 from memstore import gitops
 
@@ -229,3 +230,44 @@ def test_a_hostile_shared_store_changes_nothing_outside_itself(tmp_path: Path, c
     assert code == 0, err
     assert git(repo, "log", "--oneline").count("\n") == 1  # only the initial commit: nothing committed
     assert git(shared_dir(), "status", "--porcelain") == ""
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_the_daemon_sees_a_store_attached_while_it_runs_and_keeps_one_per_store_path(tmp_path: Path) -> None:
+    world = Env(tmp_path / "daemon")
+    with world.environ():
+        a, b = world.make_repo("repo-a"), world.make_repo("repo-b")
+        assert world.cli("init", "--global", cwd=a)[0] == 0
+        work, bare = org_remote(tmp_path, world.cli, DIGEST)
+    proc = world.start("--idle", "600")
+    try:
+        req = {"op": "read", "query": "base image digest Dockerfile"}
+
+        def texts(repo: Path) -> dict[str, str]:
+            answer = world.forward("read", repo, request=req)["answer"]
+            return {r["text"]: r["scope"] for r in answer["results"]}
+
+        assert DIGEST not in texts(a)  # the daemon holds repo A's workspace before the attach
+        code, _, err = world.cli("attach", str(bare), "--name", "team", cwd=a)
+        assert code == 0, err
+        assert texts(a).get(DIGEST) == "shared:team" and texts(b).get(DIGEST) == "shared:team"
+        status = world.status()
+        clone = str(Path(world.vars["MEMSTORE_HOME"]).resolve() / ".shared" / "team")
+        assert clone in status["watched"]
+        roots = [s["root"] for w in status["workspaces"] if w["repo"]
+                 for s in w["stores"] if s["scope"] == "shared:team"]
+        assert roots == [clone, clone]
+        # What a sync brings reaches both repos through the daemon.
+        with world.environ():
+            org_write(work, world.cli, RETRY)
+        git(work, "add", "-A")
+        git(work, "commit", "-q", "-m", "retry policy")
+        git(work, "push", "-q", "origin", "main")
+        assert world.cli("sync", cwd=a)[1]["shared"][0]["received"] == 1
+        req = {"op": "read", "query": "payments gateway 429 retry backoff"}
+        assert RETRY in texts(b) and RETRY in texts(a)
+        assert "damaged" not in world.log()  # two workspaces, one index: neither took the other's saves for damage
+    finally:
+        world.cleanup()
+        proc.wait(timeout=30)
