@@ -5,6 +5,7 @@ store and read by every repo of the user that the ``shared:`` setting lets see i
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -271,3 +272,17 @@ def test_the_daemon_sees_a_store_attached_while_it_runs_and_keeps_one_per_store_
     finally:
         world.cleanup()
         proc.wait(timeout=30)
+
+
+def test_a_repo_memory_linking_a_shared_memory_is_written_and_committed_through_the_pre_commit_hook(
+        world: dict[str, Path], cli: Cli) -> None:
+    a = world["a"]
+    shared_id = found(cli, a, "base image digest Dockerfile")[DIGEST]["id"]
+    assert cli("hooks", "install", cwd=a)[0] == 0
+    code, _, err = cli("write", "--kind", "fact", "--text", "This service's Dockerfile pins python:3.12 by "
+                         "digest, as the platform rule asks.", "--evidence", "file:src/app.py",
+                         "--link", f"elaborates_on:{shared_id}", cwd=a)
+    assert code == 0, err
+    proc = subprocess.run(["git", "commit", "-q", "-m", "memory"], cwd=a, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert git(a, "status", "--porcelain", ".memory") == ""
