@@ -308,7 +308,9 @@ def shared_in_scope(global_root: Path, repo: Store | None, config: Config) -> di
                 keys = _repo_keys(repo)
             if not any(fnmatch.fnmatchcase(key, glob) for key in keys for glob in globs):
                 continue
-        out[name] = Store.at(shared_root(global_root) / name, SHARED_PREFIX + name, config)
+        # A clone's root is its work tree (attach made it so): no git call to find it, on every call.
+        root = (shared_root(global_root) / name).resolve()
+        out[name] = Store(root=root, scope=SHARED_PREFIX + name, config=config, worktree=root)
     return out
 
 
