@@ -96,6 +96,12 @@ class StoreError(MemstoreError):
     exit_code = 1
 
 
+class ReadOnlyStore(InvalidRequest):
+    """A write aimed at a store memstore only reads (an attached shared store)."""
+
+    code = "read_only_store"
+
+
 class ConfigError(StoreError):
     """config.yaml or a MEMSTORE_* variable holds something memstore cannot use: the person's
     input, so an invalid request (2), not an unexpected failure."""

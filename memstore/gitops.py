@@ -463,3 +463,13 @@ def commit_names(rev: str, cwd: Path) -> list[str] | None:
     cannot tell."""
     proc = run(["diff-tree", "--no-commit-id", "--name-only", "-z", "-r", "--root", rev], cwd, check=False)
     return [p for p in proc.stdout.split("\0") if p] if proc.returncode == 0 else None
+
+
+def is_ancestor(a: str, b: str, cwd: Path) -> bool:
+    """Is commit ``a`` an ancestor of (or the same as) ``b``?"""
+    return run(["merge-base", "--is-ancestor", a, b], cwd, check=False).returncode == 0
+
+
+def fast_forward(rev: str, cwd: Path) -> None:
+    """Move the checked-out branch and its files to ``rev``, which must be ahead of it."""
+    run(["merge", "--ff-only", "--quiet", rev], cwd)

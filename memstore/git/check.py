@@ -18,7 +18,7 @@ from ..store.graph import Graph, archived_ids, build_graph, needs_review
 from ..store.model import KIND_DIRS, Event, Memory, parse_evidence, utc_now
 from ..store.relations import open_disputes
 from ..store.secrets import find_secrets
-from ..store.workspace import Workspace
+from ..store.workspace import Workspace, view_order
 from .staged import StagedStore, read_staged
 from .stale import owning_worktree
 
@@ -244,7 +244,9 @@ def _check_evidence(ws: Workspace, store: Store, shown: str, refs: list[str], kn
 def check_memory(ws: Workspace, store: Store, mem: Memory, *, strict_ids: bool = False) -> list[Finding]:
     """The per-memory checks ``check`` runs, for one memory (e.g. a file just saved by ``new``)."""
     known: dict[str, Memory] = {}
-    for scope in ws.scopes():
+    # A memory of this repo may link a shared store's (a write allows it): those ids are known,
+    # never checked here (a shared store's files are its own repository's to check).
+    for scope in view_order(ws.scopes(include_shared=True)):
         known.update(ws.catalog(scope).memories)
     known.setdefault(mem.id, mem)
     report = Report()
@@ -399,7 +401,7 @@ def run_check(ws: Workspace, *, staged: bool = False, base: str | None = None, f
                 views[store.scope] = read_staged(store, _store_prefix(store))
     known: dict[str, Memory] = {}
     events: list[Event] = []
-    for scope in ws.scopes():
+    for scope in view_order(ws.scopes(include_shared=True)):  # shared ids known, as check_memory's
         records = views[scope] if scope in views else ws.catalog(scope)
         known.update(records.memories)
         events += records.events.values()

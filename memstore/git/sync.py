@@ -32,11 +32,19 @@ import yaml
 
 from .. import gitops
 from ..errors import Conflict, GitError, InvalidFile, InvalidRequest, MemstoreError, NotFound, SecretError
-from ..store.disk import DEFAULT_CONFIG, GITIGNORE, INDEX_DIRNAME, LOCAL_DIRNAME, Store, episode_tail
+from ..store.disk import (
+    DEFAULT_CONFIG,
+    GITIGNORE,
+    INDEX_DIRNAME,
+    LOCAL_DIRNAME,
+    SHARED_PREFIX,
+    Store,
+    episode_tail,
+)
 from ..store.files import atomic_write, file_lock, private_dir
 from ..store.model import DIR_KINDS
 from ..store.secrets import find_secrets
-from ..store.workspace import Workspace
+from ..store.workspace import Workspace, attached_names, shared_root
 from .confmerge import Unpatchable, conflicts_and_takes, merge_text
 
 REMOTE = "origin"
@@ -63,11 +71,58 @@ KEEP_CHOICES = ("mine", "theirs")
 
 def sync(ws: Workspace, *, store_given: bool, keep: str | None = None) -> dict[str, Any]:
     """Sync the global store, or the store ``--store`` named (``store_given``); ``keep`` ("mine"
-    or "theirs") settles what both machines changed differently."""
+    or "theirs") settles what both machines changed differently. Without ``--store`` the
+    attached shared stores are fetched too (``shared``), even when the global store has no
+    remote of its own."""
     store = ws.repo if store_given and ws.repo is not None else ws.global_
     if keep is not None and keep not in KEEP_CHOICES:
         raise InvalidRequest(f"--keep takes mine or theirs, not {keep!r}", code="bad_value", field="keep")
-    return sync_store(store, keep=keep)
+    if store_given:
+        return sync_store(store, keep=keep)
+    names = attached_names(ws.global_.root)
+    shared = [sync_shared(name, shared_root(ws.global_.root) / name) for name in names]
+    try:
+        answer = sync_store(store, keep=keep)
+    except (NotFound, InvalidRequest) as exc:
+        if not names or exc.code not in ("no_remote", "not_a_repo"):
+            raise
+        # The shared stores were fetched: a global store kept on this machine only is no failure.
+        answer = {"ok": True, "scope": "global", "root": str(store.root), "global_synced": False,
+                  "warnings": [f"the global store was not synced: {exc.message}"]}
+    answer["shared"] = shared
+    return answer
+
+
+def sync_shared(name: str, root: Path) -> dict[str, Any]:
+    """Fetch one attached shared store and move it forward to its remote branch: fast-forward
+    only. memstore never writes into a shared store, so a local branch that diverged was changed
+    by hand: it is reported and left as it is, never merged."""
+    out: dict[str, Any] = {"name": name, "scope": SHARED_PREFIX + name, "received": 0, "offline": False,
+                           "diverged": False}
+    branch = gitops.current_branch(root)
+    if branch is None:
+        out.update(diverged=True, problem="not on a branch (a detached HEAD): left as it is")
+        return out
+    out["branch"] = branch
+    unreachable = gitops.fetch(REMOTE, root)
+    if unreachable is not None:
+        out.update(offline=True, problem=unreachable)
+        return out
+    theirs = gitops.resolve_commit(f"refs/remotes/{REMOTE}/{branch}", root)
+    mine = gitops.resolve_commit("HEAD", root)
+    if theirs is None or mine is None or theirs == mine or gitops.is_ancestor(theirs, mine, root):
+        return out
+    if not gitops.is_ancestor(mine, theirs, root):
+        out.update(diverged=True, problem=f"local {branch} and {REMOTE}/{branch} diverged: nothing was merged",
+                   hint=f"git -C {root} reset --hard {REMOTE}/{branch} drops the local commits")
+        return out
+    try:
+        gitops.fast_forward(theirs, root)
+    except GitError as exc:  # a file changed by hand in the clone stands in the way
+        out.update(diverged=True, problem=f"cannot fast-forward: {exc.message}")
+        return out
+    out["received"] = len(gitops.changed_names(mine, theirs, root))
+    return out
 
 
 def sync_store(store: Store, *, keep: str | None = None) -> dict[str, Any]:

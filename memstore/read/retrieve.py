@@ -308,7 +308,8 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     check_schema("read", request)
     check_chars({"query": request["query"]})  # an ESC or NUL in a query is a mistake or an attack
     sc = open_scope(ws, request.get("include_global", True), params,  # the one look at the workspace
-                    find_anywhere=bool(request.get("problem_id") or request.get("expect")))
+                    find_anywhere=bool(request.get("problem_id") or request.get("expect")),
+                    include_shared=request.get("include_shared", True))
     if not sc.stores:
         return {"ok": True, "guidance": GUIDANCE, "content_trust": CONTENT_TRUST, "results": [],
                 "warnings": ["no memory store here yet"],

@@ -17,7 +17,7 @@ from ..store.catalog import Catalog, find
 from ..store.disk import Store
 from ..store.graph import Graph
 from ..store.model import Memory
-from ..store.workspace import Workspace
+from ..store.workspace import Workspace, view_order
 from .indexes import store_index
 from .scopeview import ScopeView, scope_view
 from .tuning import ReadParams, read_settings
@@ -56,15 +56,16 @@ class Scope:
 
 
 def open_scope(ws: Workspace, include_global: bool = True, params: ReadParams | None = None, *,
-               find_anywhere: bool = False) -> Scope:
-    """The stores ``ws`` reads (the global one unless ``include_global`` is false) with their
+               find_anywhere: bool = False, include_shared: bool = True) -> Scope:
+    """The stores ``ws`` reads (the global one unless ``include_global`` is false, the shared
+    ones attached for it unless ``include_shared`` is false) with their
     catalogs and indexes brought up to date, under ``params`` (None: the read settings of
     ``ws.config``, whose unusable entries become warnings). ``find_anywhere``: ``Scope.find``
     also resolves ids in the stores left out."""
     p, unusable = (params, []) if params is not None else read_settings(ws.config)
     # Settings config.yaml holds that memstore could not use: a read is where someone looks.
     warnings = [msg for _, msg in (*ws.config.problems, *unusable)]
-    stores = {store.scope: store for store in ws.stores(include_global)}
+    stores = {store.scope: store for store in ws.stores(include_global, include_shared)}
     indexes: list[StoreIndex] = []
     for scope in stores:
         si = store_index(ws, scope, p)
@@ -75,6 +76,8 @@ def open_scope(ws: Workspace, include_global: bool = True, params: ReadParams | 
         indexes.append(si)
     # A long-lived process reads far more often than the files change, and they change a few
     # at a time: the merged records and the link/utility graph follow the catalogs' deltas.
-    view = scope_view(ws.read_cache, [si.catalog for si in indexes]) if indexes else ScopeView([])
-    elsewhere = tuple(ws.catalog(s) for s in ws.scopes() if s not in stores) if find_anywhere else ()
+    merged = {si.store.scope: si.catalog for si in indexes}
+    view = scope_view(ws.read_cache, [merged[s] for s in view_order(list(merged))]) if indexes else ScopeView([])
+    elsewhere = (tuple(ws.catalog(s) for s in ws.scopes(include_shared=True) if s not in stores)
+                 if find_anywhere else ())
     return Scope(stores, indexes, view, p, warnings, ws.read_cache, elsewhere)

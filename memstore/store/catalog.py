@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import AmbiguousId, Conflict, InvalidFile, InvalidRequest, NotFound
 from . import ids
 from .changelog import ChangeLog
-from .disk import Store
+from .disk import SHARED_PREFIX, Store
 from .files import NotOurs, atomic_write, clear_way, read_projection, set_aside
 from .model import DIR_KINDS, Event, Memory
 from .userkey import looks_sealed, projection_key, sealing, unseal
@@ -415,6 +415,10 @@ def find(catalogs: Iterable[Catalog], prefix: str, *, field_name: str | None = N
         hits += [cat.memories[m] for m in cat.match_prefix(norm)]
         claimed += [cat.store.display_path(p)
                     for mid, paths in cat.conflicts.items() if mid.startswith(norm) for p in paths]
+    # An id a shared store reuses never hides the user's own memory (reads serve the repo's or
+    # the global store's record, workspace.view_order): the shared copy is not a second match.
+    own = {h.id for h in hits if not h.scope.startswith(SHARED_PREFIX)}
+    hits = [h for h in hits if h.id not in own or not h.scope.startswith(SHARED_PREFIX)]
     if not hits and claimed:
         # Two files claim the id: serving either could serve an impostor.
         raise Conflict(f"id {prefix!r} is claimed by {len(claimed)} files ({', '.join(claimed)}); none is "

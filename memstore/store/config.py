@@ -286,3 +286,25 @@ def load_config(
     if data.get("write_mode") not in WRITE_MODES:
         raise ConfigError(write_mode_error(data.get("write_mode")))
     return Config(data, tuple(problems))
+
+
+def shared_settings(global_store: Path) -> dict[str, list[str]]:
+    """``shared:`` of the user's own config.yaml (the global store's; a repo's never counts):
+    for each shared store it names, the globs of the repos (origin URL or work tree path) that
+    see it. A store left out is seen everywhere; an entry memstore cannot use (not a list of
+    strings) shows the store nowhere rather than everywhere."""
+    try:
+        data = load_config_file(global_store / "config.yaml")
+    except ConfigError:
+        return {}
+    section = data.get("shared")
+    if not isinstance(section, dict):
+        return {}
+    out: dict[str, list[str]] = {}
+    for name, entry in section.items():
+        if entry is None or (isinstance(entry, dict) and entry.get("repos") is None):
+            continue  # named without a filter: seen everywhere
+        repos = entry.get("repos") if isinstance(entry, dict) else None
+        ok = isinstance(repos, list) and all(isinstance(g, str) for g in repos)
+        out[str(name)] = list(repos) if ok and isinstance(repos, list) else []
+    return out

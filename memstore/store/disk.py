@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import gitops
-from ..errors import Conflict, DiskFull, GitError, InvalidFile, NoStore
+from ..errors import Conflict, DiskFull, GitError, InvalidFile, NoStore, ReadOnlyStore
 from . import ids, kinds
 from .config import MAX_FIELD_CHARS, MAX_LIST_ITEMS, Config
 from .files import (
@@ -40,6 +40,9 @@ STORE_DIRNAME = ".memory"
 _ID_CHARS = frozenset(ids.ALPHABET)
 INDEX_DIRNAME = ".index"
 LOCAL_DIRNAME = ".local"  # per-clone state that is never committed (current episode, ...)
+# A shared store's scope is this prefix and its name ("shared:team"); its files say "repo" or
+# "shared" (or nothing): the same layout as any store, written by `memstore --store DIR`.
+SHARED_PREFIX = "shared:"
 GITIGNORE = f"{INDEX_DIRNAME}/\n{LOCAL_DIRNAME}/\n"
 DEFAULT_CONFIG = """\
 # memstore settings for this store. Repo settings override the global store's;
@@ -127,7 +130,9 @@ def memory_from_file(relpath: str, text: str, scope: str) -> Memory:
     else:
         mem_id = str(raw_id)
     file_scope = meta.get("scope", scope)
-    if file_scope not in SCOPES:
+    if scope.startswith(SHARED_PREFIX) and file_scope in ("repo", "shared", scope):
+        file_scope = scope
+    elif file_scope not in SCOPES:
         raise InvalidFile(f"scope {file_scope!r} is not repo or global")
     if file_scope != scope:
         raise InvalidFile(f"scope {file_scope!r} does not match the {scope} store it lies in")
@@ -282,7 +287,7 @@ def _seq_before_end(path: Path) -> int:
 
 @dataclass
 class Store:
-    """One store directory. ``scope`` is 'repo' or 'global'; ``worktree`` is the git work tree
+    """One store directory. ``scope`` is 'repo', 'global' or 'shared:NAME'; ``worktree`` is the git work tree
     it lives in (None when it is not inside one)."""
 
     root: Path
@@ -322,6 +327,19 @@ class Store:
 
     def exists(self) -> bool:
         return not self.linked and self.root.is_dir()
+
+    @property
+    def read_only(self) -> bool:
+        """A shared store: memstore reads it and never writes a memory or event into it."""
+        return self.scope.startswith(SHARED_PREFIX)
+
+    def refuse_write(self) -> None:
+        if self.read_only:
+            name = self.scope.removeprefix(SHARED_PREFIX)
+            raise ReadOnlyStore(f"the shared store {name!r} is read-only here: what it holds changes through "
+                                "its own repository, reviewed in a pull request", field="scope",
+                                hint="write the memory in this repo's store (scope repo); to share it, "
+                                f"open a pull request on the {name} repository")
 
     def refuse_link(self) -> None:
         if self.linked:
@@ -456,6 +474,7 @@ class Store:
         must see each other's files. ``waiting`` is entered only for as long as another writer
         holds the lock (the daemon lets go of the stores it holds meanwhile: other requests,
         other repos' among them, need not wait on this one)."""
+        self.refuse_write()
         if waiting is None:
             with file_lock(clear_way(self.index_dir / "write.lock")):
                 yield

@@ -184,14 +184,14 @@ def _names(ev: Event) -> tuple[str | None, ...]:
 def acts_on(ev: Event, mid: str, memories: Mapping[str, Memory]) -> bool:
     """Does ``ev`` act on memory ``mid``? An event acts only within its own store: a repo's
     events/ (which any clone or pull request brings) never archive, vote on or supersede a
-    global memory, and a global event never reaches into a repo."""
+    global memory, and a global or shared event never reaches into another store."""
     if not ev.scope:
         return True
     mem = memories.get(mid)
     if mem is not None and mem.scope != ev.scope:
         return False
-    if ev.scope == "global" and ev.type in ("fact_update_link", "link"):
-        return all((m := memories.get(name or "")) is None or m.scope == "global" for name in _names(ev))
+    if ev.scope != "repo" and ev.type in ("fact_update_link", "link"):
+        return all((m := memories.get(name or "")) is None or m.scope == ev.scope for name in _names(ev))
     return True
 
 

@@ -137,7 +137,7 @@ def check_write_semantics(memory: dict[str, Any], config: Config) -> list[Eviden
 
 def _visible_scopes(ws: Workspace, scope: str) -> list[str]:
     # A global memory may only link global memories: the global store is seen from every repo.
-    return ["global"] if scope == "global" else ws.scopes()
+    return ["global"] if scope == "global" else ws.scopes(include_shared=True)
 
 
 def resolve_link(ws: Workspace, prefix: str, scope: str, field: str, kinds: tuple[str, ...] | None) -> Memory:

@@ -1,12 +1,15 @@
-"""Which stores a call sees: the repo store and the global store, with their catalogs.
+"""Which stores a call sees: the repo store, the shared stores attached for it and the global
+store, with their catalogs.
 
 Resolved once at the edge from the working directory, ``--store`` and the environment.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import os
+import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -16,13 +19,24 @@ from typing import Any, TypeVar
 from .. import gitops
 from ..errors import NoStore
 from .catalog import Catalog, find
-from .config import Config, load_config
-from .disk import STORE_DIRNAME, Store
+from .config import Config, load_config, shared_settings
+from .disk import SHARED_PREFIX, STORE_DIRNAME, Store
 from .model import Memory
 from .paths import check_path
 from .userkey import projection_key
 
 T = TypeVar("T")
+
+# Where attached shared stores are cloned, inside the global store's folder (never committed
+# there: attach excludes it in the global store's .git/info/exclude).
+SHARED_DIRNAME = ".shared"
+# A shared store's name becomes a folder and part of a scope ("shared:NAME"): plain, short, no
+# dots first (nothing hidden, no "..").
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
+
+
+def valid_shared_name(name: str) -> bool:
+    return bool(_NAME.fullmatch(name))
 
 
 @dataclass
@@ -71,10 +85,19 @@ class Workspace:
     # ("keyword index was damaged"), as two repos did with the global store. The holder then
     # lets one request at a time use a store. None: this workspace's own.
     projections: dict[tuple[Any, ...], Any] | None = field(default=None, repr=False)
+    # The shared stores this workspace sees (name -> store, scope "shared:NAME"): clones under
+    # the global store's .shared/, filtered by the user's own ``shared:`` setting. Read-only.
+    shared_stores: dict[str, Store] = field(default_factory=dict)
 
     def store(self, scope: str) -> Store:
         if scope == "global":
             return self.global_
+        if scope.startswith(SHARED_PREFIX):
+            found = self.shared_stores.get(scope.removeprefix(SHARED_PREFIX))
+            if found is None:
+                raise NoStore(f"no shared store {scope.removeprefix(SHARED_PREFIX)!r} is attached for this repo",
+                              hint="see `memstore attached`")
+            return found
         if self.repo is None:
             raise NoStore(
                 "not inside a git repository, so there is no repo store",
@@ -82,8 +105,12 @@ class Workspace:
             )
         return self.repo
 
-    def stores(self, include_global: bool = True) -> list[Store]:
+    def stores(self, include_global: bool = True, include_shared: bool = False) -> list[Store]:
+        """The stores that exist: repo, then shared (only when asked: a shared store is someone
+        else's, so checks, episodes and write judgment never walk it), then global."""
         out = [s for s in (self.repo,) if s is not None and s.exists()]
+        if include_shared:
+            out += [s for s in self.shared_stores.values() if s.exists()]
         if include_global and self.global_.exists() and (self.repo is None or self.global_.root != self.repo.root):
             out.append(self.global_)
         return out
@@ -178,12 +205,13 @@ class Workspace:
         saves += [cat.flush_later() for cat in self._catalogs.values()]
         return [save for save in saves if save is not None]
 
-    def scopes(self, include_global: bool = True) -> list[str]:
-        return [s.scope for s in self.stores(include_global)]
+    def scopes(self, include_global: bool = True, include_shared: bool = False) -> list[str]:
+        return [s.scope for s in self.stores(include_global, include_shared)]
 
     def find(self, prefix: str, scopes: list[str] | None = None, *, field_name: str | None = None) -> Memory:
-        """Resolve a full id or a unique prefix (≥ 6 chars) across the given stores."""
-        return find(self._refreshed(scopes or self.scopes()), prefix, field_name=field_name)
+        """Resolve a full id or a unique prefix (≥ 6 chars) across the given stores (default:
+        every store in scope, shared ones included)."""
+        return find(self._refreshed(scopes or self.scopes(include_shared=True)), prefix, field_name=field_name)
 
     def _refreshed(self, scopes: list[str]) -> Iterator[Catalog]:
         """The catalogs of ``scopes`` brought up to date, one at a time (lazily: ``find`` refuses
@@ -251,4 +279,58 @@ def open_workspace(
         repo = None  # --store pointing at the global store: treat it as the global store only
     own = load_config(None, global_root, env).write_mode if repo is not None else config.write_mode
     return Workspace(repo=repo, global_=Store.at(global_root, "global", config), config=config,
-                     key=projection_key(env), global_write_mode=own)
+                     key=projection_key(env), global_write_mode=own,
+                     shared_stores=shared_in_scope(global_root, repo, config))
+
+
+def view_order(scopes: list[str]) -> list[str]:
+    """``scopes`` in the order their records are merged, a later store winning an id: shared
+    stores first, so an id a shared store reuses never hides a repo or personal memory (as the
+    global store's record already wins over a repo's that reuses its id)."""
+    return sorted(scopes, key=lambda scope: not scope.startswith(SHARED_PREFIX))
+
+
+def shared_root(global_root: Path) -> Path:
+    return global_root / SHARED_DIRNAME
+
+
+def attached_names(global_root: Path) -> list[str]:
+    """The shared stores cloned under ``global_root``: real folders with a valid name (a link
+    or anything else found there is not a store memstore made)."""
+    base = shared_root(global_root)
+    if base.is_symlink() or not base.is_dir():
+        return []
+    return sorted(p.name for p in base.iterdir()
+                  if valid_shared_name(p.name) and not p.is_symlink() and p.is_dir())
+
+
+def shared_in_scope(global_root: Path, repo: Store | None, config: Config) -> dict[str, Store]:
+    """The attached shared stores whose ``repos`` globs (the user's own ``shared:`` setting)
+    match the repo's origin URL or its work tree path; a store the setting does not name is
+    seen everywhere. Each parses under the user's settings (``config``): its own config.yaml is
+    never read."""
+    names = attached_names(global_root)
+    if not names:
+        return {}
+    rules = shared_settings(global_root)
+    keys: list[str] | None = None
+    out: dict[str, Store] = {}
+    for name in names:
+        globs = rules.get(name)
+        if globs is not None:
+            if keys is None:
+                keys = _repo_keys(repo)
+            if not any(fnmatch.fnmatchcase(key, glob) for key in keys for glob in globs):
+                continue
+        # A clone's root is its work tree (attach made it so): no git call to find it, on every call.
+        root = (shared_root(global_root) / name).resolve()
+        out[name] = Store(root=root, scope=SHARED_PREFIX + name, config=config, worktree=root)
+    return out
+
+
+def _repo_keys(repo: Store | None) -> list[str]:
+    """What a ``repos`` glob is matched against: the repo's origin URL and its work tree path."""
+    if repo is None or repo.worktree is None:
+        return []
+    url = gitops.config_get("remote.origin.url", repo.worktree)
+    return [str(repo.worktree), *([url] if url else [])]

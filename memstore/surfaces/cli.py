@@ -117,6 +117,12 @@ def _dispatch(a: argparse.Namespace, new_id: str | None = None) -> tuple[dict[st
 
         report = check(ws, staged=a.staged, base=a.base, fix=a.fix, include_global=a.global_store)
         return report.to_json(), "check"
+    if a.cmd in ("attach", "detach", "attached"):
+        from ..verbs import shared
+
+        if a.cmd == "attach":
+            return shared.attach(ws, a.url, a.name, Path.cwd()), None
+        return (shared.detach(ws, a.name) if a.cmd == "detach" else shared.attached(ws)), None
     if a.cmd in ("pending", "approve", "drop"):
         from ..verbs import pending
 

@@ -197,6 +197,8 @@ def _read_request(a: argparse.Namespace, src: Inputs) -> dict[str, Any]:
         req["limit"] = a.limit
     if a.no_global:
         req["include_global"] = False
+    if a.no_shared:
+        req["include_shared"] = False
     if a.problem:
         req["problem_id"] = a.problem
     filters = {}
@@ -312,6 +314,7 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
     s.add_argument("--kind", choices=KINDS, action="append")
     s.add_argument("--limit", type=int)
     s.add_argument("--no-global", action="store_true", help="leave the global store out")
+    s.add_argument("--no-shared", action="store_true", help="leave the attached shared stores out")
     s.add_argument("--problem", metavar="ID", help="the problem in hand (weights utility votes)")
     s.add_argument("--since", metavar="DATE")
     s.add_argument("--tag", action="append")
@@ -361,6 +364,13 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
     s.add_argument("--fix", action="store_true", help="write missing id/created into hand-written files")
     s.add_argument("--global", dest="global_store", action="store_true", help="also check the global store")
 
+    s = sub.add_parser("attach", help="clone a shared store (a git repository of memories) under the global "
+                       "store; read-only here, read by every repo the shared: setting lets see it")
+    s.add_argument("url", help="the shared store's git URL, or a local path")
+    s.add_argument("--name", help="its name here (default: the URL's last part); reads name it shared:NAME")
+    s = sub.add_parser("detach", help="remove an attached shared store's clone")
+    s.add_argument("name", help="the shared store's name (see memstore attached)")
+    sub.add_parser("attached", help="the attached shared stores, and whether this repo sees each")
     sub.add_parser("pending", help="global memories proposed in review mode, waiting for approval")
     s = sub.add_parser("approve", help="commit a pending global memory to the global store")
     s.add_argument("id", help="a pending memory's id or unique prefix (>= 6 chars)")

@@ -36,6 +36,10 @@ GIT_CACHE_SECONDS = 30.0  # `git init` in a directory seen before becomes visibl
 Key = tuple[str, str, str]
 
 
+def entry_roots(ws: Any) -> list[Path]:
+    return [s.root for s in (ws.repo, *ws.shared_stores.values(), ws.global_) if s is not None]
+
+
 class StoresLock:
     """The locks of a workspace's stores, taken in one order. Workspaces share each store's
     catalog and index (every repo's workspace reads the global store; an edited config or
@@ -82,7 +86,7 @@ class Entry:
     let_go_count: int = 0  # requests that let go of ``lock`` for a while and take it again (let_go)
 
     def roots(self) -> list[Path]:
-        return [s.root for s in (self.ws.repo, self.ws.global_) if s is not None]
+        return entry_roots(self.ws)
 
     @contextlib.contextmanager
     def let_go(self) -> Iterator[None]:
@@ -151,7 +155,7 @@ class Workspaces:
     def entry_for(self, msg: dict[str, Any]) -> Entry:
         """The warm workspace for a request's cwd, ``--store`` and environment, opened if new."""
         from .. import gitops
-        from ..store.workspace import open_workspace
+        from ..store.workspace import open_workspace, shared_root
 
         if time.monotonic() - self._git_cache_at > GIT_CACHE_SECONDS or len(self._resolved) > 256:
             gitops.toplevel.cache_clear()
@@ -175,7 +179,7 @@ class Workspaces:
         # The settings in force, and what the config files held that could not be used (the
         # read warnings name it): an edit that only adds or fixes a bad value changes no setting.
         key = (str(ws.repo.root) if ws.repo else "", str(ws.global_.root),
-               json.dumps([ws.config.data, ws.config.problems], sort_keys=True, default=str))
+               json.dumps([ws.config.data, ws.config.problems, sorted(ws.shared_stores)], sort_keys=True, default=str))
         stale = False
         with self.lock:
             entry = self.entries.get(key)
@@ -185,7 +189,8 @@ class Workspaces:
                 ws.defer_saves = True  # saved by the idle flush when quiet, not after every write
                 ws.progress = self.progress
                 ws.projections = self._projections
-                roots = sorted({str(s.root) for s in (ws.repo, ws.global_) if s is not None})
+                # A shared store is one store whichever repos read it: its lock, like its index, is one.
+                roots = sorted({str(root) for root in entry_roots(ws)})
                 locks = StoresLock([self._store_locks.setdefault(r, threading.Lock()) for r in roots])
                 entry = Entry(ws, lock=locks, env=tuple(sorted((k, v) for k, v in env.items() if k in ENV_KEYS)))
                 entry.read_wait = ws.config.read_wait
@@ -203,7 +208,9 @@ class Workspaces:
                         if k != key and k[:2] == key[:2] and e.env == entry.env else None)
         for root in entry.roots():
             self.watcher.watch(root)
-        decisive = tuple(p for s in (ws.repo, ws.global_) if s is not None for p in (s.root, s.root / "config.yaml"))
+        # .shared/ changes when a store is attached or detached (a new workspace sees it).
+        decisive = (*(p for s in (ws.repo, ws.global_) if s is not None for p in (s.root, s.root / "config.yaml")),
+                    shared_root(ws.global_.root))
         self._resolved[asked] = (key, decisive, self._marks(decisive))
         return entry
 
@@ -231,7 +238,7 @@ class Workspaces:
 
         for entry in self.all():
             ws = entry.ws
-            for store in ws.stores():
+            for store in ws.stores(include_shared=True):
                 if store.root not in roots:
                     continue
                 self.watcher.watch(store.root)  # a store re-created by a checkout is watched again

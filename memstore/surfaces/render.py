@@ -194,7 +194,13 @@ def integrate(answer: dict[str, Any]) -> str:
 def sync(answer: dict[str, Any]) -> str:
     """The answer on a terminal."""
     sync_part = answer.get("sync", answer)
-    lines = []
+    lines = [] if sync_part.get("global_synced", True) else [f"  warning: {w}" for w in sync_part.get("warnings", [])]
+    for shared in answer.get("shared", []):
+        state = ("offline" if shared["offline"] else "diverged, left as it is" if shared["diverged"]
+                 else f"received {shared['received']} file(s)")
+        lines.append(f"shared {shared['name']}: {state}" + (f" ({shared['problem']})" if shared.get("problem") else ""))
+    if not sync_part.get("global_synced", True):
+        return "\n".join(lines) + "\n"
     if "sync" in answer:
         lines.append(("cloned " if answer.get("cloned") else "set up ") + f"{answer['root']} with remote "
                      f"{answer['url']}")

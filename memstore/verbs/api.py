@@ -32,7 +32,7 @@ from ..store.validate import (
     resolve_relations,
     resolve_write_links,
 )
-from ..store.workspace import Workspace
+from ..store.workspace import Workspace, view_order
 from .answers import ListAnswer, ListedMemory, ShowAnswer, UpdateAnswer, WriteAnswer
 
 _A = TypeVar("_A")
@@ -47,6 +47,7 @@ FIXED_ID_AHEAD_MS = 60 * 1000
 
 def _target_store(ws: Workspace, scope: str, *, commit: bool) -> Store:
     store = ws.store(scope)
+    store.refuse_write()  # a shared store: before anything is judged or created
     if not store.exists():
         if not commit:
             return store
@@ -60,7 +61,7 @@ def history(ws: Workspace, scopes: list[str] | None = None) -> tuple[dict[str, M
     """Every memory and event of the stores in scope (the immutable history links derive from)."""
     memories: dict[str, Memory] = {}
     events: list[Event] = []
-    for scope in scopes or ws.scopes():
+    for scope in view_order(scopes or ws.scopes(include_shared=True)):
         cat = ws.catalog(scope)
         memories.update(cat.memories)
         events.extend(cat.events.values())
@@ -69,7 +70,7 @@ def history(ws: Workspace, scopes: list[str] | None = None) -> tuple[dict[str, M
 
 def combined_graph(ws: Workspace, scopes: list[str] | None = None) -> tuple[dict[str, Memory], Graph]:
     """The memories of the stores in scope (read only) and their link/utility graph."""
-    if scopes is None or scopes == ws.scopes():
+    if scopes is None or scopes == ws.scopes(include_shared=True):
         view = scope_links(ws)
         return view.memories, view.graph
     memories, events = history(ws, scopes)
@@ -79,7 +80,7 @@ def combined_graph(ws: Workspace, scopes: list[str] | None = None) -> tuple[dict
 def scope_links(ws: Workspace) -> ScopeView:
     """Every store's records and their graph, as reads see them: a long-lived process keeps the
     view and applies each change to it instead of rebuilding it (~150 ms at 100k memories)."""
-    return scope_view(ws.read_cache, [ws.catalog(scope) for scope in ws.scopes()])
+    return scope_view(ws.read_cache, [ws.catalog(scope) for scope in view_order(ws.scopes(include_shared=True))])
 
 
 # -- write ------------------------------------------------------------------------------------
