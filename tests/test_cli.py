@@ -187,3 +187,27 @@ def test_every_command_is_documented() -> None:
 def _run_on_tty(args: list[str], cwd: Path) -> tuple[int, str]:
     rc, shown, _ = run_on_tty(args, cwd=cwd)
     return rc, shown.decode()
+
+
+def test_print_id_gives_the_bare_id_piped_and_on_a_terminal(repo: Path, cli: Callable[..., CliResult]) -> None:
+    """`P=$(memstore write ... --print id)`: the id alone, for the next command's --problem."""
+    rc, out, _ = cli("write", "--kind", "problem", "--text", "Build is slow", *EV, "--print", "id", cwd=repo)
+    assert rc == 0 and isinstance(out, str) and len(out) == 26 and out.isalnum()
+    rc, shown = _run_on_tty(["write", "--kind", "solution", "--problem", out, "--text", "Cache the wheels",
+                             *EV, "--print", "path"], repo)
+    assert rc == 0 and shown.strip().startswith(".memory/solutions/") and shown.count("\n") == 1
+    rc, vote, _ = cli("update", "--type", "utility_vote", "--memory", out, "--vote", "1", "--print", "id", cwd=repo)
+    assert rc == 0 and isinstance(vote, str) and len(vote) == 26
+    before = store_files(repo)
+    rc, err_out, err = cli("write", "--kind", "fact", "--text", "x", *EV, "--print", "text", cwd=repo)
+    assert rc == 2 and err_out["error"]["code"] == "usage" and "--print" in err
+    assert store_files(repo) == before
+
+
+def test_short_version_flag_and_one_usage_prefix(tmp_path: Path, cli: Callable[..., CliResult]) -> None:
+    rc, out, _ = cli("-V", cwd=tmp_path)
+    assert rc == 0 and str(out).startswith("memstore ")
+    rc, out, err = cli("read", "--limit", "many", cwd=tmp_path)
+    assert rc == 2 and out["error"]["code"] == "usage"
+    assert err.startswith("memstore: usage: argument --limit") and err.count("memstore:") == 1, err
+    assert "`memstore read --help`" in err

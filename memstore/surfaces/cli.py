@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidRequest, MemstoreError, UsageError, error_answer
-from .cliargs import FORWARDED, UsageParser, build_parser, forward_spec
+from .cliargs import FORWARDED, UsageParser, build_parser, forward_spec, render_of
 from .wire import verb_of
 
 if TYPE_CHECKING:
@@ -65,9 +65,9 @@ def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], Render]:
 
         return sync(ws, store_given=bool(a.store or os.environ.get("MEMSTORE_STORE")), keep=a.keep), render.sync
     if a.cmd in ("write", "create"):
-        return api.write(ws, req or {}, author=_author(ws)), None
+        return api.write(ws, req or {}, author=_author(ws)), render_of(a)
     if a.cmd == "update":
-        return api.update(ws, req or {}, author=_author(ws)), None
+        return api.update(ws, req or {}, author=_author(ws)), render_of(a)
     if a.cmd == "read":
         from ..read.retrieve import read
         from . import client

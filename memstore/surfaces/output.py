@@ -56,6 +56,9 @@ def emit(answer: dict[str, Any], *, as_json: bool, render: Render = None) -> Non
 
 def format_answer(answer: dict[str, Any], *, as_json: bool, render: Render, tty: bool) -> str:
     """What ``emit`` prints; ``tty`` is whether stdout is a terminal (JSON is indented there)."""
+    if isinstance(render, str) and render.startswith("field:"):
+        # ``--print id``: the one value a script captures, the same piped or on a terminal.
+        return visible(str(answer.get(render[len("field:"):], ""))) + "\n"
     if render == "markdown":
         return visible(str(answer["markdown"])) if tty else str(answer["markdown"])
     if as_json:
