@@ -46,9 +46,15 @@ def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], Render]:
     if a.cmd != "init":  # init creates the store; anything else in a missing one is a typo
         require_store_dir(a.store)
     ws = open_workspace(store_dir=a.store)
-    from .progress import embed_progress
+    from .progress import embed_progress, say
 
-    ws.progress = embed_progress(sys.stderr)  # a read or reindex that embeds many memories says so
+    # A read or reindex that embeds many memories says so, and so does the model's one-time
+    # export, on stderr: the answer on stdout stays clean JSON.
+    ws.progress = embed_progress(sys.stderr, announce=True)
+    if a.cmd in EMBEDDING_VERBS:
+        from ..index import embedder
+
+        embedder.export_notice = say(sys.stderr)
     if a.cmd in FORWARDED:
         _autostart_config.append(ws.config)
     if a.cmd == "init":
@@ -130,6 +136,9 @@ def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], Render]:
         return agentcmds.dispatch(a, ws, os.environ.get("MEMSTORE_AUTHOR") or None, _episode())
     raise InvalidRequest(f"unknown command {a.cmd!r}", code="usage")
 
+
+# Commands that may load the model (a read, a write's duplicate check, an import, a rebuild).
+EMBEDDING_VERBS = ("read", "write", "create", "context", "reindex", "import", "reflect", "snapshot", "review")
 
 _autostart_config: list[Any] = []  # the Config an in-process forwardable verb ran with
 _warm_dir: list[str] = []  # where a read answered partially: the daemon started next embeds the rest
