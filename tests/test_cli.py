@@ -211,3 +211,20 @@ def test_short_version_flag_and_one_usage_prefix(tmp_path: Path, cli: Callable[.
     assert rc == 2 and out["error"]["code"] == "usage"
     assert err.startswith("memstore: usage: argument --limit") and err.count("memstore:") == 1, err
     assert "`memstore read --help`" in err
+
+
+def test_schema_errors_name_each_problem_and_hints_name_real_flags(repo: Path, tmp_path: Path,
+                                                                   cli: Callable[..., CliResult]) -> None:
+    rc, out, _ = cli("read", "", cwd=repo)
+    assert rc == 2 and out["error"]["message"] == "query: must not be empty"  # not "(and 1 more problem)"
+    before = store_files(repo)
+    bad = {"op": "write", "memory": {"kind": "fact_", "text": ""}}
+    rc, out, _ = cli("write", "--json", "-", cwd=repo, input=json.dumps(bad))
+    assert rc == 2 and "more problem" not in out["error"]["message"]
+    assert all(f in out["error"]["message"] for f in ("memory.text", "memory.kind", "memory.scope"))
+    assert store_files(repo) == before
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    rc, out, err = cli("init", cwd=plain)
+    assert rc == 3 and "--global" in out["error"]["hint"] and "scope 'global'" not in err
+    assert list(plain.iterdir()) == []
