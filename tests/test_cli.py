@@ -228,3 +228,62 @@ def test_schema_errors_name_each_problem_and_hints_name_real_flags(repo: Path, t
     rc, out, err = cli("init", cwd=plain)
     assert rc == 3 and "--global" in out["error"]["hint"] and "scope 'global'" not in err
     assert list(plain.iterdir()) == []
+
+
+ALEMBIC = "alembic upgrade head fails in the test suite: column already exists"
+
+
+def _example_copy(tmp_path: Path) -> Path:
+    store = tmp_path / "example"
+    shutil.copytree(EXAMPLE_STORE, store, ignore=shutil.ignore_patterns(".index"))
+    return store
+
+
+@pytest.mark.model
+def test_a_read_on_a_terminal_is_grouped_best_first_coloured_and_without_the_agents_guidance(
+        tmp_path: Path, cli: Callable[..., CliResult]) -> None:
+    import os
+
+    store = _example_copy(tmp_path)
+    rc, piped, _ = cli("--store", str(store), "read", ALEMBIC, cwd=tmp_path)
+    assert rc == 0 and piped["guidance"].startswith("Current code is ground truth")  # JSON keeps it
+    scores = {r["id"][:10]: r["score"] for r in piped["results"]}
+    problem, solution, fact = "01m7qmgvt9", "01m7qmmb4s", "01m6kpxz51"
+    assert scores[solution] > scores[problem]  # the order a person could not explain before
+    rc, shown, _ = run_on_tty(["--store", str(store), "read", ALEMBIC], cwd=tmp_path)
+    text = shown.decode()
+    assert rc == 0 and "Current code is ground truth" not in text
+    assert "\x1b[" in text  # colour on a terminal
+    plain = text
+    for code in __import__("memstore.surfaces.output", fromlist=["SGR_CODES"]).SGR_CODES:
+        plain = plain.replace(code, "")
+    assert plain.startswith("Groups best first"), plain[:200]
+    at = {mid: plain.index(mid) for mid in (problem, solution, fact)}
+    assert at[problem] < at[solution] < at[fact]  # the solution under its problem, the group first
+    assert f"\n  solution {solution}" in plain and f"\nproblem {problem}" in plain
+    tactics = [r["id"][:10] for r in piped["results"] if r["kind"] == "failed_tactic"]
+    assert tactics and all(f"\n  WATCH-OUT failed_tactic {t}" in plain for t in tactics)
+    rc, shown, _ = run_on_tty(["--store", str(store), "read", ALEMBIC], cwd=tmp_path,
+                              env={**os.environ, "NO_COLOR": "1"})
+    def timeless(text: str) -> str:
+        return text.rsplit(" in ", 1)[0]
+
+    assert rc == 0 and b"\x1b" not in shown and timeless(shown.decode()) == timeless(plain)
+
+
+@pytest.mark.model
+def test_a_write_on_a_terminal_shows_what_is_similar(repo: Path, cli: Callable[..., CliResult]) -> None:
+    cli("write", "--kind", "fact", "--text", "The API serves JSON logs to stdout in production.",
+        "--evidence", "user:x", cwd=repo)
+    rc, shown, _ = run_on_tty(["write", "--kind", "fact", "--text", "In production the API writes its logs as JSON "
+                               "to stdout.", "--evidence", "user:y"], cwd=repo)
+    text = shown.decode()
+    assert rc == 0 and "wrote fact" in text and "similar to" in text and "The API serves JSON logs" in text, text
+
+
+def test_context_on_a_terminal_leaves_the_agents_guidance_to_the_json(repo: Path, cli: Callable[..., CliResult]
+                                                                     ) -> None:
+    rc, shown, _ = run_on_tty(["context"], cwd=repo)
+    assert rc == 0 and b"write mode:" in shown and b"Current code is ground truth" not in shown
+    rc, out, _ = cli("context", cwd=repo)
+    assert rc == 0 and out["guidance"].startswith("Current code is ground truth")

@@ -79,9 +79,10 @@ def diff(answer: dict[str, Any]) -> str:
 
 # -- the agent loop -------------------------------------------------------------------------------
 def context(answer: dict[str, Any]) -> str:
-    """The session start's text: every memory in full (each line quoted, as the hooks quote
-    memory text), then the index of what did not fit, to fetch with ``memstore show``."""
-    out = [answer["guidance"], f"write mode: {answer['write_mode']}"
+    """The session start's text for a person at a terminal: every memory in full (each line
+    quoted, as the hooks quote memory text), then the index of what did not fit, to fetch with
+    ``memstore show``. The agents' guidance is left out: it is in the JSON an agent reads."""
+    out = [f"write mode: {answer['write_mode']}"
            + (f"; episode {answer['episode']}" if answer.get("episode") else "; no episode open")]
     for title, key in (("Relevant to " + repr(answer.get("query") or ""), "relevant"), ("Preferences", "preferences"),
                        ("Current facts", "facts"), ("Failed tactics (watch-outs)", "failed_tactics"),
