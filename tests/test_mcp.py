@@ -142,7 +142,7 @@ def test_write_read_vote_and_refusals(repo: Path, cli: Callable[..., Any]) -> No
 
     got = run_mcp(repo, script)
     problem, solution, tactic = got["problem"], got["solution"], got["tactic"]
-    assert solution["path"].startswith(".memory/solutions/") and solution["mode"] == "commit"
+    assert solution["path"].startswith(".memory/solutions/") and solution["mode"] == "review"
     # Not the MCP client library's name ("mcp"): no episode, no MEMSTORE_AUTHOR, no git user.name here.
     text = (repo / solution["path"]).read_text()
     assert "author: unknown" in text

@@ -358,9 +358,9 @@ def _write_all(ws: Workspace, items: list[dict[str, Any]], *, dry_run: bool, aut
                                           "field": exc.field})
                 tally.items.append(shown)
                 continue
-            shown.update(status="written" if answer.get("mode") == "commit" else "would_write", id=answer["id"],
+            shown.update(status="written" if answer.get("mode") != "dry_run" else "would_write", id=answer["id"],
                          path=answer.get("path"))
-            tally.written += answer.get("mode") == "commit"
+            tally.written += answer.get("mode") != "dry_run"
             tally.items.append(shown)
     return tally
 
