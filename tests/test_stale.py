@@ -192,3 +192,22 @@ def test_one_read_s_results_are_checked_together_as_each_alone(repo: Path) -> No
     assert together["b"] is None and together["new"] is None
     assert together["c"] == {"files": ["src/c.py"], "commits_since": 1, "since": pinned[:12]}
     assert together["cd"]["files"] == ["src/c.py", "src/d.py"] and together["cd"]["commits_since"] == 2
+
+
+def test_a_read_warns_when_it_serves_a_committed_memory_edited_in_the_work_tree(
+        repo: Path, cli: Callable[..., CliResult]) -> None:
+    ws = reopen(repo)
+    kept = api.write(ws, write_req("fact", "The billing worker retries a failed charge three times."))
+    edited = api.write(ws, write_req("fact", "The billing worker sends receipts by email after a charge."))
+    git(repo, "commit", "-q", "--no-verify", "-m", "memories")
+    rc, out, _ = cli("read", "billing worker charge", cwd=repo)
+    assert rc == 0 and not out.get("warnings"), out.get("warnings")
+    path = repo / edited["path"]
+    path.write_text(path.read_text().replace("by email", "by SMS"))
+    rc, out, _ = cli("read", "billing worker charge", cwd=repo)
+    assert rc == 0 and {r["id"] for r in out["results"]} >= {kept["id"], edited["id"]}
+    warned = [w for w in out.get("warnings", []) if "edited in the work tree" in w]
+    assert len(warned) == 1 and edited["id"] in warned[0] and kept["id"] not in warned[0]
+    git(repo, "restore", "--source=HEAD", "--staged", "--worktree", "--", edited["path"])
+    rc, out, _ = cli("read", "billing worker charge", cwd=repo)
+    assert rc == 0 and not out.get("warnings"), out.get("warnings")

@@ -25,7 +25,7 @@ from ..store.files import atomic_write
 from ..store.model import Memory
 
 CACHE_NAME = "stale.json"
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 def file_refs(mem: Memory) -> list[tuple[str, str | None]]:
@@ -53,6 +53,7 @@ class StaleChecker:
         self.worktree = store.worktree
         self.head: str | None = None
         self._cache: dict[str, Any] = {}
+        self._edited: dict[str, Any] = {}  # memory id -> {"sig", "edited"}: its own file against HEAD
         self._dirty = False
         if self.worktree is not None:
             self.head = gitops.head_sha(self.worktree)
@@ -68,11 +69,12 @@ class StaleChecker:
             raw = json.loads(self._cache_path.read_text(encoding="utf-8"))
             if raw.get("version") == CACHE_VERSION and raw.get("head") == self.head:
                 self._cache = dict(raw["entries"])
+                self._edited = dict(raw.get("edited") or {})
 
     def save(self) -> None:
         if not self._dirty or self.head is None:
             return
-        data = {"version": CACHE_VERSION, "head": self.head, "entries": self._cache}
+        data = {"version": CACHE_VERSION, "head": self.head, "entries": self._cache, "edited": self._edited}
         # A projection: failing to save only costs the next call a few git runs.
         with contextlib.suppress(OSError):
             atomic_write(self._cache_path, json.dumps(data, separators=(",", ":")))
@@ -109,6 +111,35 @@ class StaleChecker:
             for mem, _refs, sig in todo:
                 out[mem.id] = computed.get(mem.id)
                 self._cache[mem.id] = {"sig": sig, "stale": out[mem.id]}
+            self._dirty = True
+        return out
+
+    def edited(self, mems: list[Memory]) -> list[str]:
+        """The ids of committed memories whose own file in the work tree differs from HEAD's: an
+        edit the pre-commit hook will refuse, which a read meanwhile serves as written. One
+        ``git diff`` for the files whose stat changed since they were last asked about."""
+        if self.worktree is None or self.head is None:
+            return []
+        out: list[str] = []
+        todo: dict[str, tuple[str, list[Any]]] = {}
+        for mem in mems:
+            if mem.scope != "repo" or not mem.path:
+                continue
+            shown = self.store.display_path(mem.path)
+            sig = _signature(self.worktree, [shown])
+            hit = self._edited.get(mem.id)
+            if hit is not None and hit.get("sig") == sig:
+                out += [mem.id] if hit.get("edited") else []
+            else:
+                todo[shown] = (mem.id, sig)
+        if todo:
+            # Modified against HEAD only: a memory not committed yet is added, and may be edited.
+            proc = gitops.run(["diff", "--name-only", "--no-renames", "--diff-filter=M", "-z", "HEAD", "--", *todo],
+                              self.worktree, check=False)
+            changed = set(proc.stdout.split("\0")) if proc.returncode == 0 else set()
+            for shown, (mid, sig) in todo.items():
+                self._edited[mid] = {"sig": sig, "edited": shown in changed}
+                out += [mid] if shown in changed else []
             self._dirty = True
         return out
 
@@ -192,17 +223,22 @@ def checker(store: Store | None) -> StaleChecker | None:
     return StaleChecker(store)
 
 
-def annotate(repo: Store | None, results: list[dict[str, Any]], memories: dict[str, Memory]) -> None:
+def annotate(repo: Store | None, results: list[dict[str, Any]], memories: dict[str, Memory]) -> list[str]:
     """Fill ``stale`` in read results in place, against ``repo``'s work tree (the repo store, or
-    None without one); any git trouble leaves them as they are."""
+    None without one); any git trouble leaves them as they are. Returns the ids of the results
+    that are committed memories edited in the work tree since."""
     if not any(r.get("scope") == "repo" for r in results):
-        return
+        return []
+    edited: list[str] = []
     with contextlib.suppress(Exception):
         sc = checker(repo)
         if sc is None:
-            return
-        found = sc.check_many([m for r in results if (m := memories.get(r["id"])) is not None])
+            return []
+        mems = [m for r in results if (m := memories.get(r["id"])) is not None]
+        found = sc.check_many(mems)
         for r in results:
             if r["id"] in found:
                 r["stale"] = found[r["id"]]
+        edited = sc.edited(mems)
         sc.save()
+    return edited
