@@ -602,3 +602,21 @@ def test_a_merge_a_sync_could_not_push_is_merged_again_never_flattened(homes: tu
     assert "stage: false" in text and "commit: true" in text
     sync(a)
     assert a.head() == b.head() == remote_head(remote)
+
+
+def test_sync_says_when_proposals_wait_for_approval(homes: tuple[Home, Home]) -> None:
+    """In review mode a global write is a proposal outside git: a sync carries none, and says so."""
+    a, _ = homes
+    a.vars["MEMSTORE_WRITE_MODE"] = "review"
+    code, out, err = a.cli("write", "--scope", "global", "--kind", "preference", "--text", "Answer in English.",
+                           "--evidence", "user:always English", "--allow-duplicate")
+    assert code == 0 and out["pending"] is True, err
+    code, out, err = a.cli("sync")
+    assert code == 0 and out["pending"] == 1 and out["pushed"] == 0, err
+    code, text = _run_on_tty(["sync"], a.cwd, a.env())
+    assert code == 0 and "1 proposed memory waits for approval" in text and "memstore approve" in text, text
+    (proposal,) = a.cli("pending")[1]["pending"]
+    code, _, err = a.cli("approve", proposal["id"])
+    assert code == 0, err
+    code, out, err = a.cli("sync")
+    assert code == 0 and out["pending"] == 0 and out["pushed"] == 1, (out, err)

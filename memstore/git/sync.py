@@ -84,6 +84,7 @@ def _sync(store: Store, root: Path, up: Upstream, keep: str | None = None) -> di
         "ok": True, "scope": store.scope, "root": str(root), "remote": up.remote,
         "url": redact_url(gitops.config_get(f"remote.{up.remote}.url", root) or ""), "branch": up.branch,
         "committed": len(committed), "received": 0, "pushed": 0, "unpushed": 0, "retried": False, "offline": False,
+        "pending": _proposals_waiting(store),
     }
     received: set[str] = set()
     for attempt in range(2):
@@ -141,6 +142,16 @@ def _sync(store: Store, root: Path, up: Upstream, keep: str | None = None) -> di
 
 
 # -- files both machines changed ------------------------------------------------------------------------
+def _proposals_waiting(store: Store) -> int:
+    """Global memories proposed in review mode (``verbs/pending``'s folder, ``.local/pending``):
+    they live outside git until ``memstore approve``, so a sync carries none of them, which a
+    person who just wrote one would not guess."""
+    folder = store.local_dir / "pending"
+    if folder.is_symlink() or not folder.is_dir():
+        return 0
+    return sum(1 for p in folder.glob("*.md") if p.is_file() and not p.is_symlink())
+
+
 def _settle_both_changed(root: Path, up: Upstream, keep: str | None) -> dict[str, str] | None:
     """The final text of each file this machine and the remote both changed since they last
     agreed and that differs (None: no file was changed on both sides), or a ``sync_conflict``

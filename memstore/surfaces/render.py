@@ -200,5 +200,9 @@ def sync(answer: dict[str, Any]) -> str:
                  f"pushed {sync_part['pushed']} commit(s)" + (" after one retry" if sync_part.get("retried") else ""))
     if sync_part.get("offline"):
         lines.append(f"  {sync_part['unpushed']} commit(s) wait for the next sync")
+    if sync_part.get("pending"):
+        n = sync_part["pending"]
+        lines.append(f"  {n} proposed memor{'y waits' if n == 1 else 'ies wait'} for approval and did not sync: "
+                     "`memstore pending` lists them, `memstore approve ID` commits one for the next sync")
     lines += [f"  warning: {w}" for w in sync_part.get("warnings", [])]
     return "\n".join(lines) + "\n"
