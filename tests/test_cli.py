@@ -287,3 +287,15 @@ def test_context_on_a_terminal_leaves_the_agents_guidance_to_the_json(repo: Path
     assert rc == 0 and b"write mode:" in shown and b"Current code is ground truth" not in shown
     rc, out, _ = cli("context", cwd=repo)
     assert rc == 0 and out["guidance"].startswith("Current code is ground truth")
+
+
+def test_the_config_init_writes_says_which_store_and_points_at_the_docs(repo: Path, tmp_path: Path,
+                                                                       cli: Callable[..., CliResult]) -> None:
+    repo_config = (repo / ".memory" / "config.yaml").read_text()
+    assert "this repository's store" in repo_config and "docs/configuration.md" in repo_config
+    rc, _, err = cli("init", "--global", cwd=tmp_path)
+    assert rc == 0, err
+    global_config = (tmp_path / "home" / ".memory" / "config.yaml").read_text()
+    assert "global store" in global_config and "docs/configuration.md" in global_config
+    assert "repo store)" not in global_config and "the global store commits every write" in global_config
+    assert "docs/configuration.md" in (Path(__file__).parent.parent / "templates" / "config.yaml").read_text()

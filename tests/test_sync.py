@@ -401,7 +401,7 @@ def test_keep_settles_the_conflicting_setting_and_merges_the_rest(homes: tuple[H
     text = (b.store / "config.yaml").read_text()
     assert ("stage: 0 " if keep == "mine" else "stage: false ") in text
     assert "write_mode: autonomous" in text and "commit: true" in text  # both sides' other changes
-    assert "# git-add new memory/event files" in text  # comments kept
+    assert "# for a repo store: the global store commits" in text  # comments kept
     _no_rebase_or_merge(b)
     assert b.head() == remote_head(remote)
     sync(a)

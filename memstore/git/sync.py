@@ -32,7 +32,7 @@ import yaml
 
 from .. import gitops
 from ..errors import Conflict, GitError, InvalidFile, InvalidRequest, MemstoreError, NotFound, SecretError
-from ..store.disk import DEFAULT_CONFIG, GITIGNORE, INDEX_DIRNAME, LOCAL_DIRNAME, Store, episode_tail
+from ..store.disk import GITIGNORE, GLOBAL_CONFIG, INDEX_DIRNAME, LOCAL_DIRNAME, OLD_DEFAULT_CONFIG, Store, episode_tail
 from ..store.files import atomic_write, file_lock, private_dir
 from ..store.model import DIR_KINDS
 from ..store.secrets import find_secrets
@@ -41,7 +41,7 @@ from .confmerge import Unpatchable, conflicts_and_takes, merge_text
 
 REMOTE = "origin"
 # Files both machines start with: a copy still as memstore wrote it gives way to the remote's.
-_LAYOUT_DEFAULTS = {"config.yaml": DEFAULT_CONFIG, ".gitignore": GITIGNORE}
+_LAYOUT_DEFAULTS = {"config.yaml": (GLOBAL_CONFIG, OLD_DEFAULT_CONFIG), ".gitignore": (GITIGNORE,)}
 # Transports that run a command of the URL's choosing (git refuses them by default too).
 _COMMAND_TRANSPORTS = ("ext::", "fd::")
 _SHOWN_PROBLEMS = 5
@@ -441,7 +441,7 @@ def _join(store: Store, branch: str) -> None:
             with contextlib.suppress(OSError):
                 text = (root / name).read_text(encoding="utf-8")
                 if theirs is not None and text != theirs.decode("utf-8", errors="replace"):
-                    (take if text == default else differing).append(name)
+                    (take if text in default else differing).append(name)
         if differing:
             raise Conflict(f"{', '.join(differing)} differs between this global store and the remote, and both "
                            "were edited: nothing was changed", code="sync_conflict", details={"paths": differing},

@@ -105,6 +105,11 @@ def context(answer: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def agent_context(answer: dict[str, Any]) -> str:
+    """The session start as an agent's hook injects it: the guidance first, then ``context``."""
+    return f"{answer['guidance']}\n{context(answer)}"
+
+
 def reflect(answer: dict[str, Any]) -> str:
     h = answer.get("header") or {}
     out = [f"Episode {answer['episode']}  agent {h.get('agent')}  started {h.get('started')}"
