@@ -92,6 +92,9 @@ def test_the_two_minute_tour_runs_as_written(tmp_path: Path) -> None:
     (read,) = [a for a in answers if "results" in a]
     assert {"problem", "solution", "failed_tactic"} <= {r["kind"] for r in read["results"]}, read["results"]
     assert [a for a in answers if "checked" in a][-1]["problems"] == []
+    (history,) = [a for a in answers if "timeline" in a]
+    assert history["created"]["commit"]["subject"] == "memory: alembic test-schema lesson"
+    assert history["created"]["by"] == "Your Name" and len(history["votes"]) == 1
     log = subprocess.run(["git", "log", "--format=%an %s", "--name-only"], cwd=repo, env=env, capture_output=True,
                          text=True, check=True).stdout
     assert log.startswith("Your Name memory: alembic test-schema lesson"), log

@@ -92,6 +92,10 @@ def _dispatch(a: argparse.Namespace) -> tuple[dict[str, Any], Render]:
         return answer, "read"
     if a.cmd == "show":
         return api.show(ws, (args or {})["id"]), "show"
+    if a.cmd == "history":
+        from ..verbs.history import memory_history
+
+        return memory_history(ws, a.id), render.history
     if a.cmd == "list":
         args = args or {}
         return api.list_memories(ws, kind=args["kind"], scope=args["scope"], include_archived=args["all"],

@@ -333,6 +333,10 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
     s = sub.add_parser("show", help="one memory with its links, utility and state")
     s.add_argument("id", help="a full id or a unique prefix (>= 6 chars)")
 
+    s = sub.add_parser("history", help="one memory's history: who wrote it, when, in which episode and commit; "
+                       "its votes, links, supersession and archival")
+    s.add_argument("id", help="a full id or a unique prefix (>= 6 chars)")
+
     s = sub.add_parser("list", help="list memories, newest first")
     s.add_argument("--kind", choices=KINDS)
     s.add_argument("--scope", choices=SCOPES)

@@ -309,6 +309,12 @@ def _reflect(b: Backend, args: dict[str, Any]) -> dict[str, Any]:
     return reflect(b.workspace(), args.get("episode") or b.episode)
 
 
+def _history(b: Backend, args: dict[str, Any]) -> dict[str, Any]:
+    from ..verbs.history import memory_history
+
+    return memory_history(b.workspace(), args["id"])
+
+
 TOOLS: tuple[Tool, ...] = (
     Tool("memory_read", "Recall memories",
          "Recall what earlier sessions learned that is relevant to a problem or question: problems, what "
@@ -369,6 +375,10 @@ TOOLS: tuple[Tool, ...] = (
          "during it that it did not write (with ready-to-fill vote requests) and a checklist of memories to "
          "write, with templates.",
          _object({"episode": _EPISODE_ID}), _reflect, read_only=True),
+    Tool("memory_history", "A memory's history",
+         "Who wrote a memory, when, in which episode and commit; its votes, links, supersession and archival.",
+         _object({"id": {"type": "string", "description": "Id or prefix (>= 6 chars)."}},
+                 required=("id",)), _history, read_only=True),
 )
 TOOLS_BY_NAME = {t.name: t for t in TOOLS}
 

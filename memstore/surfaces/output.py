@@ -279,7 +279,11 @@ def pretty(answer: dict[str, Any], render: Render) -> str:
         if d.get("superseded_by"):
             out.append(f"  superseded by: {d['superseded_by']} (current: {d.get('head')})")
         if d.get("archived"):
-            out.append("  archived")
+            arch = d.get("archive") or {}
+            why = f": {arch['why']}" if arch.get("why") else ""
+            ev = f" (evidence: {', '.join(arch['evidence'])})" if arch.get("evidence") else ""
+            by = f" by {arch.get('by') or '?'} at {arch.get('at') or '?'}" if arch else ""
+            out.append(f"  archived{by}{why}{ev}")
         rels = d.get("relations") or {}
         for entry in rels.get("out", []):
             out.append(f"  {entry['type']} -> {entry['id']}{_not_active(entry)}")

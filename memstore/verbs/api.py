@@ -272,7 +272,15 @@ def describe(ws: Workspace, mem: Memory, graph: Graph, memories: dict[str, Memor
 def show(ws: Workspace, memory_id: str) -> ShowAnswer:
     mem = ws.find(memory_id, field_name="id")
     memories, graph = combined_graph(ws)
-    return {"ok": True, "content_trust": CONTENT_TRUST, "memory": describe(ws, mem, graph, memories)}
+    data = describe(ws, mem, graph, memories)
+    if mem.id in graph.archived:
+        # Who archived it and why: the latest archive event (the one in force).
+        events = [e for e in history(ws, [mem.scope])[1] if e.type == "archive" and e.memory == mem.id]
+        last = max(events, key=lambda e: (e.created, e.id), default=None)
+        if last is not None:
+            data["derived"]["archive"] = {"event": last.id, "by": last.author, "at": last.created,
+                                          "why": last.rationale, "evidence": list(last.evidence)}
+    return {"ok": True, "content_trust": CONTENT_TRUST, "memory": data}
 
 
 def list_memories(
