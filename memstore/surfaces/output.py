@@ -62,7 +62,7 @@ def paint(text: str, colour: str) -> str:
     return f"{COLOURS[colour]}{text}{RESET}"
 
 
-_KIND_WORD = re.compile(r"^(\s*(?:\S \s*)?)(WATCH-OUT )?(problem|solution|failed_tactic|fact|preference|change)"
+_KIND_WORD = re.compile(r"^(\s*)(WATCH-OUT )?(problem|solution|failed_tactic|fact|preference|change)"
                         r"( +)([0-9a-z]{10,26})\b", re.M)
 _DIM_LINE = re.compile(r"^(\s+(?:why|evidence|history|path|links|tags|similar to)\b.*|\d+ result\(s\).*|"
                        r"\d+ memor(?:y|ies)$|Groups best first.*)$", re.M)
@@ -208,7 +208,9 @@ def _result_lines(r: dict[str, Any], indent: str) -> list[str]:
     tag = "WATCH-OUT " if r["kind"] == "failed_tactic" else ""
     sup = f"  superseded by {r['links']['superseded_by'][:10]}" if r.get("links", {}).get("superseded_by") else ""
     stale = "  (stale: verify against the code)" if r.get("stale") else ""
-    out = [f"{indent}{tag}{r['kind']} {r['id'][:10]}  score {r['score']:.2f}{sup}{stale}",
+    att = r.get("attached_to")
+    placed = f"  ({att['type'].replace('_', ' ')} {att['id'][:10]})" if att else ""
+    out = [f"{indent}{tag}{r['kind']} {r['id'][:10]}  score {r['score']:.2f}{sup}{stale}{placed}",
            _wrap(r["text"], indent=indent + "    "),
            f"{indent}    why: {', '.join(r.get('reasons', []))}"]
     for h in r.get("history", []):
