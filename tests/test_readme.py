@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -71,20 +72,33 @@ def clean_env(home: Path) -> dict[str, str]:
 
 
 @pytest.mark.model
-def test_the_two_minute_tour_runs_as_written(tmp_path: Path) -> None:
+@pytest.mark.parametrize("daemon", [False, True], ids=["in-process", "daemon"])
+def test_the_two_minute_tour_runs_as_written(tmp_path: Path, daemon: bool) -> None:
     """The tour block, pasted as is into bash -e in an empty repository under a clean HOME (no
-    git identity): every line exits 0, and the memories it wrote are what it says."""
+    git identity): every line exits 0, and the memories it wrote are what it says. Once as the
+    first commands on a machine (in-process), once with the daemon a new user's first call starts."""
     home = tmp_path / "newhome"
     home.mkdir()
     repo = tmp_path / "demo"
     repo.mkdir()
     env = clean_env(home)
+    if daemon:
+        env.pop("MEMSTORE_DAEMON")  # autostart, as on a new machine
+        env["MEMSTORE_RUNTIME_DIR"] = f"/tmp/ms-tour-{os.getpid()}"  # this test's daemon alone
     subprocess.run(["git", "init", "-q"], cwd=repo, env=env, check=True)
     script = tmp_path / "tour.sh"
     script.write_text(tour_block(), encoding="utf-8")
-    proc = subprocess.run(["bash", "-e", "-x", str(script)], cwd=repo, env=env, capture_output=True, text=True,
-                          check=False, stdin=subprocess.DEVNULL, timeout=600)
+    try:
+        proc = subprocess.run(["bash", "-e", "-x", str(script)], cwd=repo, env=env, capture_output=True, text=True,
+                              check=False, stdin=subprocess.DEVNULL, timeout=600)
+        served = run_cli(["daemon", "status"], cwd=repo, env=env)[1] if daemon else None
+    finally:
+        if daemon:
+            run_cli(["daemon", "stop"], cwd=repo, env=env)
+            shutil.rmtree(env["MEMSTORE_RUNTIME_DIR"], ignore_errors=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    if daemon:
+        assert served["running"] and served["requests"] > 0, served  # later calls went through it
     ran = [line for line in proc.stderr.splitlines() if line.startswith(("+ memstore", "++ memstore", "+ git"))]
     assert len([c for c in commands(tour_block()) if c[0] in ("memstore", "git")]) <= len(ran), ran
     answers = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
