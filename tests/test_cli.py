@@ -187,3 +187,115 @@ def test_every_command_is_documented() -> None:
 def _run_on_tty(args: list[str], cwd: Path) -> tuple[int, str]:
     rc, shown, _ = run_on_tty(args, cwd=cwd)
     return rc, shown.decode()
+
+
+def test_print_id_gives_the_bare_id_piped_and_on_a_terminal(repo: Path, cli: Callable[..., CliResult]) -> None:
+    """`P=$(memstore write ... --print id)`: the id alone, for the next command's --problem."""
+    rc, out, _ = cli("write", "--kind", "problem", "--text", "Build is slow", *EV, "--print", "id", cwd=repo)
+    assert rc == 0 and isinstance(out, str) and len(out) == 26 and out.isalnum()
+    rc, shown = _run_on_tty(["write", "--kind", "solution", "--problem", out, "--text", "Cache the wheels",
+                             *EV, "--print", "path"], repo)
+    assert rc == 0 and shown.strip().startswith(".memory/solutions/") and shown.count("\n") == 1
+    rc, vote, _ = cli("update", "--type", "utility_vote", "--memory", out, "--vote", "1", "--print", "id", cwd=repo)
+    assert rc == 0 and isinstance(vote, str) and len(vote) == 26
+    before = store_files(repo)
+    rc, err_out, err = cli("write", "--kind", "fact", "--text", "x", *EV, "--print", "text", cwd=repo)
+    assert rc == 2 and err_out["error"]["code"] == "usage" and "--print" in err
+    assert store_files(repo) == before
+
+
+def test_short_version_flag_and_one_usage_prefix(tmp_path: Path, cli: Callable[..., CliResult]) -> None:
+    rc, out, _ = cli("-V", cwd=tmp_path)
+    assert rc == 0 and str(out).startswith("memstore ")
+    rc, out, err = cli("read", "--limit", "many", cwd=tmp_path)
+    assert rc == 2 and out["error"]["code"] == "usage"
+    assert err.startswith("memstore: usage: argument --limit") and err.count("memstore:") == 1, err
+    assert "`memstore read --help`" in err
+
+
+def test_schema_errors_name_each_problem_and_hints_name_real_flags(repo: Path, tmp_path: Path,
+                                                                   cli: Callable[..., CliResult]) -> None:
+    rc, out, _ = cli("read", "", cwd=repo)
+    assert rc == 2 and out["error"]["message"] == "query: must not be empty"  # not "(and 1 more problem)"
+    before = store_files(repo)
+    bad = {"op": "write", "memory": {"kind": "fact_", "text": ""}}
+    rc, out, _ = cli("write", "--json", "-", cwd=repo, input=json.dumps(bad))
+    assert rc == 2 and "more problem" not in out["error"]["message"]
+    assert all(f in out["error"]["message"] for f in ("memory.text", "memory.kind", "memory.scope"))
+    assert store_files(repo) == before
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    rc, out, err = cli("init", cwd=plain)
+    assert rc == 3 and "--global" in out["error"]["hint"] and "scope 'global'" not in err
+    assert list(plain.iterdir()) == []
+
+
+ALEMBIC = "alembic upgrade head fails in the test suite: column already exists"
+
+
+def _example_copy(tmp_path: Path) -> Path:
+    store = tmp_path / "example"
+    shutil.copytree(EXAMPLE_STORE, store, ignore=shutil.ignore_patterns(".index"))
+    return store
+
+
+@pytest.mark.model
+def test_a_read_on_a_terminal_is_grouped_best_first_coloured_and_without_the_agents_guidance(
+        tmp_path: Path, cli: Callable[..., CliResult]) -> None:
+    import os
+
+    store = _example_copy(tmp_path)
+    rc, piped, _ = cli("--store", str(store), "read", ALEMBIC, cwd=tmp_path)
+    assert rc == 0 and piped["guidance"].startswith("Current code is ground truth")  # JSON keeps it
+    scores = {r["id"][:10]: r["score"] for r in piped["results"]}
+    problem, solution, fact = "01m7qmgvt9", "01m7qmmb4s", "01m6kpxz51"
+    assert scores[solution] > scores[problem]  # the order a person could not explain before
+    rc, shown, _ = run_on_tty(["--store", str(store), "read", ALEMBIC], cwd=tmp_path)
+    text = shown.decode()
+    assert rc == 0 and "Current code is ground truth" not in text
+    assert "\x1b[" in text  # colour on a terminal
+    plain = text
+    for code in __import__("memstore.surfaces.output", fromlist=["SGR_CODES"]).SGR_CODES:
+        plain = plain.replace(code, "")
+    assert plain.startswith("Groups best first"), plain[:200]
+    at = {mid: plain.index(mid) for mid in (problem, solution, fact)}
+    assert at[problem] < at[solution] < at[fact]  # the solution under its problem, the group first
+    assert f"\n  solution {solution}" in plain and f"\nproblem {problem}" in plain
+    tactics = [r["id"][:10] for r in piped["results"] if r["kind"] == "failed_tactic"]
+    assert tactics and all(f"\n  WATCH-OUT failed_tactic {t}" in plain for t in tactics)
+    rc, shown, _ = run_on_tty(["--store", str(store), "read", ALEMBIC], cwd=tmp_path,
+                              env={**os.environ, "NO_COLOR": "1"})
+    def timeless(text: str) -> str:
+        return text.rsplit(" in ", 1)[0]
+
+    assert rc == 0 and b"\x1b" not in shown and timeless(shown.decode()) == timeless(plain)
+
+
+@pytest.mark.model
+def test_a_write_on_a_terminal_shows_what_is_similar(repo: Path, cli: Callable[..., CliResult]) -> None:
+    cli("write", "--kind", "fact", "--text", "The API serves JSON logs to stdout in production.",
+        "--evidence", "user:x", cwd=repo)
+    rc, shown, _ = run_on_tty(["write", "--kind", "fact", "--text", "In production the API writes its logs as JSON "
+                               "to stdout.", "--evidence", "user:y"], cwd=repo)
+    text = shown.decode()
+    assert rc == 0 and "wrote fact" in text and "similar to" in text and "The API serves JSON logs" in text, text
+
+
+def test_context_on_a_terminal_leaves_the_agents_guidance_to_the_json(repo: Path, cli: Callable[..., CliResult]
+                                                                     ) -> None:
+    rc, shown, _ = run_on_tty(["context"], cwd=repo)
+    assert rc == 0 and b"write mode:" in shown and b"Current code is ground truth" not in shown
+    rc, out, _ = cli("context", cwd=repo)
+    assert rc == 0 and out["guidance"].startswith("Current code is ground truth")
+
+
+def test_the_config_init_writes_says_which_store_and_points_at_the_docs(repo: Path, tmp_path: Path,
+                                                                       cli: Callable[..., CliResult]) -> None:
+    repo_config = (repo / ".memory" / "config.yaml").read_text()
+    assert "this repository's store" in repo_config and "docs/configuration.md" in repo_config
+    rc, _, err = cli("init", "--global", cwd=tmp_path)
+    assert rc == 0, err
+    global_config = (tmp_path / "home" / ".memory" / "config.yaml").read_text()
+    assert "global store" in global_config and "docs/configuration.md" in global_config
+    assert "repo store)" not in global_config and "the global store commits every write" in global_config
+    assert "docs/configuration.md" in (Path(__file__).parent.parent / "templates" / "config.yaml").read_text()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable
@@ -129,6 +131,12 @@ def test_pre_commit_refuses_a_commit_that_edits_a_committed_memory(hooked: Path)
     assert res.returncode != 0
     assert "immutable" in res.stderr and "commit refused" in res.stderr
     assert "edit a committed memory" not in git(repo, "log", "--format=%s")
+    # The refusal says both ways out: archive with evidence, or undo the edit with the command it shows.
+    assert f"memstore update --type archive --memory {ans['id']} --evidence" in res.stderr, res.stderr
+    undo = re.search(r"`(git restore [^`]+)`", res.stderr)
+    assert undo, res.stderr
+    subprocess.run(shlex.split(undo.group(1)), cwd=repo, check=True)
+    assert "3.11" in path.read_text() and not git(repo, "status", "--porcelain")
 
 
 def test_pre_commit_refuses_secrets_and_fixes_hand_written_ids(hooked: Path) -> None:

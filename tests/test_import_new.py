@@ -58,7 +58,7 @@ def _new(cli: Callable[..., CliResult], repo: Path, editor: dict[str, str], kind
 
 
 def _new_files(root: Path, folder: str) -> list[Path]:
-    return sorted((root / folder).glob("new-*.md"))
+    return sorted((root / folder).glob("*.md"))
 
 
 # -- new ------------------------------------------------------------------------------------------
@@ -68,24 +68,23 @@ def test_template_lookup_finds_the_repo_templates() -> None:
 
 
 def test_new_saves_a_hand_written_memory(repo: Path, editor: dict[str, str], cli: Callable[..., CliResult]) -> None:
+    """Like every written memory: a fresh ULID id, a created time and a `<id>-<slug>.md` name."""
     rc, out, err = _new(cli, repo, editor, "problem", GOOD_PROBLEM)
     assert rc == 0, err
     (path,) = _new_files(repo / ".memory", "problems")
     rel = path.relative_to(repo).as_posix()
     assert out["ok"] is True and out["path"] == rel and out["problems"] == [] and out["valid"] is True
-    assert out["id"] == ids.derived_id(path.relative_to(repo / ".memory").as_posix())
+    assert ids.is_id(out["id"]) and out["id"] != ids.derived_id(path.relative_to(repo / ".memory").as_posix())
+    assert path.name == f"{out['id']}-the-nightly-export-job-dies-with.md"
     meta, body = parse_markdown(path.read_text())
-    assert "id" not in meta and meta["author"] == "dana"
+    assert meta["id"] == out["id"] and meta["created"] and meta["author"] == "dana"
     assert body == "The nightly export job dies with `MemoryError` when a tenant has more than 1M rows."
-    assert rel in staged(repo)
+    assert rel in staged(repo) and out["next"] == "commit it"
     rc, listed, _ = cli("list", cwd=repo)
     assert [m["id"] for m in listed["memories"]] == [out["id"]]
-    # The pre-commit hook's fix writes that same id into the file (the commit waits for `git add`).
-    rc, _, _ = cli("check", "--staged", "--fix", cwd=repo)
-    assert rc == 2 and parse_markdown(path.read_text())[0]["id"] == out["id"]
-    git(repo, "add", rel)
-    rc, _, _ = cli("check", "--staged", cwd=repo)
-    assert rc == 0
+    rc, report, _ = cli("check", "--staged", "--fix", cwd=repo)  # nothing left for the hook to write
+    assert rc == 0 and report["fixed"] == [], report
+    assert parse_markdown(path.read_text())[0]["id"] == out["id"]
 
 
 def test_new_reports_problems_but_keeps_the_file(repo: Path, editor: dict[str, str],
@@ -95,7 +94,9 @@ def test_new_reports_problems_but_keeps_the_file(repo: Path, editor: dict[str, s
     assert rc == 0 and out["ok"] is True and out["valid"] is False
     assert {p["code"] for p in out["problems"]} == {"dangling_link", "missing_evidence"}
     (path,) = _new_files(repo / ".memory", "solutions")
-    assert path.read_text() == content
+    meta, body = parse_markdown(path.read_text())  # kept as written, with its id and created added
+    assert body == "Restart it." and meta["links"] == {"problem": "01zzzzzzzzzzzzzzzzzzzzzzzz"}
+    assert meta["id"] == out["id"] and path.name.startswith(f"{out['id']}-restart-it")
 
 
 def test_new_with_broken_yaml_keeps_the_file_and_says_why(repo: Path, editor: dict[str, str],

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import CliResult, reopen, staged, store_files
+from conftest import CliResult, reopen, run_cli, staged, store_files
 
 from memstore.store.files import parse_markdown as parse_memory_file
 from memstore.verbs import importers
@@ -135,8 +136,15 @@ def test_markdown_outside_the_repo_cites_the_user(repo: Path, tmp_path: Path) ->
     notes.write_text("# Notes\n\n- The staging cluster runs in eu-west-1 behind Cloudflare.\n")
     ans = import_notes(reopen(repo), str(notes), "markdown", dry_run=True)
     (item,) = ans["items"]
-    assert item["evidence"] == [f"user:imported from {notes.resolve()}#L3"]
+    assert item["evidence"] == ["user:imported from notes.md#L3"]  # no path of this machine
     assert item["status"] == "would_write"
+    (notes.parent / "bank").mkdir()
+    (notes.parent / "bank" / "progress.md").write_text("# Progress\n\n- Deploys go out on Tuesdays only.\n")
+    rc, out, err = run_cli(["import", "--from", "markdown", str(notes.parent)], cwd=repo, env=dict(os.environ))
+    assert rc == 0 and out["written"] == 2, err
+    written = "".join(p.read_text() for p in (repo / ".memory" / "facts").glob("*.md"))
+    assert "user:imported from elsewhere/bank/progress.md#L3" in written and "elsewhere/notes.md#L3" in written
+    assert str(tmp_path) not in written and str(tmp_path.resolve()) not in written
 
 
 def test_markdown_refuses_stdin_and_missing_paths(repo: Path, cli: Callable[..., CliResult]) -> None:

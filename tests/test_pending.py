@@ -37,7 +37,7 @@ def _propose(cli: Callable[..., CliResult], repo: Path, text: str = PREF) -> dic
 
 def test_a_global_write_in_review_mode_waits_for_approval(repo: Path, cli: Callable[..., CliResult]) -> None:
     out = _propose(cli, repo)
-    assert out["pending"] is True and out["mode"] == "commit"
+    assert out["pending"] is True and out["mode"] == "review"
     assert not [f for f in _global_files() if not f.startswith(".local/")]  # not in the store
     assert not [c for c in _commits() if "preference" in c]  # not committed
     assert Path(out["path"]).is_file()  # but kept on disk: nothing is lost

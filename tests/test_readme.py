@@ -3,18 +3,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, make_git_repo, run_cli
+from conftest import REPO_ROOT, run_cli
 
 README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-# The ids the tour's sample output shows, which a real run replaces with its own.
-TOUR_PROBLEM, TOUR_SOLUTION = "01m80gm99x", "01m80gp4k2"
 
 
 def shell_blocks(text: str) -> list[str]:
@@ -57,42 +58,63 @@ def test_the_install_line_answers_from_the_example_store(tmp_path: Path) -> None
     assert out["results"] and "alembic" in out["results"][0]["text"].lower()
 
 
+def tour_block() -> str:
+    return next(b for b in shell_blocks(README) if "memstore init" in b)
+
+
+def clean_env(home: Path) -> dict[str, str]:
+    """A new user's shell: an empty HOME, no git identity, memstore and git on PATH."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "MEMSTORE_"))}
+    env.update(HOME=str(home), MEMSTORE_HOME=str(home / ".memory"), MEMSTORE_DAEMON="0",
+               XDG_CONFIG_HOME=str(home / ".config"), GIT_CONFIG_NOSYSTEM="1",
+               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    return env
+
+
 @pytest.mark.model
-def test_the_two_minute_tour_runs_as_written(tmp_path: Path) -> None:
-    tour = next(b for b in shell_blocks(README) if "memstore init" in b)
-    repo = make_git_repo(tmp_path / "your-repo")
-    (repo / "tests").mkdir()
-    (repo / "tests" / "test_migrations.py").write_text("def test_upgrade():\n    pass\n")
-    (repo / "tests" / "conftest.py").write_text("".join(f"# fixture line {i}\n" for i in range(1, 60)))
-    subprocess.run(["git", "add", "tests"], cwd=repo, check=True)
-    env = dict(os.environ)
-    ids: dict[str, str] = {}
-    ran = []
-    for argv in commands(tour):
-        if argv[:1] == ["cd"]:
-            continue
-        argv = [ids.get(a, a) for a in argv]
-        if argv[0] == "git":
-            proc = subprocess.run(argv, cwd=repo, capture_output=True, text=True, check=False)
-            assert proc.returncode == 0, (argv, proc.stderr)
-            ran.append(argv[:2])
-            continue
-        assert argv[0] == "memstore", argv
-        rc, out, err = run_cli(argv[1:], cwd=repo, env=env)
-        assert rc == 0, (argv, out, err)
-        ran.append(argv[:2])
-        if argv[1] == "write":
-            kind = argv[argv.index("--kind") + 1]
-            if kind == "problem":
-                ids[TOUR_PROBLEM] = out["id"][:10]
-            elif kind == "solution":
-                ids[TOUR_SOLUTION] = out["id"][:10]
-        if argv[1] == "read":
-            kinds = {r["kind"] for r in out["results"]}
-            assert {"problem", "solution", "failed_tactic"} <= kinds, out["results"]
-        if argv[1] == "check":
-            assert out["ok"] is True, out
-    assert ["memstore", "read"] in ran and ["git", "commit"] in ran and ["memstore", "check"] in ran
+@pytest.mark.parametrize("daemon", [False, True], ids=["in-process", "daemon"])
+def test_the_two_minute_tour_runs_as_written(tmp_path: Path, daemon: bool) -> None:
+    """The tour block, pasted as is into bash -e in an empty repository under a clean HOME (no
+    git identity): every line exits 0, and the memories it wrote are what it says. Once as the
+    first commands on a machine (in-process), once with the daemon a new user's first call starts."""
+    home = tmp_path / "newhome"
+    home.mkdir()
+    repo = tmp_path / "demo"
+    repo.mkdir()
+    env = clean_env(home)
+    if daemon:
+        env.pop("MEMSTORE_DAEMON")  # autostart, as on a new machine
+        env["MEMSTORE_RUNTIME_DIR"] = f"/tmp/ms-tour-{os.getpid()}"  # this test's daemon alone
+    subprocess.run(["git", "init", "-q"], cwd=repo, env=env, check=True)
+    script = tmp_path / "tour.sh"
+    script.write_text(tour_block(), encoding="utf-8")
+    try:
+        proc = subprocess.run(["bash", "-e", "-x", str(script)], cwd=repo, env=env, capture_output=True, text=True,
+                              check=False, stdin=subprocess.DEVNULL, timeout=600)
+        served = run_cli(["daemon", "status"], cwd=repo, env=env)[1] if daemon else None
+    finally:
+        if daemon:
+            run_cli(["daemon", "stop"], cwd=repo, env=env)
+            shutil.rmtree(env["MEMSTORE_RUNTIME_DIR"], ignore_errors=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    if daemon:
+        assert served["running"] and served["requests"] > 0, served  # later calls went through it
+    ran = [line for line in proc.stderr.splitlines() if line.startswith(("+ memstore", "++ memstore", "+ git"))]
+    assert len([c for c in commands(tour_block()) if c[0] in ("memstore", "git")]) <= len(ran), ran
+    answers = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert all(a["ok"] for a in answers), answers
+    (read,) = [a for a in answers if "results" in a]
+    assert {"problem", "solution", "failed_tactic"} <= {r["kind"] for r in read["results"]}, read["results"]
+    assert [a for a in answers if "checked" in a][-1]["problems"] == []
+    (history,) = [a for a in answers if "timeline" in a]
+    assert history["created"]["commit"]["subject"] == "memory: alembic test-schema lesson"
+    assert history["created"]["by"] == "Your Name" and len(history["votes"]) == 1
+    log = subprocess.run(["git", "log", "--format=%an %s", "--name-only"], cwd=repo, env=env, capture_output=True,
+                         text=True, check=True).stdout
+    assert log.startswith("Your Name memory: alembic test-schema lesson"), log
+    memories = sorted((repo / ".memory").glob("*/*.md"))
+    assert len(memories) == 3 and all(m.relative_to(repo).as_posix() in log for m in memories)
+    assert all("author: Your Name" in m.read_text() for m in memories)
 
 
 def test_the_example_store_commands_in_the_prose_run() -> None:

@@ -346,3 +346,22 @@ def test_many_memories_are_asked_about_in_runs_of_bounded_size(repo: Path, monke
     ws = reopen(repo)
     found = stale.stale_of(ws.repo, [ws.catalog("repo").memories[m] for m in ids])
     assert [found[m] is not None for m in ids] == [True, False, False, False, True]
+
+
+def test_a_read_warns_when_it_serves_a_committed_memory_edited_in_the_work_tree(
+        repo: Path, cli: Callable[..., CliResult]) -> None:
+    ws = reopen(repo)
+    kept = api.write(ws, write_req("fact", "The billing worker retries a failed charge three times."))
+    edited = api.write(ws, write_req("fact", "The billing worker sends receipts by email after a charge."))
+    git(repo, "commit", "-q", "--no-verify", "-m", "memories")
+    rc, out, _ = cli("read", "billing worker charge", cwd=repo)
+    assert rc == 0 and not out.get("warnings"), out.get("warnings")
+    path = repo / edited["path"]
+    path.write_text(path.read_text().replace("by email", "by SMS"))
+    rc, out, _ = cli("read", "billing worker charge", cwd=repo)
+    assert rc == 0 and {r["id"] for r in out["results"]} >= {kept["id"], edited["id"]}
+    warned = [w for w in out.get("warnings", []) if "edited in the work tree" in w]
+    assert len(warned) == 1 and edited["id"] in warned[0] and kept["id"] not in warned[0]
+    git(repo, "restore", "--source=HEAD", "--staged", "--worktree", "--", edited["path"])
+    rc, out, _ = cli("read", "billing worker charge", cwd=repo)
+    assert rc == 0 and not out.get("warnings"), out.get("warnings")

@@ -402,7 +402,7 @@ def test_keep_settles_the_conflicting_setting_and_merges_the_rest(homes: tuple[H
     text = (b.store / "config.yaml").read_text()
     assert ("stage: 0 " if keep == "mine" else "stage: false ") in text
     assert "write_mode: autonomous" in text and "commit: true" in text  # both sides' other changes
-    assert "# git-add new memory/event files" in text  # comments kept
+    assert "# for a repo store: the global store commits" in text  # comments kept
     _no_rebase_or_merge(b)
     assert b.head() == remote_head(remote)
     sync(a)
@@ -651,3 +651,21 @@ def test_sync_carries_and_gates_memories_whose_names_git_quotes(homes: tuple[Hom
     assert code == 2 and out["error"]["code"] == "secret", (out, err)
     assert {(f["path"], f["code"]) for f in out["error"]["files"]} == {(rel, "immutable"), (leaky, "secret")}
     assert a.head() == head and remote_head(remote) == pushed
+
+
+def test_sync_says_when_proposals_wait_for_approval(homes: tuple[Home, Home]) -> None:
+    """In review mode a global write is a proposal outside git: a sync carries none, and says so."""
+    a, _ = homes
+    a.vars["MEMSTORE_WRITE_MODE"] = "review"
+    code, out, err = a.cli("write", "--scope", "global", "--kind", "preference", "--text", "Answer in English.",
+                           "--evidence", "user:always English", "--allow-duplicate")
+    assert code == 0 and out["pending"] is True, err
+    code, out, err = a.cli("sync")
+    assert code == 0 and out["pending"] == 1 and out["pushed"] == 0, err
+    code, text = _run_on_tty(["sync"], a.cwd, a.env())
+    assert code == 0 and "1 proposed memory waits for approval" in text and "memstore approve" in text, text
+    (proposal,) = a.cli("pending")[1]["pending"]
+    code, _, err = a.cli("approve", proposal["id"])
+    assert code == 0, err
+    code, out, err = a.cli("sync")
+    assert code == 0 and out["pending"] == 0 and out["pushed"] == 1, (out, err)

@@ -34,7 +34,7 @@ def test_problem_is_written_staged_with_frontmatter(ws: Workspace, repo: Path) -
     ans = api.write(ws, write_req("problem", "pytest -n 8 fails: too many clients", evidence=["file:src/app.py"],
                                   memory_extra={"confidence": 0.8, "rationale": "hit twice", "tags": ["pytest"]}),
                     author="claude-code")
-    assert ans["ok"] and ans["kind"] == "problem" and ans["scope"] == "repo" and ans["mode"] == "commit"
+    assert ans["ok"] and ans["kind"] == "problem" and ans["scope"] == "repo" and ans["mode"] == "review"
     assert _written(repo, before) == [ans["path"].removeprefix(".memory/")]
     assert ans["path"].startswith(f".memory/problems/{ans['id']}-")
     meta, body = _meta(repo, ans["path"])
@@ -298,3 +298,24 @@ def test_yaml_abuse_in_a_hand_written_file_is_reported_and_list_still_works(
     assert rc == 0
     assert [m["id"] for m in out["memories"]] == [good]
     assert {i["path"] for i in out["invalid"]} == {".memory/facts/tags.md", ".memory/facts/anchors.md"}
+
+
+def test_the_library_signs_a_write_and_a_vote_as_the_cli_does(repo: Path) -> None:
+    """`memstore.write` with no author is the git user, as `memstore write` is; never `unknown`."""
+    import memstore
+
+    git(repo, "config", "user.name", "Dana Reviewer")
+    ws = memstore.open_workspace(cwd=repo)
+    ans = memstore.write(ws, write_req("fact", "Deploys run from the release branch only."))
+    assert _meta(repo, ans["path"])[0]["author"] == "Dana Reviewer"
+    vote = memstore.update(ws, {"op": "update", "type": "utility_vote", "memory_id": ans["id"], "vote": 1})
+    assert "author: Dana Reviewer" in (repo / vote["path"]).read_text()
+
+
+def test_an_autonomous_write_answers_commit_a_review_one_review(repo: Path, ws: Workspace) -> None:
+    ans = api.write(ws, write_req("fact", "Staged for review, not committed."))
+    assert ans["mode"] == "review" and ws.config.write_mode == "review"
+    (repo / ".memory" / "config.yaml").write_text("write_mode: autonomous\n")
+    auto = reopen(repo)
+    assert api.write(auto, write_req("fact", "Written freely."))["mode"] == "commit"
+    assert api.write(auto, write_req("fact", "Only tried.", mode="dry_run"))["mode"] == "dry_run"

@@ -134,9 +134,18 @@ def _immutability(store: Store, report: Report, changed: dict[str, str], old: st
             continue
         if top in IMMUTABLE_DIRS and not rel.endswith(".gitkeep"):
             verb = "deleted" if status == "D" else "modified"
+            # Say both ways out: undo the edit, or do what it meant with a new file.
+            undo = f"undo it with `git restore --source=HEAD --staged --worktree -- {shown}`"
+            if top == "events":
+                fix = "a new event (`memstore update`) changes what this one did"
+            else:
+                name = rel.rsplit("/", 1)[-1].split("-", 1)[0].removesuffix(".md")
+                mid = name if len(name) == 26 else "ID"
+                fix = (f"to correct it, write a new memory that supersedes it; to retire it, `memstore update "
+                       f"--type archive --memory {mid} --evidence 'user:why it no longer holds'` (an archive "
+                       "needs evidence)")
             report.add("error", shown, "immutable",
-                       f"committed memory files are immutable but this one was {verb}; write a new memory that "
-                       "supersedes it (or archive it with `memstore update`) instead")
+                       f"committed memory files are immutable but this one was {verb}: {undo}; {fix}")
         elif top == "episodes" and status == "M" and old is not None:
             before = gitops.show_file(old, f"{prefix}/{rel}", store.worktree) or b""
             if staged is not None:

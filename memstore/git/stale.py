@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,10 @@ from ..store.files import atomic_write
 from ..store.model import Memory
 
 CACHE_NAME = "stale.json"
-CACHE_VERSION = 2
+CACHE_VERSION = 3
+# stale.json holds a few hundred bytes per memory shown; a bigger file was not written here (a
+# clone may commit one with `git add -f`): it is left unread and the cache starts empty.
+MAX_CACHE_BYTES = 64 * 1024 * 1024
 HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 Ref = tuple[str, str | None, tuple[int, int] | None, str]  # (path, rev, lines, the ref as written)
@@ -212,6 +216,7 @@ class StaleChecker:
         self.head: str | None = None
         self._cache: dict[str, Any] = {}
         self._files: dict[str, Any] = {}  # "base\0path" -> {"sig", "diff"}
+        self._edited: dict[str, Any] = {}  # memory id -> {"sig", "edited"}: its own file against HEAD
         self._dirty = False
         if self.worktree is not None:
             self.head = gitops.head_sha(self.worktree)
@@ -224,15 +229,22 @@ class StaleChecker:
 
     def _load(self) -> None:
         with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
-            raw = json.loads(self._cache_path.read_text(encoding="utf-8"))
+            fd = os.open(self._cache_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as f:
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CACHE_BYTES:
+                    return
+                raw = json.loads(f.read().decode("utf-8"))
             if raw.get("version") == CACHE_VERSION and raw.get("head") == self.head:
                 self._cache = dict(raw["entries"])
                 self._files = dict(raw["files"])
+                self._edited = dict(raw.get("edited") or {})
 
     def save(self) -> None:
         if not self._dirty or self.head is None:
             return
-        data = {"version": CACHE_VERSION, "head": self.head, "entries": self._cache, "files": self._files}
+        data = {"version": CACHE_VERSION, "head": self.head, "entries": self._cache, "files": self._files,
+                "edited": self._edited}
         # A projection: failing to save only costs the next call a few git runs.
         with contextlib.suppress(OSError):
             atomic_write(self._cache_path, json.dumps(data, separators=(",", ":")))
@@ -268,6 +280,35 @@ class StaleChecker:
             for mem, refs, sig in todo:
                 out[mem.id] = computed.get(mem.id)
                 self._cache[mem.id] = {"sig": sig, "refs": [r[3] for r in refs], "stale": out[mem.id]}
+            self._dirty = True
+        return out
+
+    def edited(self, mems: list[Memory]) -> list[str]:
+        """The ids of committed memories whose own file in the work tree differs from HEAD's: an
+        edit the pre-commit hook will refuse, which a read meanwhile serves as written. One
+        ``git diff`` for the files whose stat changed since they were last asked about."""
+        if self.worktree is None or self.head is None:
+            return []
+        out: list[str] = []
+        todo: dict[str, tuple[str, list[Any]]] = {}
+        for mem in mems:
+            if mem.scope != "repo" or not mem.path:
+                continue
+            shown = self.store.display_path(mem.path)
+            sig = _signature(self.worktree, [shown])
+            hit = self._edited.get(mem.id)
+            if hit is not None and hit.get("sig") == sig:
+                out += [mem.id] if hit.get("edited") else []
+            else:
+                todo[shown] = (mem.id, sig)
+        if todo:
+            # Modified against HEAD only: a memory not committed yet is added, and may be edited.
+            proc = gitops.run(["--literal-pathspecs", "diff", "--name-only", "--no-renames", "--diff-filter=M", "-z",
+                               "HEAD", "--", *todo], self.worktree, check=False)
+            changed = set(proc.stdout.split("\0")) if proc.returncode == 0 else set()
+            for shown, (mid, sig) in todo.items():
+                self._edited[mid] = {"sig": sig, "edited": shown in changed}
+                out += [mid] if shown in changed else []
             self._dirty = True
         return out
 
@@ -402,12 +443,22 @@ def stale_of(repo: Store | None, mems: list[Memory]) -> dict[str, dict[str, Any]
     return {}
 
 
-def annotate(repo: Store | None, results: list[dict[str, Any]], memories: dict[str, Memory]) -> None:
+def annotate(repo: Store | None, results: list[dict[str, Any]], memories: dict[str, Memory]) -> list[str]:
     """Fill ``stale`` in read results in place, against ``repo``'s work tree (the repo store, or
-    None without one); any git trouble leaves them as they are."""
+    None without one); any git trouble leaves them as they are. Returns the ids of the results
+    that are committed memories edited in the work tree since."""
     if not any(r.get("scope") == "repo" for r in results):
-        return
-    found = stale_of(repo, [m for r in results if (m := memories.get(r["id"])) is not None])
-    for r in results:
-        if r["id"] in found:
-            r["stale"] = found[r["id"]]
+        return []
+    mems = [m for r in results if (m := memories.get(r["id"])) is not None]
+    edited: list[str] = []
+    with contextlib.suppress(Exception):
+        sc = checker(repo)
+        if sc is None:
+            return []
+        found = sc.check_many(mems)
+        for r in results:
+            if r["id"] in found:
+                r["stale"] = found[r["id"]]
+        edited = sc.edited(mems)
+        sc.save()
+    return edited

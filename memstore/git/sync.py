@@ -33,10 +33,11 @@ import yaml
 from .. import gitops
 from ..errors import Conflict, GitError, InvalidFile, InvalidRequest, MemstoreError, NotFound, SecretError
 from ..store.disk import (
-    DEFAULT_CONFIG,
     GITIGNORE,
+    GLOBAL_CONFIG,
     INDEX_DIRNAME,
     LOCAL_DIRNAME,
+    OLD_DEFAULT_CONFIG,
     SHARED_PREFIX,
     Store,
     episode_tail,
@@ -49,7 +50,7 @@ from .confmerge import Unpatchable, conflicts_and_takes, merge_text
 
 REMOTE = "origin"
 # Files both machines start with: a copy still as memstore wrote it gives way to the remote's.
-_LAYOUT_DEFAULTS = {"config.yaml": DEFAULT_CONFIG, ".gitignore": GITIGNORE}
+_LAYOUT_DEFAULTS = {"config.yaml": (GLOBAL_CONFIG, OLD_DEFAULT_CONFIG), ".gitignore": (GITIGNORE,)}
 # Transports that run a command of the URL's choosing (git refuses them by default too).
 _COMMAND_TRANSPORTS = ("ext::", "fd::")
 _SHOWN_PROBLEMS = 5
@@ -139,6 +140,7 @@ def _sync(store: Store, root: Path, up: Upstream, keep: str | None = None) -> di
         "ok": True, "scope": store.scope, "root": str(root), "remote": up.remote,
         "url": redact_url(gitops.config_get(f"remote.{up.remote}.url", root) or ""), "branch": up.branch,
         "committed": len(committed), "received": 0, "pushed": 0, "unpushed": 0, "retried": False, "offline": False,
+        "pending": _proposals_waiting(store),
     }
     received: set[str] = set()
     for attempt in range(2):
@@ -196,6 +198,16 @@ def _sync(store: Store, root: Path, up: Upstream, keep: str | None = None) -> di
 
 
 # -- files both machines changed ------------------------------------------------------------------------
+def _proposals_waiting(store: Store) -> int:
+    """Global memories proposed in review mode (``verbs/pending``'s folder, ``.local/pending``):
+    they live outside git until ``memstore approve``, so a sync carries none of them, which a
+    person who just wrote one would not guess."""
+    folder = store.local_dir / "pending"
+    if folder.is_symlink() or not folder.is_dir():
+        return 0
+    return sum(1 for p in folder.glob("*.md") if p.is_file() and not p.is_symlink())
+
+
 def _settle_both_changed(root: Path, up: Upstream, keep: str | None) -> dict[str, str] | None:
     """The final text of each file this machine and the remote both changed since they last
     agreed and that differs (None: no file was changed on both sides), or a ``sync_conflict``
@@ -485,7 +497,7 @@ def _join(store: Store, branch: str) -> None:
             with contextlib.suppress(OSError):
                 text = (root / name).read_text(encoding="utf-8")
                 if theirs is not None and text != theirs.decode("utf-8", errors="replace"):
-                    (take if text == default else differing).append(name)
+                    (take if text in default else differing).append(name)
         if differing:
             raise Conflict(f"{', '.join(differing)} differs between this global store and the remote, and both "
                            "were edited: nothing was changed", code="sync_conflict", details={"paths": differing},

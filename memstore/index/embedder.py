@@ -30,7 +30,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -75,6 +75,10 @@ EXPORT_FORMAT = "int8pc1"
 # then fight over the cores: a read at 10k memories took 16 ms at the median and 90 ms at the
 # 95th percentile with both pools at 2 threads, 9 and 10 ms with the encode on one (bench/perf.py).
 SMALL_BATCH = 2
+
+# What a surface with a person behind it (the CLI's stderr) is told when the one-time export
+# starts: it takes seconds to a minute, and a first command silent that long looks hung.
+export_notice: Callable[[str], None] | None = None
 
 _warned: set[str] = set()
 _failed_exports: set[str] = set()  # per process: a failed export is not retried on every load
@@ -214,6 +218,8 @@ class Embedder:
         if str(target) in _failed_exports:
             raise OSError("the export already failed in this process")
         cmd = [sys.executable, "-P", "-m", "memstore.index.onnx_export", str(target), "--model-dir", model_dir]
+        if export_notice is not None:
+            export_notice("preparing the embedding model for this machine (once: 10-40 s; later calls reuse it)")
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:

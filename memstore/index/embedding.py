@@ -150,6 +150,8 @@ class Embedding:
                 self.ready.pop(keys[i], None)
 
         todo = missing[:EMBED_PROBE] if probe and deadline is not None and len(missing) > KW_DEFER else missing
+        if report is not None:  # before the first part: a bar (or the line saying so) shows the whole wait
+            report(self._root, with_vector + int(done.sum()), total)
         parts = self.embedder.encode_parts([texts[i] for i in todo], pool=deadline is None)
         try:
             while deadline is None or time.monotonic() < deadline:

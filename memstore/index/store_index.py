@@ -163,7 +163,11 @@ class StoreIndex:
     def _heal_keyword(self, exc: Exception) -> None:
         """The keyword index's files failed a read: build it again from the catalog, now."""
         assert self.keyword is not None
-        self._fault("keyword index", exc)
+        if not self.keyword.in_memory and not self.keyword.folder.is_dir():
+            # Deleted, as the docs invite (`rm -rf .memory/.index`): nothing is damaged.
+            self._note("keyword index not found on disk (deleted?): building it again from the files")
+        else:
+            self._fault("keyword index", exc)
         with self.files.lock():
             self.keyword.reset()
             self.state.kw_manifest = {}

@@ -432,7 +432,10 @@ def answer_in(sc: Scope, request: dict[str, Any], started: float,
     disputes = relations.disputes(order, sc.graph, sc.memories)
     from ..git.stale import annotate  # fills "stale" for the returned results only
 
-    annotate(sc.stores.get("repo"), results, sc.memories)
+    for mid in annotate(sc.stores.get("repo"), results, sc.memories):
+        warnings.append(f"{mid} is a committed memory edited in the work tree: this answer shows the edit, which "
+                        "`memstore check` and the pre-commit hook refuse (undo it with git restore, or write a "
+                        "new memory that supersedes it)")
     add_doubts(results, sc, problem_id)
     answer: ReadAnswer = {
         "ok": True,

@@ -34,6 +34,9 @@ DEFAULTS: dict[str, Any] = {
     # Characters of memory text `context` (the session start) shows in full; the rest is an
     # index of ids and first lines. Agents take a hook's output whole up to 10,000 characters.
     "context": {"budget_chars": 6000},
+    # How `integrate github`'s workflows install memstore: "" is this release from the package
+    # index; a pip requirement, an https URL or a path in the repository (docs/review.md).
+    "github": {"install": ""},
     "read": {},  # retrieval tuning; empty means the tuned defaults in ranking.RankingParams
 }
 WRITE_MODES = ("review", "autonomous")

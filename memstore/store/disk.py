@@ -44,7 +44,29 @@ LOCAL_DIRNAME = ".local"  # per-clone state that is never committed (current epi
 # "shared" (or nothing): the same layout as any store, written by `memstore --store DIR`.
 SHARED_PREFIX = "shared:"
 GITIGNORE = f"{INDEX_DIRNAME}/\n{LOCAL_DIRNAME}/\n"
+# The config.yaml `init` writes: what each store's settings are for, said to the person who
+# opens the file, with a pointer to where every key is explained.
 DEFAULT_CONFIG = """\
+# memstore settings for this repository's store, committed with the code. They override the
+# global store's (~/.memory/config.yaml); MEMSTORE_* environment variables override both.
+# Every key, with its default: docs/configuration.md in memstore's documentation.
+write_mode: review        # review: agents' memories are staged, people approve them in the PR | autonomous
+git:
+  stage: true             # git-add each new memory and event file
+  commit: false           # also commit each write
+"""
+GLOBAL_CONFIG = """\
+# memstore settings for your global store (~/.memory, a git repository of its own). They apply
+# in every repository, where the repo store's .memory/config.yaml overrides them;
+# MEMSTORE_* environment variables override both. Every key, with its default:
+# docs/configuration.md in memstore's documentation.
+write_mode: review        # review: a global memory waits, proposed, until `memstore approve` | autonomous
+git:
+  stage: true             # for a repo store: the global store commits every write whatever
+  commit: false           # these say, and `memstore sync` carries it through its remote
+"""
+# What init wrote before GLOBAL_CONFIG: a global store still holding it has not been edited.
+OLD_DEFAULT_CONFIG = """\
 # memstore settings for this store. Repo settings override the global store's;
 # MEMSTORE_* environment variables override both. See the README for every key.
 write_mode: review        # review: agents propose, people approve in PRs | autonomous
@@ -375,7 +397,7 @@ class Store:
             created.append(".gitignore")
         config = self.root / "config.yaml"
         if not config.exists():
-            atomic_write(config, DEFAULT_CONFIG)
+            atomic_write(config, GLOBAL_CONFIG if self.scope == "global" else DEFAULT_CONFIG)
             created.append("config.yaml")
         layout = [gitignore, config, *[self.root / d / ".gitkeep" for d in [*KIND_DIRS.values(), "events", "episodes"]]]
         if self.scope == "repo" and self.worktree is not None and created and self.config.get("git", "stage", True):

@@ -29,9 +29,15 @@ def check_schema(name: str, request: Any) -> None:
         raise SchemaError("the request must be a JSON object", field="")
     errors = schema_errors(name, request)
     if errors:
-        field, message = errors[0]
-        extra = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
-        raise SchemaError(f"{field or 'request'}: {message}{extra}", field=field or None)
+        # One problem per field (an empty text is blank too: saying both only adds a line), and
+        # each named: a count of "more problems" sends the caller guessing which.
+        first: dict[str, str] = {}
+        for fld, msg in errors:
+            first.setdefault(fld, msg)
+        named = [f"{fld or 'request'}: {msg}" for fld, msg in first.items()]
+        rest = f"; and {len(named) - 5} more" if len(named) > 5 else ""
+        field = errors[0][0]
+        raise SchemaError("; ".join(named[:5]) + rest, field=field or None)
 
 
 def parse_refs(refs: list[str], field: str) -> list[EvidenceRef]:

@@ -101,7 +101,8 @@ class Workspace:
         if self.repo is None:
             raise NoStore(
                 "not inside a git repository, so there is no repo store",
-                hint="run inside a repo, pass --store DIR, or use scope 'global'",
+                hint="run inside a git repository (git init), pass --store DIR, or use the global store "
+                "(--global for init, --scope global for a write)",
             )
         return self.repo
 

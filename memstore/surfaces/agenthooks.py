@@ -126,7 +126,7 @@ def session_context(ws: Any) -> str:
     """The session-start context as the agent reads it: ``memstore context`` rendered as text."""
     from ..verbs.guide import context
     from .output import visible
-    from .render import context as render_context
+    from .render import agent_context as render_context
 
     return visible(render_context(context(ws)))
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidRequest, MemstoreError, UsageError, error_answer
-from .cliargs import FORWARDED, UsageParser, build_parser, forward_spec
+from .cliargs import FORWARDED, UsageParser, build_parser, forward_spec, render_of
 from .wire import verb_of
 
 if TYPE_CHECKING:
@@ -46,9 +46,15 @@ def _dispatch(a: argparse.Namespace, new_id: str | None = None) -> tuple[dict[st
     if a.cmd != "init":  # init creates the store; anything else in a missing one is a typo
         require_store_dir(a.store)
     ws = open_workspace(store_dir=a.store)
-    from .progress import embed_progress
+    from .progress import embed_progress, say
 
-    ws.progress = embed_progress(sys.stderr)  # a read or reindex that embeds many memories says so
+    # A read or reindex that embeds many memories says so, and so does the model's one-time
+    # export, on stderr: the answer on stdout stays clean JSON.
+    ws.progress = embed_progress(sys.stderr, announce=True)
+    if a.cmd in EMBEDDING_VERBS:
+        from ..index import embedder
+
+        embedder.export_notice = say(sys.stderr)
     if a.cmd in FORWARDED:
         _autostart_config.append(ws.config)
     if a.cmd == "init":
@@ -70,7 +76,7 @@ def _dispatch(a: argparse.Namespace, new_id: str | None = None) -> tuple[dict[st
         verb = api.update if a.cmd == "update" else api.write
         answer = verb(ws, req or {}, author=_author(ws), new_id=new_id)
         log_change(ws, dict(answer), req or {}, _episode())  # the daemon logs what it answers
-        return answer, None
+        return answer, render_of(a)
     if a.cmd == "read":
         from ..read.retrieve import read
         from . import client
@@ -93,6 +99,10 @@ def _dispatch(a: argparse.Namespace, new_id: str | None = None) -> tuple[dict[st
         return evaluate(ws, overrides=a.set or [], include_global=a.global_store), render.evaluation
     if a.cmd == "show":
         return api.show(ws, (args or {})["id"]), "show"
+    if a.cmd == "history":
+        from ..verbs.history import memory_history
+
+        return memory_history(ws, a.id), render.history
     if a.cmd == "list":
         args = args or {}
         return api.list_memories(ws, kind=args["kind"], scope=args["scope"], include_archived=args["all"],
@@ -143,6 +153,9 @@ def _dispatch(a: argparse.Namespace, new_id: str | None = None) -> tuple[dict[st
         return agentcmds.dispatch(a, ws, os.environ.get("MEMSTORE_AUTHOR") or None, _episode())
     raise InvalidRequest(f"unknown command {a.cmd!r}", code="usage")
 
+
+# Commands that may load the model (a read, a write's duplicate check, an import, a rebuild).
+EMBEDDING_VERBS = ("read", "write", "create", "context", "reindex", "import", "reflect", "snapshot", "review")
 
 _autostart_config: list[Any] = []  # the Config an in-process forwardable verb ran with
 _warm_dir: list[str] = []  # where a read answered partially: the daemon started next embeds the rest

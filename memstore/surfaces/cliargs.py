@@ -87,7 +87,8 @@ class UsageParser(argparse.ArgumentParser):
     so a bad flag becomes a UsageError answered at the one error boundary like any other."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message}", hint=f"`{self.prog} --help` lists the options")
+        # The error line already starts "memstore: usage:"; the hint names the command.
+        raise UsageError(message, hint=f"`{self.prog} --help` lists the options")
 
 
 def finite_float(text: str) -> float:
@@ -230,6 +231,16 @@ def _common(p: argparse.ArgumentParser, *, default: bool) -> None:
                    **({"default": False} if default else kw))
 
 
+def _print_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--print", dest="print_field", choices=PRINTABLE, metavar="FIELD",
+                   help="print only this field of the answer (id or path), for a shell variable: "
+                   "P=$(memstore write ... --print id)")
+
+
+# Fields ``--print`` can show alone: the ones a shell script passes to the next command.
+PRINTABLE = ("id", "path")
+
+
 def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser,
                  ) -> argparse.ArgumentParser:
     """The whole command line, or (``only``) just one verb's parser: building all of them costs
@@ -239,7 +250,7 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
         description="Long-term memory for AI coding agents, stored as Markdown in git. "
         "Answers are JSON when piped (or with --json-out), readable text on a terminal.",
     )
-    p.add_argument("--version", action="version", version=f"memstore {__version__}")
+    p.add_argument("-V", "--version", action="version", version=f"memstore {__version__}")
     _common(p, default=True)
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
     # Subcommands accept the common options too (`memstore read q --json-out`); SUPPRESS keeps a
@@ -288,6 +299,7 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
         s.add_argument("--tag", action="append")
         s.add_argument("--dry-run", action="store_true", help="run every check, write nothing")
         s.add_argument("--allow-duplicate", action="store_true", help="skip the near-duplicate refusal")
+        _print_option(s)
 
     s = sub.add_parser("update", help="vote on, archive, or link (fact -> change -> fact, typed links) existing "
                        "memories")
@@ -306,6 +318,7 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
     s.add_argument("--author")
     s.add_argument("--evidence", metavar="REF", action="append")
     s.add_argument("--dry-run", action="store_true", help="show the projected effect, write nothing")
+    _print_option(s)
 
     s = sub.add_parser("read", help="recall memories relevant to a problem or question")
     s.add_argument("query", nargs="*", help="what you are dealing with, in words")
@@ -336,6 +349,10 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
                    help="read the global store too (default: the repo store alone, the same for the whole team)")
 
     s = sub.add_parser("show", help="one memory with its links, utility and state")
+    s.add_argument("id", help="a full id or a unique prefix (>= 6 chars)")
+
+    s = sub.add_parser("history", help="one memory's history: who wrote it, when, in which episode and commit; "
+                       "its votes, links, supersession and archival")
     s.add_argument("id", help="a full id or a unique prefix (>= 6 chars)")
 
     s = sub.add_parser("list", help="list memories, newest first")
@@ -454,6 +471,12 @@ def remote_call(argv: list[str], src: Inputs) -> RemoteCall:
         raise ArgvError(f"{verb!r} is not run by the daemon")
     a = _remote_parser(verb).parse_args(argv)
     request, args = forward_spec(a, src)
-    return RemoteCall(FORWARDED[a.cmd][0], request, args, a.store, bool(a.json_out), FORWARDED[a.cmd][1])
+    return RemoteCall(FORWARDED[a.cmd][0], request, args, a.store, bool(a.json_out), render_of(a))
+
+
+def render_of(a: argparse.Namespace) -> str | None:
+    """How a forwardable verb's answer is shown: ``--print FIELD`` alone, else its render."""
+    field = getattr(a, "print_field", None)
+    return f"field:{field}" if field else FORWARDED[a.cmd][1]
 
 

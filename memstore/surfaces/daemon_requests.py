@@ -82,7 +82,9 @@ class Requests:
             from . import render as renders
 
             render = renders.context
-        text = output.format_answer(answer, as_json=as_json, render=render, tty=bool(msg.get("tty")))
+        colour = msg.get("color")
+        text = output.format_answer(answer, as_json=as_json, render=render, tty=bool(msg.get("tty")),
+                                    colour=colour if isinstance(colour, bool) else None)
         return {"stdout": text, "stderr": "", "exit_code": 0}
 
     def _run(self, verb: str, msg: dict[str, Any]) -> tuple[dict[str, Any], int]:

@@ -8,7 +8,7 @@ stdout/stderr text and exit code the in-process CLI would have produced. Anythin
 to ``memstore.surfaces.cli.main``, which answers in-process and starts a daemon for next time.
 
 Wire protocol (JSON lines, one request and one answer per connection):
-    {"verb": "cli", "version", "cwd", "env", "argv", "stdin", "tty", "new_id"}
+    {"verb": "cli", "version", "cwd", "env", "argv", "stdin", "tty", "new_id", "color"}
     -> {"stdout", "stderr", "exit_code"} | {"fallback": true} | {"restart": true}
 """
 
@@ -51,6 +51,8 @@ def remote(argv: list[str], stdin: str | None, new_id: str | None = None) -> int
     message: dict[str, object] = {
         "verb": "cli", "version": code_version(), "cwd": os.getcwd(), "env": forwarded_env(), "argv": argv,
         "stdin": stdin, "tty": sys.stdout.isatty(), "new_id": new_id,
+        # The daemon renders the text: this terminal's colour choice goes along (output.colour_wanted).
+        "color": sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb",
     }
     try:
         answer = exchange(message, timeout=timeout)

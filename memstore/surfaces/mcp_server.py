@@ -329,6 +329,12 @@ def _reflect(b: Backend, args: dict[str, Any]) -> dict[str, Any]:
     return reflect(b.workspace(), args.get("episode") or b.episode)
 
 
+def _history(b: Backend, args: dict[str, Any]) -> dict[str, Any]:
+    from ..verbs.history import memory_history
+
+    return memory_history(b.workspace(), args["id"])
+
+
 TOOLS: tuple[Tool, ...] = (
     Tool("memory_read", "Recall memories",
          "Recall what earlier sessions learned that is relevant to a problem or question: problems, what "
@@ -392,6 +398,10 @@ TOOLS: tuple[Tool, ...] = (
     Tool("memory_vote", "Vote on memories",
          "Several utility_vote requests at once (memory_reflect's, filled in); all or none are written.",
          _object({"votes": {"type": "array", "items": {"type": "object"}}}, ("votes",)), lambda b, a: b.vote(a)),
+    Tool("memory_history", "A memory's history",
+         "Who wrote a memory, when, in which episode and commit; its votes, links, supersession and archival.",
+         _object({"id": {"type": "string", "description": "Id or prefix (>= 6 chars)."}},
+                 required=("id",)), _history, read_only=True),
 )
 TOOLS_BY_NAME = {t.name: t for t in TOOLS}
 

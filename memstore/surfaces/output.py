@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
 from ..store.relations import doubt_label
@@ -43,6 +44,46 @@ def json_text(answer: dict[str, Any], indent: int | None = None) -> str:
     return text.translate(_JSON_ESCAPES)
 
 
+# Colour on a terminal: a few SGR codes, nothing else (no cursor movement, no hyperlinks). They
+# are laid over text that ``visible`` has already escaped, so memory text can never carry one.
+# NO_COLOR (https://no-color.org) or TERM=dumb turns them off; piped output never has them.
+RESET = "\x1b[0m"
+COLOURS = {"dim": "\x1b[2m", "bold": "\x1b[1m", "red": "\x1b[31m", "green": "\x1b[32m", "yellow": "\x1b[33m",
+           "blue": "\x1b[34m", "magenta": "\x1b[35m", "cyan": "\x1b[36m"}
+SGR_CODES = (RESET, *COLOURS.values())
+KIND_COLOUR = {"problem": "yellow", "solution": "green", "failed_tactic": "red", "fact": "cyan",
+               "preference": "magenta", "change": "blue"}
+
+
+def colour_wanted(tty: bool, env: Mapping[str, str] | None = None) -> bool:
+    """Colour for a terminal whose user has not turned it off (NO_COLOR, TERM=dumb)."""
+    env = os.environ if env is None else env
+    return tty and not env.get("NO_COLOR") and env.get("TERM") != "dumb"
+
+
+def paint(text: str, colour: str) -> str:
+    return f"{COLOURS[colour]}{text}{RESET}"
+
+
+_KIND_WORD = re.compile(r"^(\s*)(WATCH-OUT )?(problem|solution|failed_tactic|fact|preference|change)"
+                        r"( +)([0-9a-z]{10,26})\b", re.M)
+_DIM_LINE = re.compile(r"^(\s+(?:why|evidence|history|path|links|tags|similar to)\b.*|\d+ result\(s\).*|"
+                       r"\d+ memor(?:y|ies)$|Groups best first.*)$", re.M)
+_WARN_LINE = re.compile(r"^(warning: .*|DISPUTE .*|\s*archived\b.*)$", re.M)
+
+
+def colourise(text: str) -> str:
+    """``text`` (already made visible) with its kind words, ids, warnings and side notes coloured."""
+    def kind(m: re.Match[str]) -> str:
+        watch = paint(m.group(2), "red") if m.group(2) else ""
+        return (f"{m.group(1)}{watch}{paint(m.group(3), KIND_COLOUR[m.group(3)])}{m.group(4)}"
+                f"{paint(m.group(5), 'dim')}")
+
+    text = _KIND_WORD.sub(kind, text)
+    text = _DIM_LINE.sub(lambda m: paint(m.group(1), "dim"), text)
+    return _WARN_LINE.sub(lambda m: paint(m.group(1), "yellow"), text)
+
+
 def want_json(force: bool, stream: TextIO | None = None) -> bool:
     stream = stream or sys.stdout
     return force or not stream.isatty()
@@ -57,13 +98,22 @@ def emit(answer: dict[str, Any], *, as_json: bool, render: Render = None) -> Non
     _write(format_answer(answer, as_json=as_json, render=render, tty=sys.stdout.isatty()))
 
 
-def format_answer(answer: dict[str, Any], *, as_json: bool, render: Render, tty: bool) -> str:
-    """What ``emit`` prints; ``tty`` is whether stdout is a terminal (JSON is indented there)."""
+def format_answer(answer: dict[str, Any], *, as_json: bool, render: Render, tty: bool,
+                  colour: bool | None = None) -> str:
+    """What ``emit`` prints; ``tty`` is whether stdout is a terminal (JSON is indented there).
+    ``colour``: None decides from ``tty`` and this process's NO_COLOR / TERM (the daemon passes
+    its client's choice)."""
+    if isinstance(render, str) and render.startswith("field:"):
+        # ``--print id``: the one value a script captures, the same piped or on a terminal.
+        return visible(str(answer.get(render[len("field:"):], ""))) + "\n"
     if render == "markdown":
         return visible(str(answer["markdown"])) if tty else str(answer["markdown"])
     if as_json:
         return json_text(answer, indent=2 if tty else None) + "\n"
-    return pretty(answer, render)
+    text = pretty(answer, render)
+    if render in ("read", "show", "list", "history", None) and (colour_wanted(tty) if colour is None else colour):
+        return colourise(text)
+    return text
 
 
 def _write(text: str) -> None:
@@ -106,9 +156,13 @@ def info(message: str) -> None:
 
 
 def _wrap(text: str, indent: str = "    ", width: int = 100) -> str:
+    # A line the writer already kept to the width stays whole: filled again at a deeper indent,
+    # it would leave a word alone on the next line.
     lines = []
     for para in text.splitlines() or [""]:
-        lines.append(textwrap.fill(para, width=width, initial_indent=indent, subsequent_indent=indent) or indent)
+        lines.append(indent + para if len(para) <= width else
+                     textwrap.fill(para, width=width + len(indent), initial_indent=indent,
+                                   subsequent_indent=indent) or indent)
     return "\n".join(lines)
 
 
@@ -119,6 +173,89 @@ def _not_active(entry: dict[str, str]) -> str:
 def _short(text: str, n: int = 90) -> str:
     one = " ".join(text.split())
     return one if len(one) <= n else one[: n - 1] + "…"
+
+
+def _groups(results: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The results in groups, best group first: a problem with its solutions and failed tactics
+    (and what the answer attached to them), each group ranked by its best score."""
+    ids = {r["id"] for r in results}
+    parent: dict[str, str] = {}
+    for r in results:
+        up = r.get("links", {}).get("problem") if r["kind"] in ("solution", "failed_tactic") else None
+        att = (r.get("attached_to") or {}).get("id")
+        if up in ids:
+            parent[r["id"]] = up
+        elif att in ids and att != r["id"]:
+            parent[r["id"]] = att
+
+    def root(mid: str) -> str:
+        seen = {mid}
+        while mid in parent and parent[mid] not in seen:
+            mid = parent[mid]
+            seen.add(mid)
+        return mid
+
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault(root(r["id"]), []).append(r)
+    order = {"problem": 0, "solution": 1, "failed_tactic": 2}
+    out = []
+    for rid, members in groups.items():
+        lead = [m for m in members if m["id"] == rid]
+        rest = sorted((m for m in members if m["id"] != rid), key=lambda m: (order.get(m["kind"], 3), -m["score"]))
+        out.append(lead + rest)
+    return sorted(out, key=lambda g: -max(m["score"] for m in g))
+
+
+def _result_lines(r: dict[str, Any], indent: str) -> list[str]:
+    sup_id = r.get("links", {}).get("superseded_by")
+    # a failed tactic a later, voted-up solution overtook is history, not a full-weight watch-out
+    tag = ("HISTORY " if sup_id else "WATCH-OUT ") if r["kind"] == "failed_tactic" else ""
+    sup = f"  superseded by {sup_id[:10]}" if sup_id else ""
+    doubts = doubt_label(r.get("doubts")) or ("  (stale: verify against the code)" if r.get("stale") else "")
+    att = r.get("attached_to")
+    placed = f"  ({att['type'].replace('_', ' ')} {att['id'][:10]})" if att else ""
+    out = [f"{indent}{tag}{r['kind']} {r['id'][:10]}  score {r['score']:.2f}{sup}{doubts}{placed}",
+           _wrap(r["text"], indent=indent + "    "),
+           f"{indent}    why: {', '.join(r.get('reasons', []))}"]
+    if r.get("explain"):
+        out += [indent + line for line in read_explain(r["explain"])]
+    for h in r.get("history", []):
+        via = f", change {h['change'][:10]}" if h.get("change") else ""
+        out.append(f"{indent}    history: superseded {h['id'][:10]} (replaced by {h['superseded_by'][:10]}{via})")
+        out.append(_wrap(h["text"], indent=indent + "      "))
+    return out
+
+
+def _read_lines(answer: dict[str, Any]) -> list[str]:
+    """A read for a person: the agents' guidance left out (``--json-out`` has it), results
+    grouped and ranked so the order explains itself."""
+    out = [f"warning: {w}" for w in answer.get("warnings", [])]
+    if not answer["results"]:
+        out.append("(no memory clears the bar: nothing relevant is known)")
+    else:
+        out.append("Groups best first (by their best score); a problem's solutions and failed tactics "
+                   "(watch-outs) are listed under it. Memories are hypotheses: check them against the code.")
+    for group in _groups(answer["results"]):
+        out.append("")
+        out.extend(_result_lines(group[0], ""))
+        for member in group[1:]:
+            out.extend(_result_lines(member, "  "))
+    for dispute in answer.get("disputes", []):
+        out.append(f"\nDISPUTE {' vs '.join(i[:10] for i in dispute['ids'])}: {dispute['guidance']}")
+        for sd in dispute["sides"]:
+            out.append(f"  {sd['kind']} {sd['id'][:10]} by {sd.get('author') or '?'}, {sd.get('created') or '?'}, "
+                       f"evidence: {', '.join(sd.get('evidence', [])) or '-'}")
+            out.append(_wrap(sd["text"], indent="      "))
+    out += read_expected(answer.get("expected", []))
+    if answer.get("partial"):
+        p = answer["partial"]
+        out.append(f"\n(partial: {p.get('embedded')} of {p.get('total')} memories embedded so far; the rest "
+                   "answer by keyword until then)")
+    st = answer.get("stats", {})
+    out.append(f"\n{len(answer['results'])} result(s) from {st.get('candidates', 0)} candidates "
+               f"in {st.get('elapsed_ms', 0)} ms")
+    return out
 
 
 def pretty(answer: dict[str, Any], render: Render) -> str:
@@ -152,7 +289,11 @@ def pretty(answer: dict[str, Any], render: Render) -> str:
         if d.get("superseded_by"):
             out.append(f"  superseded by: {d['superseded_by']} (current: {d.get('head')})")
         if d.get("archived"):
-            out.append("  archived")
+            arch = d.get("archive") or {}
+            why = f": {arch['why']}" if arch.get("why") else ""
+            ev = f" (evidence: {', '.join(arch['evidence'])})" if arch.get("evidence") else ""
+            by = f" by {arch.get('by') or '?'} at {arch.get('at') or '?'}" if arch else ""
+            out.append(f"  archived{by}{why}{ev}")
         rels = d.get("relations") or {}
         for entry in rels.get("out", []):
             out.append(f"  {entry['type']} -> {entry['id']}{_not_active(entry)}")
@@ -161,37 +302,7 @@ def pretty(answer: dict[str, Any], render: Render) -> str:
         u = d.get("utility", {})
         out.append(f"  utility: {u.get('global', 0):+.2f} from {u.get('votes', 0)} vote(s)")
     elif render == "read":
-        out.append(answer.get("guidance", ""))
-        for w in answer.get("warnings", []):
-            out.append(f"warning: {w}")
-        if not answer["results"]:
-            out.append("(no memory clears the bar: nothing relevant is known)")
-        for r in answer["results"]:
-            sup_id = r.get("links", {}).get("superseded_by")
-            tag = ("HISTORY " if sup_id else "WATCH-OUT ") if r["kind"] == "failed_tactic" else ""
-            sup = f"  superseded by {sup_id}" if sup_id else ""
-            doubts = doubt_label(r.get("doubts")) or ("  (stale: verify against the code)" if r.get("stale") else "")
-            att = r.get("attached_to")
-            placed = f"  ({att['type'].replace('_', ' ')} {att['id'][:10]})" if att else ""
-            out.append(f"\n{tag}{r['kind']} {r['id'][:10]}  score {r['score']:.2f}{sup}{doubts}{placed}")
-            out.append(_wrap(r["text"]))
-            out.append(f"    why: {', '.join(r.get('reasons', []))}")
-            if r.get("explain"):
-                out += read_explain(r["explain"])
-            for h in r.get("history", []):
-                via = f", change {h['change'][:10]}" if h.get("change") else ""
-                out.append(f"    history: superseded {h['id'][:10]} (replaced by {h['superseded_by'][:10]}{via})")
-                out.append(_wrap(h["text"], indent="      "))
-        for dispute in answer.get("disputes", []):
-            out.append(f"\nDISPUTE {' vs '.join(i[:10] for i in dispute['ids'])}: {dispute['guidance']}")
-            for sd in dispute["sides"]:
-                out.append(f"  {sd['kind']} {sd['id'][:10]} by {sd.get('author') or '?'}, {sd.get('created') or '?'}, "
-                           f"evidence: {', '.join(sd.get('evidence', [])) or '-'}")
-                out.append(_wrap(sd["text"], indent="      "))
-        out += read_expected(answer.get("expected", []))
-        st = answer.get("stats", {})
-        out.append(f"\n{len(answer['results'])} result(s) from {st.get('candidates', 0)} candidates "
-                   f"in {st.get('elapsed_ms', 0)} ms")
+        out.extend(_read_lines(answer))
     elif render == "check":
         for f in answer.get("problems", []):
             out.append(f"{f['severity']}: {f['path']}: {f['message']}")
@@ -205,9 +316,18 @@ def pretty(answer: dict[str, Any], render: Render) -> str:
         out.append(answer["content"])
     elif "id" in answer and "path" in answer:
         what = answer.get("kind") or answer.get("type")
-        out.append(f"wrote {what} {answer['id']} -> {answer['path']}")
+        verb = "proposed (waits for `memstore approve`)" if answer.get("pending") else "wrote"
+        out.append(f"{verb} {what} {answer['id']} -> {answer['path']}")
+        if answer.get("review"):
+            out.append("  flagged for review: its confidence is low")
         if answer.get("effect"):
             out.append(f"  effect: {json.dumps(answer['effect'])}")
+        for sim in answer.get("similar", []):
+            doubt = "  MAY CONTRADICT it" if sim.get("may_contradict") else ""
+            out.append(f"  similar to {sim['kind']} {sim['id'][:10]} ({sim['similarity']:.2f}){doubt}: "
+                       f"{_short(sim['text'], 70)}")
+        if answer.get("similar"):
+            out.append("  (supersede, link or vote on it if it is the same knowledge: docs/writing.md)")
     else:
         out.append(json.dumps(answer, indent=2, ensure_ascii=False))
     return visible("\n".join(out).rstrip("\n")) + "\n"

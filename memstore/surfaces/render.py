@@ -81,9 +81,10 @@ def diff(answer: dict[str, Any]) -> str:
 
 # -- the agent loop -------------------------------------------------------------------------------
 def context(answer: dict[str, Any]) -> str:
-    """The session start's text: every memory in full (each line quoted, as the hooks quote
-    memory text), then the index of what did not fit, to fetch with ``memstore show``."""
-    out = [answer["guidance"], f"write mode: {answer['write_mode']}"
+    """The session start's text for a person at a terminal: every memory in full (each line
+    quoted, as the hooks quote memory text), then the index of what did not fit, to fetch with
+    ``memstore show``. The agents' guidance is left out: it is in the JSON an agent reads."""
+    out = [f"write mode: {answer['write_mode']}"
            + (f"; episode {answer['episode']}" if answer.get("episode") else "; no episode open")]
     for title, key in (("Relevant to " + repr(answer.get("query") or ""), "relevant"), ("Preferences", "preferences"),
                        ("Current facts", "facts"),
@@ -107,6 +108,11 @@ def context(answer: dict[str, Any]) -> str:
     if answer.get("note"):
         out.append(f"\n{answer['note']}")
     return "\n".join(out) + "\n"
+
+
+def agent_context(answer: dict[str, Any]) -> str:
+    """The session start as an agent's hook injects it: the guidance first, then ``context``."""
+    return f"{answer['guidance']}\n{context(answer)}"
 
 
 def reflect(answer: dict[str, Any]) -> str:
@@ -210,6 +216,10 @@ def sync(answer: dict[str, Any]) -> str:
                  f"pushed {sync_part['pushed']} commit(s)" + (" after one retry" if sync_part.get("retried") else ""))
     if sync_part.get("offline"):
         lines.append(f"  {sync_part['unpushed']} commit(s) wait for the next sync")
+    if sync_part.get("pending"):
+        n = sync_part["pending"]
+        lines.append(f"  {n} proposed memor{'y waits' if n == 1 else 'ies wait'} for approval and did not sync: "
+                     "`memstore pending` lists them, `memstore approve ID` commits one for the next sync")
     lines += [f"  warning: {w}" for w in sync_part.get("warnings", [])]
     return "\n".join(lines) + "\n"
 
@@ -305,4 +315,62 @@ def evaluation(answer: dict[str, Any]) -> str:
     if n < 20:
         out.append(f"\nOnly {n} quer{'y' if n == 1 else 'ies'}: one query moves recall by {1 / n:.2f}; "
                    "read the figures as a smoke test, not a verdict.")
+    return "\n".join(out) + "\n"
+
+
+# -- history ------------------------------------------------------------------------------------------
+def _refs(entry: dict[str, Any]) -> str:
+    return f" (evidence: {', '.join(entry['evidence'])})" if entry.get("evidence") else ""
+
+
+def _happened(t: dict[str, Any]) -> str:
+    what, by = t["what"], t.get("by") or "?"
+    if what == "created":
+        where = "".join(f", {k} {t[k]}" for k in ("episode", "commit") if t.get(k))
+        return f"created by {by}{where}" + ("" if t.get("commit") else " (not committed yet)")
+    if what == "vote":
+        problem = f" for problem {t['problem'][:10]}" if t.get("problem") else ""
+        return f"vote {t.get('vote') or 0:+g} by {by}{problem}{_refs(t)}"
+    if what in ("archived", "unarchived"):
+        why = f": {t['why']}" if t.get("why") else ""
+        return f"{what} by {by}{why}{_refs(t)}"
+    if what == "link":
+        return f"link {str(t.get('source'))[:10]} {t.get('relation')} {str(t.get('target'))[:10]} by {by}{_refs(t)}"
+    if what == "fact_update_link":
+        return (f"fact {str(t.get('old_fact'))[:10]} -> {str(t.get('new_fact'))[:10]} via change "
+                f"{str(t.get('change'))[:10]} by {by}{_refs(t)}")
+    return f"{what}: {t.get('kind')} {str(t.get('memory'))[:10]} by {by}"
+
+
+def history(answer: dict[str, Any]) -> str:
+    """``memstore history`` on a terminal: the memory, then what happened to it, oldest first."""
+    m, c = answer["memory"], answer["created"]
+    commit = c.get("commit")
+    out = [f"{m['kind']} {m['id']}  ({m['scope']})  {m['path']}",
+           _wrap96(_short100(m["text"], 300)),
+           f"  created {c.get('at') or '?'} by {c.get('by') or '?'}"
+           + (f" in episode {', '.join(c['episodes'])}" if c.get("episodes") else "")
+           + (f"; commit {commit['sha'][:12]} by {commit['author']} {commit['date']}: {commit['subject']}"
+              if commit else "; not committed yet")]
+    links = {k: v for k, v in (answer.get("links") or {}).items() if k != "relations"}
+    if links:
+        out.append("  links: " + ", ".join(f"{k}={json.dumps(v)}" for k, v in links.items()))
+    rels = answer.get("relations") or {}
+    out += [f"  {e['type']} -> {e['id']}" for e in rels.get("out", [])]
+    out += [f"  {e['type']} <- {e['id']}" for e in rels.get("in", [])]
+    for key in ("solutions", "failed_tactics", "changes"):
+        if answer.get(key):
+            out.append(f"  {key.replace('_', ' ')}: {', '.join(answer[key])}")
+    sup = answer.get("supersession") or {}
+    if sup.get("supersedes"):
+        out.append(f"  supersedes: {', '.join(sup['supersedes'])}")
+    if sup.get("chain"):
+        out.append(f"  superseded by: {' -> '.join(sup['chain'])} (current: {sup['head']})")
+    u = answer.get("utility") or {}
+    out.append(f"  utility: {u.get('global', 0):+.2f} from {u.get('votes', 0)} vote(s)")
+    arch = answer.get("archived")
+    out.append(f"  archived by {arch['by']} at {arch['at']}" + (f": {arch['why']}" if arch.get("why") else "")
+               if arch else "  active (not archived)")
+    out.append("\nHistory, oldest first:")
+    out += [f"  {t.get('at') or '?':<20}  {_happened(t)}" for t in answer["timeline"]]
     return "\n".join(out) + "\n"

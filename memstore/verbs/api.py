@@ -16,6 +16,7 @@ from ..errors import IntegrityError as LinkError
 from ..read.scopeview import ScopeView, scope_view
 from ..store import ids
 from ..store.disk import Store, event_from_file, memory_from_file
+from ..store.episodes import default_author
 from ..store.files import read_untrusted
 from ..store.graph import Graph, LinkIndex, build_graph, needs_review
 from ..store.model import KIND_DIRS, Event, Memory, utc_now
@@ -99,7 +100,7 @@ def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None,
     mode = req.get("mode", "commit")
     commit = mode == "commit"
     refs = check_write_semantics(mem_req, ws.config)
-    writer = mem_req.get("author") or author or DEFAULT_AUTHOR
+    writer = mem_req.get("author") or author or default_author(ws) or DEFAULT_AUTHOR  # as the CLI's
     check_chars({"author": writer})  # MEMSTORE_AUTHOR and the MCP client's name are stored too
     check_secrets({"author": writer})
     # Integrity gates run before the target store is created on first use, so a refused write
@@ -150,7 +151,7 @@ def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None,
             answer["content"] = store.render_memory(mem)
             if proposed:
                 answer["pending"] = True
-        answer["mode"] = mode
+        answer["mode"] = _done_mode(ws, mem.scope) if commit else mode
         return answer
 
     return _locked(ws, store, commit, gated)
@@ -170,7 +171,7 @@ def update(ws: Workspace, request: dict[str, Any], *, author: str | None = None,
     refs_raw = req.get("evidence_refs") or []
     if kind in ("archive", "fact_update_link", "link") and not refs_raw:
         raise SemanticError(f"{kind} needs at least one evidence ref", field="evidence_refs", code="missing_evidence")
-    writer = req.get("author") or author or DEFAULT_AUTHOR
+    writer = req.get("author") or author or default_author(ws) or DEFAULT_AUTHOR
     stored = {"rationale": req.get("rationale") or "", "author": writer,
               **{f"evidence_refs[{i}]": r for i, r in enumerate(refs_raw)}}
     check_chars(stored)
@@ -229,10 +230,19 @@ def update(ws: Workspace, request: dict[str, Any], *, author: str | None = None,
         else:
             answer["path"] = store.display_path(f"events/{ev.id}.yaml")
             answer["content"] = store.render_event(ev)
-        answer["mode"] = mode
+        # The global store commits every event at once (no proposal); a repo's waits for its PR.
+        answer["mode"] = _done_mode(ws, scope) if commit and scope == "repo" else mode
         return answer
 
     return _locked(ws, store, commit, gated)
+
+
+def _done_mode(ws: Workspace, scope: str) -> str:
+    """The ``mode`` a write that went through answers: ``review`` while a person still approves
+    it (a repo file staged for its pull request, a global memory proposed until ``memstore
+    approve``), ``commit`` in autonomous mode. Review mode answering "commit" read as committed."""
+    write_mode = ws.global_write_mode if scope == "global" else ws.config.write_mode
+    return "review" if write_mode == "review" else "commit"
 
 
 def _locked(ws: Workspace, store: Store, commit: bool, gated: Callable[[], _A]) -> _A:
@@ -365,7 +375,15 @@ def describe(ws: Workspace, mem: Memory, graph: Graph, memories: dict[str, Memor
 def show(ws: Workspace, memory_id: str) -> ShowAnswer:
     mem = ws.find(memory_id, field_name="id")
     memories, graph = combined_graph(ws)
-    return {"ok": True, "content_trust": CONTENT_TRUST, "memory": describe(ws, mem, graph, memories)}
+    data = describe(ws, mem, graph, memories)
+    if mem.id in graph.archived:
+        # Who archived it and why: the latest archive event (the one in force).
+        events = [e for e in history(ws, [mem.scope])[1] if e.type == "archive" and e.memory == mem.id]
+        last = max(events, key=lambda e: (e.created, e.id), default=None)
+        if last is not None:
+            data["derived"]["archive"] = {"event": last.id, "by": last.author, "at": last.created,
+                                          "why": last.rationale, "evidence": list(last.evidence)}
+    return {"ok": True, "content_trust": CONTENT_TRUST, "memory": data}
 
 
 def list_memories(

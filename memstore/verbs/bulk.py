@@ -108,7 +108,7 @@ def import_jsonl(ws: Workspace, file: str, *, dry_run: bool, author: str | None,
             hint="free some space, then import again only the lines listed under `removed`",
             details={"removed": [{"line": n, "id": a["id"]} for n, a in lost],
                      "kept": [{"line": n, "id": a["id"]} for n, a in kept]})
-    return {"ok": not refused, "written": sum(a.get("mode") == "commit" for _, a in written), "refused": refused,
+    return {"ok": not refused, "written": sum(a.get("mode") != "dry_run" for _, a in written), "refused": refused,
             "ids": [a["id"] for _, a in written], "mode": mode, "lines": len(numbered)}
 
 

@@ -224,23 +224,27 @@ def markdown_files(path: Path) -> list[Path]:
     return sorted(out)
 
 
-def _shown_path(file: Path, worktree: Path | None) -> tuple[str, bool]:
-    """(path to show and cite, whether it is inside the repository, i.e. citable as ``file:``)."""
+def _shown_path(file: Path, worktree: Path | None, root: Path) -> tuple[str, bool]:
+    """(path to show and cite, whether it is inside the repository, i.e. citable as ``file:``).
+    Outside the repository it is the path from the imported folder's parent (``notes.md``,
+    ``memory-bank/progress.md``): a memory goes into git, and an absolute path would carry this
+    machine's layout (and user name) to every clone, where it means nothing."""
     resolved = file.resolve()
     if worktree is not None and resolved.is_relative_to(worktree.resolve()):
         return resolved.relative_to(worktree.resolve()).as_posix(), True
-    home = Path.home().resolve()
-    return ("~/" + resolved.relative_to(home).as_posix()) if resolved.is_relative_to(home) else str(resolved), False
+    base = root.resolve().parent if root.is_dir() else resolved.parent
+    return (resolved.relative_to(base).as_posix() if resolved.is_relative_to(base) else file.name), False
 
 
 def markdown_requests(ws: Workspace, root: str, *, scope: str) -> tuple[list[dict[str, Any]], int]:
     """(one item per importable note, number of files read)."""
     worktree = ws.repo.worktree if ws.repo is not None else None
-    files = markdown_files(Path(root).expanduser())
+    top = Path(root).expanduser()
+    files = markdown_files(top)
     items: list[dict[str, Any]] = []
     for file in files:
         text = read_import(file, "import --from markdown", bom=True)
-        shown, in_repo = _shown_path(file, worktree)
+        shown, in_repo = _shown_path(file, worktree, top)
         for block in parse_markdown(text):
             body = block.text
             if block.checkbox or trivial(body.split("\n\n", 1)[0]):
@@ -358,9 +362,9 @@ def _write_all(ws: Workspace, items: list[dict[str, Any]], *, dry_run: bool, aut
                                           "field": exc.field})
                 tally.items.append(shown)
                 continue
-            shown.update(status="written" if answer.get("mode") == "commit" else "would_write", id=answer["id"],
+            shown.update(status="written" if answer.get("mode") != "dry_run" else "would_write", id=answer["id"],
                          path=answer.get("path"))
-            tally.written += answer.get("mode") == "commit"
+            tally.written += answer.get("mode") != "dry_run"
             tally.items.append(shown)
     return tally
 

@@ -78,6 +78,7 @@ class Setup:
     python: str
     repo: Path
     write_mode: str
+    github_install: object = ""  # config github.install: how the review workflows install memstore
 
     def mcp_entry(self) -> dict[str, Any]:
         argv = portable_argv("mcp")
@@ -510,7 +511,8 @@ def integrate(ws: Any, agent: str, *, remove: bool = False, hooks_path_ok: bool 
     if agent not in AGENTS:
         raise InvalidRequest(f"unknown agent {agent!r} (one of {', '.join(AGENTS)})", code="usage")
     repo = _repo(cwd)
-    setup = Setup(agent, python or sys.executable, repo, ws.config.write_mode)
+    setup = Setup(agent, python or sys.executable, repo, ws.config.write_mode,
+                  ws.config.get("github", "install", ""))
     manifest_path = _manifest_path(repo)
     manifest = _load_manifest(manifest_path)
     if remove:

@@ -1,8 +1,8 @@
 """``memstore new KIND``: a person writes a memory by hand from a template, in their editor.
 
-The file lands in the store's kind folder without id/created (SPEC §2: hand-written files may
-omit them; it is indexed at once under a path-derived id, and ``check --fix`` in the pre-commit
-hook writes that same id into the file before the first commit, for the person to stage).
+The template opens as ``<ULID>-new.md`` in the store's kind folder. Once saved with some text,
+the file gets what every written memory has: that ULID as its ``id``, a ``created`` time, and
+the name ``<id>-<slug of its text>.md`` (a file that does not parse is kept as it is, to fix).
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from .. import gitops
 from ..errors import InvalidFile, InvalidRequest, MemstoreError, StoreError
+from ..store import ids
 from ..store.data import data_text
-from ..store.disk import Store, memory_from_file
+from ..store.disk import Store, memory_from_file, slugify
 from ..store.files import atomic_write, parse_markdown
 from ..store.model import KIND_DIRS, KINDS, SCOPES
 from ..store.workspace import Workspace
@@ -60,15 +60,32 @@ def _editor_command(env: Mapping[str, str], stdin_is_tty: bool) -> list[str]:
         raise InvalidRequest(f"cannot parse the editor command {editor!r}: {exc}", code="no_editor") from exc
 
 
-def _fresh_path(store: Store, kind: str) -> Path:
-    folder = store.root / KIND_DIRS[kind]
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    path = folder / f"new-{stamp}.md"
-    n = 2
-    while path.exists():
-        path = folder / f"new-{stamp}-{n}.md"
-        n += 1
-    return path
+def _fresh_path(store: Store, kind: str, mid: str) -> Path:
+    return store.root / KIND_DIRS[kind] / f"{mid}-new.md"
+
+
+def _named(store: Store, path: Path, text: str, mid: str) -> tuple[Path, str]:
+    """The saved file as a written memory is: its id (``mid`` unless the person gave a valid
+    one) and created time in the frontmatter, named ``<id>-<slug>.md``. A file that does not
+    parse stays as it is, for the person to fix."""
+    from ..git.check import fixed_text
+
+    rel = store.relpath(path)
+    try:
+        mem = memory_from_file(rel, text, store.scope)
+    except InvalidFile:
+        return path, text
+    if mem.id_derived:
+        mem.id = mid
+        text = fixed_text(text, mem)
+    elif not ids.is_id(mem.id):
+        return path, text  # check names the bad id
+    target = path.with_name(f"{mem.id}-{slugify(mem.text)}.md")
+    if target == path:
+        return path, text
+    atomic_write(target, text, exclusive=True)  # never over another file, never through a link
+    path.unlink(missing_ok=True)
+    return target, text
 
 
 def _body(text: str) -> str | None:
@@ -102,7 +119,8 @@ def new_memory_file(ws: Workspace, kind: str, scope: str, *, env: Mapping[str, s
     template = _with_scope(template_text(kind), scope)
     if not store.exists():
         store.init()
-    path = _fresh_path(store, kind)
+    mid = ids.new_id()
+    path = _fresh_path(store, kind, mid)
     atomic_write(path, template, exclusive=True)
     rel = store.relpath(path)
     shown = store.display_path(rel)
@@ -132,6 +150,9 @@ def new_memory_file(ws: Workspace, kind: str, scope: str, *, env: Mapping[str, s
     if body is not None and _COMMENT_RE.search(body):
         text = _strip_body_comments(text)
         atomic_write(path, text)
+    path, text = _named(store, path, text, mid)
+    rel = store.relpath(path)
+    shown = store.display_path(rel)
     answer: dict[str, Any] = {"ok": True, "path": shown, "kind": kind, "scope": scope, "id": None}
     problems: list[dict[str, str]] = []
     try:
@@ -142,16 +163,12 @@ def new_memory_file(ws: Workspace, kind: str, scope: str, *, env: Mapping[str, s
         from ..git.check import check_memory
 
         answer["id"] = mem.id
-        # The missing id/created is expected here: the pre-commit hook's `check --fix` writes them.
-        problems += [f.to_json() for f in check_memory(ws, store, mem) if f.code != "missing_id"]
+        problems += [f.to_json() for f in check_memory(ws, store, mem)]
     if store.worktree is not None and ws.config.get("git", "stage", True):
         with contextlib.suppress(MemstoreError):  # staging is a convenience; the file is what counts
             gitops.stage([path], store.worktree)
             answer["staged"] = True
     answer["problems"] = problems
     answer["valid"] = not any(p["severity"] == "error" for p in problems)
-    if answer["id"]:
-        answer["next"] = ("fix the problems above, then commit; " if not answer["valid"] else "commit it; ") + \
-            "the pre-commit hook (or `memstore check --fix`) writes its id and created time into the file and " \
-            "asks you to `git add` it again"
+    answer["next"] = "commit it" if answer["valid"] else "fix the problems above, then commit it"
     return answer

@@ -21,6 +21,7 @@ action is pinned to a full commit SHA with its release beside it.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 from typing import Any
@@ -42,11 +43,58 @@ DOWNLOAD = "actions/download-artifact@d3f86a106a0bac45b974a628896c90dbdf5c8093 #
 PYTHON = "3.12"
 
 
-def _install_steps(version: str, *, model: bool) -> str:
+PR_BASE = "${{ github.event.pull_request.base.sha }}"
+DEFAULT_BRANCH = "${{ github.event.repository.default_branch }}"
+INSTALL_DIR = ".memstore-install"  # where a path install checks out the base branch
+# What ``github.install`` may be: a pip requirement (name, extras, one version clause), an
+# https or git+https URL (a wheel, a commit), or a path in the repository. It is written into a
+# workflow's shell line, so nothing that quotes, expands or spaces is allowed.
+_REQUIREMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?((==|>=|<=|~=|!=|>|<)[A-Za-z0-9.*+!_-]+)?")
+_URL = re.compile(r"(git\+)?https://[A-Za-z0-9._~/:@%+=-]+(#[A-Za-z0-9._=&-]+)?")
+_PATH = re.compile(r"(\./)?[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*/?|\.")
+
+
+def install_spec(value: object) -> str:
+    """The ``github.install`` setting, checked: "" (this release, from the package index), a pip
+    requirement, a URL, or a path in the repository (``.``: the repository is memstore's source)."""
+    if value in (None, ""):
+        return ""
+    text = value if isinstance(value, str) else ""
+    ok = bool(_REQUIREMENT.fullmatch(text) or _URL.fullmatch(text)
+              or (_PATH.fullmatch(text) and ".." not in text.split("/")))
+    if not ok:
+        from ..errors import InvalidRequest
+
+        raise InvalidRequest(f"github.install: {value!r} is not a pip requirement (memstore-git==0.2.0), an https "
+                             "URL or a path in this repository (./dist/memstore_git-0.2.0-py3-none-any.whl, .); "
+                             "nothing was written", code="bad_config", field="github.install",
+                             hint="set github.install in .memory/config.yaml (docs/review.md)")
+    return text
+
+
+def _is_path(spec: str) -> bool:
+    return bool(spec) and not _URL.fullmatch(spec) and ("/" in spec or spec.startswith(".") or spec.endswith(".whl"))
+
+
+def _install_steps(version: str, *, model: bool, spec: str = "", base_ref: str | None = None) -> str:
     # pip's cache and (in the analysis job) the exported embedding model: the export takes tens
     # of seconds and is the same for every run of one memstore release.
     paths = "            ~/.cache/pip\n" + ("            ~/.cache/memstore/onnx\n" if model else "")
-    key = ("model-" if model else "") + f"{DIST_NAME}-{version}"
+    what = spec or f"{DIST_NAME}=={version}"
+    digest = hashlib.blake2b(spec.encode(), digest_size=6).hexdigest()
+    source = f"spec-{digest}" if spec else f"{DIST_NAME}-{version}"
+    key = ("model-" if model else "") + source
+    checkout = ""
+    if _is_path(spec):
+        # memstore's source comes from the base branch, never from the pull request under review.
+        ref = f"          ref: {base_ref}\n" if base_ref else ""
+        checkout = f"""      - uses: {CHECKOUT}
+        with:
+{ref}          path: {INSTALL_DIR}
+          persist-credentials: false
+"""
+        rest = spec.removeprefix("./").rstrip("/")
+        what = f"./{INSTALL_DIR}" + (f"/{rest}" if rest not in ("", ".") else "")
     return f"""      - uses: {SETUP_PYTHON}
         with:
           python-version: "{PYTHON}"
@@ -54,12 +102,12 @@ def _install_steps(version: str, *, model: bool) -> str:
         with:
           path: |
 {paths}          key: memstore-${{{{ runner.os }}}}-py{PYTHON}-{key}
-      - name: Install memstore
-        run: python -m pip install "{DIST_NAME}=={version}"
+{checkout}      - name: Install memstore
+        run: python -m pip install "{what}"
 """
 
 
-def review_workflow(version: str, branch: str = "main") -> str:
+def review_workflow(version: str, branch: str = "main", spec: str = "") -> str:
     return f"""{HEADER}# What the repository's memory says about each pull request: memories the change may make
 # stale, past problems and failed tactics like it, memories it adds. This job runs the PR's
 # checkout read-only and hands its result to memstore-review-post.yml, which posts the comment.
@@ -91,7 +139,7 @@ jobs:
       - uses: {CHECKOUT}
         with:
           persist-credentials: false
-{_install_steps(version, model=True)}      - name: Export the model (and index the memories)
+{_install_steps(version, model=True, spec=spec)}      - name: Export the model (and index the memories)
         env:
           MEMSTORE_DAEMON: "0"
         run: memstore reindex
@@ -108,7 +156,7 @@ jobs:
         with:
           fetch-depth: 0
           persist-credentials: false
-{_install_steps(version, model=True)}      - name: Review
+{_install_steps(version, model=True, spec=spec, base_ref=PR_BASE)}      - name: Review
         env:
           BASE_SHA: ${{{{ github.event.pull_request.base.sha }}}}
           PR_TITLE: ${{{{ github.event.pull_request.title }}}}
@@ -136,7 +184,9 @@ POST_GROUP = ("memstore-review-comment-${{ github.event.workflow_run.head_reposi
               "-${{ github.event.workflow_run.head_branch }}")
 
 
-def post_workflow(version: str) -> str:
+def post_workflow(version: str, spec: str = "") -> str:
+    contents = ("\n      contents: read  # check out the base branch that memstore is installed from"
+                if _is_path(spec) else "")
     return f"""{HEADER}# Posts (or edits in place) the one memstore comment on a pull request, from the result
 # memstore-review.yml uploaded. It runs no code from the pull request.
 name: memstore review comment
@@ -166,9 +216,9 @@ jobs:
     timeout-minutes: 10
     permissions:
       actions: read  # download the artifact of the review run
-      pull-requests: write  # create or edit the one memstore comment on the pull request
+      pull-requests: write  # create or edit the one memstore comment on the pull request{contents}
     steps:
-{_install_steps(version, model=False)}      - uses: {DOWNLOAD}
+{_install_steps(version, model=False, spec=spec, base_ref=DEFAULT_BRANCH)}      - uses: {DOWNLOAD}
         with:
           name: memstore-review
           path: ${{{{ runner.temp }}}}/memstore-review
@@ -222,11 +272,13 @@ def default_branch(repo: Path) -> str:
 
 def add_review(old: str | None, setup: Any, rel: str) -> str:
     branch = default_branch(setup.repo)
-    return _add(lambda v: review_workflow(v, branch), rel, old)
+    spec = install_spec(setup.github_install)
+    return _add(lambda v: review_workflow(v, branch, spec), rel, old)
 
 
-def add_post(old: str | None, _setup: Any, rel: str) -> str:
-    return _add(post_workflow, rel, old)
+def add_post(old: str | None, setup: Any, rel: str) -> str:
+    spec = install_spec(setup.github_install)
+    return _add(lambda v: post_workflow(v, spec), rel, old)
 
 
 def strip(text: str, _rel: str) -> tuple[str, bool]:

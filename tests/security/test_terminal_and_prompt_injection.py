@@ -137,7 +137,12 @@ def test_mcp_instructions_and_tool_results_mark_memory_text_untrusted(repo: Path
 
 
 def on_terminal(args: list[str], cwd: Path) -> bytes:
-    """``memstore ARGS`` with a real pty as stdout (so it takes the terminal path): stdout+stderr bytes."""
+    """``memstore ARGS`` with a real pty as stdout (so it takes the terminal path): stdout+stderr
+    bytes, less memstore's own colour codes (a fixed set of SGR sequences laid over escaped text)."""
+    from memstore.surfaces.output import SGR_CODES
+
     rc, shown, err = run_on_tty(args, cwd=cwd, env={**os.environ, "COLUMNS": "200"})
     assert rc == 0, (shown, err)
+    for code in SGR_CODES:
+        shown = shown.replace(code.encode(), b"")
     return shown + err
