@@ -320,7 +320,8 @@ def log_change(ws: Workspace, answer: dict[str, Any], request: dict[str, Any],
                episode_id: str | None = None) -> None:
     """Record a committed write or update (a vote, an archive, a link) in the episode named, else
     the current one, so the session's log holds what it changed. Never fails the call it describes."""
-    if not answer.get("ok") or answer.get("mode", "commit") != "commit":
+    # a dry run wrote nothing; a write answers "commit" or, in review mode, "review"
+    if not answer.get("ok") or answer.get("mode") == "dry_run":
         return
     with contextlib.suppress(Exception):
         store = episode_store(ws)

@@ -189,7 +189,7 @@ def _touched(ws: Any, args: dict[str, Any]) -> list[tuple[str, tuple[int, int] |
 
 def _written(ws: Any, answer: dict[str, Any]) -> tuple[Path, list[str]] | None:
     """(store root, [store-relative path]) of the file a committed write or update created."""
-    if not answer.get("ok") or answer.get("mode") != "commit" or not answer.get("path"):
+    if not answer.get("ok") or answer.get("mode") == "dry_run" or not answer.get("path"):
         return None
     try:
         store = ws.store(answer["scope"])

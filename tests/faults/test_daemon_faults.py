@@ -78,7 +78,9 @@ def test_index_damaged_under_the_daemon_answers_as_before(world: Env, damage: An
     assert _pid(world) == pid  # no SIGBUS from a file truncated under its mapping
     # The daemon saves the projections again in its next pause; a fresh process then loads them
     # without finding anything to heal.
-    damaged = {name: (index / name).read_bytes() for name in ("meta.json", "vectors.faiss", "catalog.json")}
+    # (a file found damaged may already be set aside: absent until the save writes it again)
+    damaged = {name: (index / name).read_bytes() if (index / name).exists() else None
+               for name in ("meta.json", "vectors.faiss", "catalog.json")}
     assert _poll(lambda: all((index / n).exists() and (index / n).read_bytes() != b for n, b in damaged.items()),
                  timeout=60), world.log()
     fresh = _read(world, MEMSTORE_DAEMON="0")

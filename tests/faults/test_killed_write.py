@@ -101,7 +101,7 @@ def _write_trials(world: Env, trials: list[tuple[str, bool]]) -> None:
         # One file, and the id acknowledged is its id: no second copy, no `duplicate` of itself.
         assert len(files) == 1 and files[0].startswith(answer["id"] + "-"), (files, answer)
         assert f".memory/facts/{files[0]}" in _staged(repo), _staged(repo)
-        assert answer["path"].endswith(files[0]) and answer["mode"] == "commit"
+        assert answer["path"].endswith(files[0]) and answer["mode"] == "review"
         assert all(s["id"] != answer["id"] for s in answer.get("similar", [])), answer
     rc, listed, err = world.cli("list", cwd=repo, MEMSTORE_DAEMON="0")
     assert rc == 0 and listed["count"] == len(trials), listed
