@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import EXAMPLE_STORE, PROBLEM, SOLUTION, TACTIC, make_git_repo, run_on_tty, store_files
+from conftest import EXAMPLE_STORE, PROBLEM, SOLUTION, TACTIC, make_git_repo, run_on_tty, store_files, write_req
 
 from memstore.store.workspace import Workspace
 from memstore.verbs import api
@@ -25,10 +25,7 @@ ALEMBIC_ANSWERS = {"01m7qmmb4sce7seatvjxta8a69", "01m7qmhyz9teqk3c7v32bje3mh", "
 
 
 def w(ws: Workspace, kind: str, text: str, links: dict[str, Any] | None = None) -> str:
-    memory: dict[str, Any] = {"kind": kind, "scope": "repo", "text": text, "evidence_refs": ["user:seen it"]}
-    if links:
-        memory["links"] = links
-    return api.write(ws, {"memory": memory, "allow_duplicate": True})["id"]
+    return api.write(ws, write_req(kind, text, evidence=["user:seen it"], links=links))["id"]
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PROBLEM, SOLUTION, TACTIC, git, reopen, run_on_tty, store_files
+from conftest import PROBLEM, SOLUTION, TACTIC, git, reopen, run_on_tty, store_files, write_req
 
 from memstore.read import retrieve
 from memstore.read.answers import Expected, Explanation
@@ -27,10 +27,7 @@ BAD = "Pin alembic to 1.8 and rerun the migration; the DuplicateColumn error is 
 
 
 def w(ws: Workspace, kind: str, text: str, links: dict[str, Any] | None = None) -> str:
-    memory: dict[str, Any] = {"kind": kind, "scope": "repo", "text": text, "evidence_refs": ["user:seen it"]}
-    if links:
-        memory["links"] = links
-    return api.write(ws, {"memory": memory, "allow_duplicate": True})["id"]
+    return api.write(ws, write_req(kind, text, evidence=["user:seen it"], links=links))["id"]
 
 
 @pytest.fixture

@@ -288,16 +288,8 @@ def _earlier_memory(ws: Workspace, store: Store, mem: Memory, proposed: bool) ->
             if folder != expected or found is not None:
                 raise _id_taken(mem.id, path, "holds another memory")
             found = path
-    if found is None:
-        return None
-    try:
-        text = read_untrusted(found, store.max_file_bytes)
-        before = memory_from_file(found.relative_to(store.root).as_posix(), text, store.scope).created
-    except (InvalidFile, OSError, ValueError) as exc:
-        raise _id_taken(mem.id, found, "is not a memory this write made") from exc
-    if store.render_memory(dataclasses.replace(mem, created=before)) != text:
-        raise _id_taken(mem.id, found, "holds another memory")
-    mem.created = before
+    if found is not None:
+        mem.created = _made_by_this(store, found, mem, memory_from_file, store.render_memory, "memory")
     return found
 
 
@@ -310,17 +302,24 @@ def _earlier_event(ws: Workspace, store: Store, ev: Event) -> Path | None:
             if other.root != store.root:
                 raise _id_taken(ev.id, path, "holds another event")
             found = path
-    if found is None:
-        return None
+    if found is not None:
+        ev.created = _made_by_this(store, found, ev, event_from_file, store.render_event, "event")
+    return found
+
+
+def _made_by_this(store: Store, found: Path, new: Any, parse: Callable[[str, str, str], Any],
+                  render: Callable[[Any], str], what: str) -> Any:
+    """The ``created`` time of the file an interrupted attempt left under a fixed id, when the
+    file is exactly what this write renders with that time (else ``id_taken``: a fixed id never
+    answers for a file it did not write)."""
     try:
         text = read_untrusted(found, store.max_file_bytes)
-        before = event_from_file(found.relative_to(store.root).as_posix(), text, store.scope).created
+        before = parse(found.relative_to(store.root).as_posix(), text, store.scope).created
     except (InvalidFile, OSError, ValueError) as exc:
-        raise _id_taken(ev.id, found, "is not an event this update made") from exc
-    if store.render_event(dataclasses.replace(ev, created=before)) != text:
-        raise _id_taken(ev.id, found, "holds another event")
-    ev.created = before
-    return found
+        raise _id_taken(new.id, found, f"is not a {what} this call made") from exc
+    if render(dataclasses.replace(new, created=before)) != text:
+        raise _id_taken(new.id, found, f"holds another {what}")
+    return before
 
 
 def _effect_again(links: LinkIndex, ev: Event, half_life_days: float) -> dict[str, Any]:
