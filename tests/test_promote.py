@@ -83,6 +83,7 @@ def test_a_promoted_problem_reaches_the_remote_as_a_branch_and_after_the_merge_a
     assert out["shared"][0]["received"] == 1
     hit = found(cli, b, "payments gateway idempotency keys 502")[PROBLEM]
     assert hit["scope"] == "shared:team" and hit["id"] == pid
+    assert [d["doubt"] for d in hit["doubts"]] == ["unverified"]
     # What the review merged passes the shared repository's own check.
     code, out, err = cli("--store", ".", "check", cwd=world["work"])
     assert code == 0, (out, err)
@@ -168,3 +169,21 @@ def test_a_repo_evidence_is_written_as_given_and_read_back(world: dict[str, Path
     assert code == 0, err
     shown: dict[str, Any] = out.get("memory", out)
     assert shown["evidence"] == [ref]
+    # No checkout of that repository here: every read says so rather than vouching for it.
+    hit = found(cli, a, "billing idempotency keys 64 bytes")["The billing service caps idempotency keys at 64 bytes."]
+    assert [d["doubt"] for d in hit["doubts"]] == ["unverified"] and ref in hit["doubts"][0]["why"]
+
+
+def test_check_passes_a_well_formed_repo_evidence_and_reports_a_malformed_one(world: dict[str, Path], cli: Cli) -> None:
+    a = world["a"]
+    mid = write(cli, a, "--kind", "fact", "--text", "The billing worker retries thrice.",
+                "--evidence", "repo:billing-svc@abcdef1:src/x.py#L2")
+    git(a, "add", "-A")
+    code, out, err = cli("check", cwd=a)
+    assert code == 0, (out, err)
+    # Edited by hand (or arriving in a pull request) into a form memstore does not read.
+    path = next((a / ".memory" / "facts").glob(f"{mid}-*.md"))
+    path.write_text(path.read_text().replace("@abcdef1:", "@main:"))
+    git(a, "add", "-A")
+    code, out, _ = cli("check", cwd=a)
+    assert code != 0 and [p["code"] for p in out["problems"]] == ["bad_evidence"], out
