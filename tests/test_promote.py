@@ -187,3 +187,14 @@ def test_check_passes_a_well_formed_repo_evidence_and_reports_a_malformed_one(wo
     git(a, "add", "-A")
     code, out, _ = cli("check", cwd=a)
     assert code != 0 and [p["code"] for p in out["problems"]] == ["bad_evidence"], out
+
+
+def test_a_file_evidence_never_committed_is_refused_and_nothing_is_pushed(world: dict[str, Path], cli: Cli) -> None:
+    a, bare = world["a"], world["bare"]
+    (a / "src" / "draft.py").write_text("LIMIT = 64\n")
+    pid = write(cli, a, "--kind", "fact", "--text", "The draft client caps keys at 64 bytes.",
+                "--evidence", "file:src/draft.py")
+    before, clone_before = remote_branches(bare), clone_state(shared_dir())
+    code, out, _ = cli("promote", pid, "--to", "team", cwd=a)
+    assert code == 2 and out["error"]["code"] == "bad_evidence" and "src/draft.py" in out["error"]["message"], out
+    assert remote_branches(bare) == before and clone_state(shared_dir()) == clone_before

@@ -103,8 +103,10 @@ def _cross_repo(raw: str, source: Path | None, i: int) -> str:
     except ValueError as exc:
         raise InvalidRequest(str(exc), field=where, code="bad_evidence") from exc
     sha = gitops.resolve_commit(ref.rev or "HEAD", source) if source is not None else None
-    if source is None or sha is None:
-        raise InvalidRequest(f"{raw}: no commit of the source repository to name it at", field=where,
+    # The commit named must hold the file: a citation of a file never committed names nothing
+    # another repository's reader could ever look at.
+    if source is None or sha is None or gitops.show_file(sha, ref.path or "", source) is None:
+        raise InvalidRequest(f"{raw}: no commit of the source repository holds that file", field=where,
                              code="bad_evidence", hint="commit the file first, so the shared store can name it")
     lines = f"#L{ref.lines[0]}-L{ref.lines[1]}" if ref.lines else ""
     return f"repo:{_repo_name(source)}@{sha}:{ref.path}{lines}"
