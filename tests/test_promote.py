@@ -4,7 +4,9 @@ organisation's store), the real CLI, one HOME per test (conftest)."""
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -198,3 +200,25 @@ def test_a_file_evidence_never_committed_is_refused_and_nothing_is_pushed(world:
     code, out, _ = cli("promote", pid, "--to", "team", cwd=a)
     assert code == 2 and out["error"]["code"] == "bad_evidence" and "src/draft.py" in out["error"]["message"], out
     assert remote_branches(bare) == before and clone_state(shared_dir()) == clone_before
+
+
+def test_with_gh_on_path_the_answer_gives_the_pr_command_and_never_runs_it(
+        tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    world = make_world(tmp_path, cli)
+    a, bare = world["a"], world["bare"]
+    # The store attached by its GitHub URL, which git maps to the bare remote (url.insteadOf).
+    url = "https://github.com/acme/org-memory.git"
+    git(a, "config", "--global", f"url.{bare}.insteadOf", url)
+    assert cli("attach", url, "--name", "gh-org", cwd=a)[0] == 0
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    ran = tmp_path / "gh-ran"
+    (bin_dir / "gh").write_text(f"#!/bin/sh\ntouch {ran}\n")
+    (bin_dir / "gh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    pid = write(cli, a, "--kind", "fact", "--text", "The nightly export runs in UTC.", "--evidence", "user:ops")
+    code, out, err = cli("promote", pid, "--to", "gh-org", cwd=a)
+    assert code == 0, err
+    assert shlex.split(out["gh"])[:9] == ["gh", "pr", "create", "--repo", "acme/org-memory", "--head", out["branch"],
+                                          "--base", "main"]
+    assert out["branch"] in remote_branches(bare) and not ran.exists()
