@@ -222,3 +222,23 @@ def test_with_gh_on_path_the_answer_gives_the_pr_command_and_never_runs_it(
     assert shlex.split(out["gh"])[:9] == ["gh", "pr", "create", "--repo", "acme/org-memory", "--head", out["branch"],
                                           "--base", "main"]
     assert out["branch"] in remote_branches(bare) and not ran.exists()
+
+
+def test_a_kind_folder_the_remote_made_a_symlink_is_never_written_through(world: dict[str, Path], cli: Cli) -> None:
+    a, bare, work = world["a"], world["bare"], world["work"]
+    outside = work.parent / "outside"
+    outside.mkdir()
+    # Someone with push rights replaces problems/ by a link out of the repository.
+    for p in (work / "problems").iterdir():
+        p.unlink()
+    (work / "problems").rmdir()
+    (work / "problems").symlink_to(outside, target_is_directory=True)
+    git(work, "add", "-A")
+    git(work, "commit", "-q", "-m", "problems elsewhere")
+    git(work, "push", "-q", "origin", "main")
+    pid = write(cli, a, "--kind", "problem", "--text", "The nightly export misses rows written after 23:59 UTC.",
+                "--evidence", "user:ops")
+    before = remote_branches(bare)
+    code, out, _ = cli("promote", pid, "--to", "team", cwd=a)
+    assert code == 2 and out["error"]["code"] == "not_regular", out
+    assert list(outside.iterdir()) == [] and remote_branches(bare) == before

@@ -64,8 +64,7 @@ def promote(ws: Workspace, prefix: str, name: str, cwd: Path) -> dict[str, Any]:
         _gates(ws, mem, evidence, links, text)
         branch = BRANCH_PREFIX + mem.id[-10:].lower()
         gitops.run(["switch", "--quiet", "-c", branch], work)
-        (work / rel).parent.mkdir(parents=True, exist_ok=True)
-        (work / rel).write_text(text, encoding="utf-8")
+        _write_new(work, rel, text)
         gitops.run(["--literal-pathspecs", "add", "--", rel], work)
         message = f"memstore: promote {mem.kind} {mem.id[:10]} ({_title(mem.text)})"
         gitops.run([*_identity(source or cwd, work), "commit", "--quiet", "--no-verify", "-m", message], work)
@@ -172,6 +171,19 @@ def _gates(ws: Workspace, mem: Memory, evidence: list[str], links: dict[str, Any
         raise InvalidRequest(f"the memory's file would be {len(text.encode('utf-8'))} bytes; the cap is {cap} "
                              "(limits.max_file_bytes)", field="id", code="too_large")
     check_file_text(text, "file")
+
+
+def _write_new(work: Path, rel: str, text: str) -> None:
+    """Create ``rel`` in the clone, never through a link: the remote's tree is hostile input, and a
+    kind folder committed as a symlink would carry the write outside the clone."""
+    folder = work / rel.split("/", 1)[0]
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise InvalidRequest(f"the shared store's {folder.name}/ is not a plain folder (a link, or a file); "
+                             "memstore writes nothing through it", code="not_regular", field="to",
+                             hint="fix the shared store's repository first")
+    folder.mkdir(exist_ok=True)
+    with open(work / rel, "x", encoding="utf-8") as fh:  # "x": never onto a file or link already there
+        fh.write(text)
 
 
 def _identity(source: Path, work: Path) -> list[str]:
