@@ -70,6 +70,10 @@ def found(cli: Cli, cwd: Path, query: str, *flags: str) -> dict[str, dict[str, A
 
 @pytest.fixture
 def world(tmp_path: Path, cli: Cli) -> dict[str, Path]:
+    return make_world(tmp_path, cli)
+
+
+def make_world(tmp_path: Path, cli: Cli) -> dict[str, Path]:
     """A global store, the org's remote with one fact, repos A and B, the store attached."""
     assert cli("init", "--global", cwd=tmp_path)[0] == 0
     work, bare = org_remote(tmp_path, cli, DIGEST)

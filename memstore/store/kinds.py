@@ -13,7 +13,7 @@ KIND_DIRS = {
     "change": "changes",
 }
 DIR_KINDS = {v: k for k, v in KIND_DIRS.items()}
-EVIDENCE_KINDS = ("event", "commit", "file", "memory", "user", "url")
+EVIDENCE_KINDS = ("event", "commit", "file", "repo", "memory", "user", "url")
 LINK_KEYS = ("problem", "related", "relations", "change_targets", "supersedes", "via_change")
 LIST_LINKS = ("related", "change_targets", "supersedes")
 # Typed links between memories (links.relations): ``related`` is read as ``relates_to``.

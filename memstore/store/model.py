@@ -52,12 +52,18 @@ class EvidenceRef:
     path: str | None = None
     rev: str | None = None
     lines: tuple[int, int] | None = None
+    # repo refs (file refs of another repository): its name
+    repo: str | None = None
     # event refs
     episode: str | None = None
     seq: int | None = None
 
 
 _FILE_RE = re.compile(r"^(?P<path>[^@#]+)(?:@(?P<rev>[0-9A-Za-z_./~^-]+))?(?:#L(?P<a>\d+)(?:-L(?P<b>\d+))?)?$")
+# repo:NAME@SHA:path[#La[-Lb]]: a file of another repository at one commit (what a shared store
+# holds, where a file: ref would name a file of whichever repo reads it). NAME is plain, as a
+# shared store's name is; the SHA is a full or abbreviated commit, never a branch (it must not move).
+_REPO_RE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]{0,99})@(?P<rev>[0-9a-fA-F]{7,40}):(?P<rest>.+)$")
 _EVENT_RE = re.compile(r"^(?P<ep>[0-9a-z]{6,26}):(?P<seq>\d+)$")
 _SHA_RE = re.compile(r"^[0-9a-fA-F]{4,64}$")
 
@@ -72,22 +78,19 @@ def parse_evidence(raw: str) -> EvidenceRef:
         raise ValueError(f"evidence ref {raw!r}: unknown kind {kind!r} (use one of {', '.join(EVIDENCE_KINDS)})")
     if not value.strip():
         raise ValueError(f"evidence ref {raw!r} has an empty value")
+    if kind == "repo":
+        m = _REPO_RE.match(value)
+        f = _FILE_RE.match(m.group("rest")) if m else None
+        if m is None or f is None or f.group("rev"):
+            raise ValueError(f"evidence ref {raw!r}: expected repo:<name>@<sha, 7-40 hex>:<path>[#L<a>-L<b>]")
+        path, lines = _repo_path(raw, f)
+        return EvidenceRef(kind, value, raw, path=path, rev=m.group("rev").lower(), lines=lines, repo=m.group("name"))
     if kind == "file":
         m = _FILE_RE.match(value)
         if not m:
             raise ValueError(f"evidence ref {raw!r}: expected file:<path>[@<rev>][#L<a>-L<b>]")
-        path = m.group("path")
-        if path.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:[\\/]", path) or path.startswith("~"):
-            raise ValueError(f"evidence ref {raw!r}: paths must be repo-relative, not absolute")
-        parts = re.split(r"[\\/]", path)
-        if ".." in parts:
-            raise ValueError(f"evidence ref {raw!r}: paths may not contain '..'")
-        a = int(m.group("a")) if m.group("a") else None
-        b = int(m.group("b")) if m.group("b") else a
-        lines = (a, b) if a is not None and b is not None else None
-        if lines and (lines[0] < 1 or lines[1] < lines[0]):
-            raise ValueError(f"evidence ref {raw!r}: bad line range")
-        return EvidenceRef(kind, value, raw, path=path.replace("\\", "/"), rev=m.group("rev"), lines=lines)
+        path, lines = _repo_path(raw, m)
+        return EvidenceRef(kind, value, raw, path=path, rev=m.group("rev"), lines=lines)
     if kind == "event":
         m = _EVENT_RE.match(value.lower())
         if not m:
@@ -100,6 +103,22 @@ def parse_evidence(raw: str) -> EvidenceRef:
     if kind == "url" and not re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://\S+$", value):
         raise ValueError(f"evidence ref {raw!r}: expected url:<scheme>://...")
     return EvidenceRef(kind, value, raw)
+
+
+def _repo_path(raw: str, m: re.Match[str]) -> tuple[str, tuple[int, int] | None]:
+    """The repo-relative path and line range of a matched ``_FILE_RE``; ValueError when the path
+    is absolute or climbs out, or the range is upside down."""
+    path = m.group("path")
+    if path.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:[\\/]", path) or path.startswith("~"):
+        raise ValueError(f"evidence ref {raw!r}: paths must be repo-relative, not absolute")
+    if ".." in re.split(r"[\\/]", path):
+        raise ValueError(f"evidence ref {raw!r}: paths may not contain '..'")
+    a = int(m.group("a")) if m.group("a") else None
+    b = int(m.group("b")) if m.group("b") else a
+    lines = (a, b) if a is not None and b is not None else None
+    if lines and (lines[0] < 1 or lines[1] < lines[0]):
+        raise ValueError(f"evidence ref {raw!r}: bad line range")
+    return path.replace("\\", "/"), lines
 
 
 @dataclass

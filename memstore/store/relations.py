@@ -143,9 +143,9 @@ def open_disputes(graph: Graph, memories: Mapping[str, Memory]) -> list[tuple[st
 
 # -- doubts -------------------------------------------------------------------------------------------
 # What every surface that shows a memory says beside it, in this order (docs/json.md):
-DOUBTS = ("disputed", "unconfirmed", "stale", "voted_down")
+DOUBTS = ("disputed", "unconfirmed", "stale", "unverified", "voted_down")
 DOUBT_WORDS = {"disputed": "disputed", "unconfirmed": "unconfirmed", "stale": "stale: verify against the code",
-               "voted_down": "voted down for this problem"}
+               "unverified": "cites another repo's code: unverified here", "voted_down": "voted down for this problem"}
 
 
 def doubts(mem: Memory, graph: Graph, memories: Mapping[str, Memory], config: Config, *,
@@ -159,6 +159,8 @@ def doubts(mem: Memory, graph: Graph, memories: Mapping[str, Memory], config: Co
     - ``unconfirmed``: written less sure than ``review.confidence_below`` and not confirmed
       since by a positive vote (``graph.needs_review``: the write's ``review: true``);
     - ``stale``: ``stale`` is what ``git/stale`` found for it (cited lines, or files, changed);
+    - ``unverified``: it cites ``repo:NAME@SHA:path``, code of another repository, which no
+      checkout here can confirm (a promoted memory's citations, read from a shared store);
     - ``voted_down``: its votes for ``problem`` (the problem in hand, else the one it is an
       attempt at) add up below zero; such a solution is never listed as the best."""
     out: list[dict[str, str]] = []
@@ -172,6 +174,12 @@ def doubts(mem: Memory, graph: Graph, memories: Mapping[str, Memory], config: Co
     if stale:
         cited = stale.get("evidence") or stale.get("files") or []
         out.append({"doubt": "stale", "why": "the code it cites changed since: " + ", ".join(map(str, cited))})
+    # A repo: citation names a file of another repository at one commit: no checkout of it here
+    # to tell whether those lines still say what the memory claims.
+    elsewhere = [raw for raw in mem.evidence if raw.startswith("repo:")]
+    if elsewhere:
+        out.append({"doubt": "unverified", "why": "cites code of another repository, not checked here: "
+                    + ", ".join(elsewhere)})
     problem = problem or mem.problem
     if problem is not None and graph.problem_votes(mem.id, problem) < 0:
         out.append({"doubt": "voted_down", "why": f"voted down for problem {problem}"})

@@ -133,6 +133,10 @@ def _dispatch(a: argparse.Namespace, new_id: str | None = None) -> tuple[dict[st
         if a.cmd == "attach":
             return shared.attach(ws, a.url, a.name, Path.cwd()), None
         return (shared.detach(ws, a.name) if a.cmd == "detach" else shared.attached(ws)), None
+    if a.cmd == "promote":
+        from ..verbs.promote import promote
+
+        return promote(ws, a.id, a.to, Path.cwd()), None
     if a.cmd in ("pending", "approve", "drop"):
         from ..verbs import pending
 

@@ -388,6 +388,10 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
     s = sub.add_parser("detach", help="remove an attached shared store's clone")
     s.add_argument("name", help="the shared store's name (see memstore attached)")
     sub.add_parser("attached", help="the attached shared stores, and whether this repo sees each")
+    s = sub.add_parser("promote", help="propose one of your memories to a shared store: a branch of its "
+                       "repository, pushed for review (nothing changes here)")
+    s.add_argument("id", help="the memory's id or unique prefix (repo or global store)")
+    s.add_argument("--to", required=True, metavar="NAME", help="the attached shared store (see memstore attached)")
     sub.add_parser("pending", help="global memories proposed in review mode, waiting for approval")
     s = sub.add_parser("approve", help="commit a pending global memory to the global store")
     s.add_argument("id", help="a pending memory's id or unique prefix (>= 6 chars)")
