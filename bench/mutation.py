@@ -31,11 +31,13 @@ Measured (2 shared cores, load 10-16; `--ids` reruns a run's survivors after tes
 | store/validate.py | 30 of 132, `--sample 30 --seed 1` | 28 | 2 | 0 | 1.00 (0.87 before: 4 alive) |
 | git/check.py | 20 of 253, `--sample 20 --seed 1` | 20 | 0 | 0 | 1.00 |
 | git/check.py | 20 more, `--sample 20 --seed 2` | 19 | 1 | 0 | 1.00 (0.75 before: 5 alive) |
+| verbs/pending.py | all 47 | 46 | 1 | 0 | 1.00 (0.87 before the new tests: 41 killed, 6 alive) |
 
     python bench/mutation.py --module secrets --timeout 120             # ~26 min here
     python bench/mutation.py --module validate --sample 30 --seed 1 --timeout 300   # ~40 min
     python bench/mutation.py --module check --sample 20 --seed 1 --timeout 240      # ~14 min
     python bench/mutation.py --module check --sample 20 --seed 2 --timeout 240      # ~7 min
+    python bench/mutation.py --module pending --timeout 120                          # ~8 min
 
 The secrets run was made before one line of `_token_in_base64` was removed (a printable-text
 test that only narrowed the search); the mutants it had are gone with it. Sampled modules give
@@ -65,10 +67,13 @@ MODULES: dict[str, tuple[str, list[str], str]] = {
     "validate": ("memstore/store/validate.py", ["tests/test_write.py", "tests/test_links.py"], ""),
     # check's own tests, then the hook's commit tests (not the install/uninstall ones)
     "check": ("memstore/git/check.py", ["tests/test_check.py", "tests/test_hooks.py"], "check or pre_commit"),
+    # the approval gate: proposals of the global store read back as hostile input
+    "pending": ("memstore/verbs/pending.py", ["tests/test_pending.py"], ""),
 }
 
 # "module:mutant id" -> why the change cannot be seen by a user.
 EQUIVALENT: dict[str, str] = {
+    "pending:drop.const#1": "split('-', 2)[0] is split('-', 1)[0]: the id before the first dash either way",
     "secrets:<module>.const#1": "_BASE64_MAX bounds decoding work; only a base64 run of exactly 4097 characters "
                                 "differs, and no token is that long",
     "secrets:_token_in_base64.dropexit#1": "the same work bound: past it a run is decoded anyway and holds no token",

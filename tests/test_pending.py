@@ -213,6 +213,53 @@ def test_approve_refuses_a_proposal_replaced_by_a_link_and_drop_removes_the_link
     rc, refused, err = cli("approve", out["id"], cwd=repo)
     assert rc == 2 and refused["error"]["code"] == "not_regular", (refused, err)
     assert _commits() == commits and path.is_symlink()
+    rc, missing, err = cli("drop", "0000000000", cwd=repo)  # another id never names the unreadable one
+    assert rc == 3 and missing["error"]["code"] == "not_found" and path.is_symlink(), (missing, err)
     rc, dropped, err = cli("drop", out["id"], cwd=repo)
-    assert rc == 0 and dropped["dropped"] is True, err
+    assert rc == 0 and dropped["dropped"] is True and dropped["id"] == out["id"], (dropped, err)
     assert not path.is_symlink() and outside.read_text()  # the link went, its target stays
+
+
+def test_a_prefix_two_proposals_share_is_ambiguous_and_an_unknown_one_not_found(
+        repo: Path, cli: Callable[..., CliResult]) -> None:
+    """Ids made in the same second share their first characters: such a prefix names neither
+    proposal (approve and drop refuse it, nothing moves); an id no proposal holds is not found."""
+    def common(a: str, b: str) -> str:
+        n = next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), len(a))
+        return a[:n]
+
+    first = _propose(cli, repo)
+    second = _propose(cli, repo, "The user wants every Python script to run under python3 -X dev.")
+    if len(common(first["id"], second["id"])) < 6:  # the two fell either side of a 262 s boundary
+        cli("drop", second["id"], cwd=repo)
+        second = _propose(cli, repo, "The user wants every Python script to run under python3 -X dev.")
+    shared = common(first["id"], second["id"])
+    assert len(shared) >= 6, (first["id"], second["id"])
+    commits = _commits()
+    for verb in ("approve", "drop"):
+        rc, out, err = cli(verb, shared[:6], cwd=repo)
+        assert rc == 2 and out["error"]["code"] == "ambiguous_id", (out, err)
+        rc, out, err = cli(verb, "0000000000", cwd=repo)
+        assert rc == 3 and out["error"]["code"] == "not_found", (out, err)
+    assert _commits() == commits and Path(first["path"]).is_file() and Path(second["path"]).is_file()
+
+
+def test_proposals_behind_a_linked_pending_folder_are_never_read(repo: Path, tmp_path: Path,
+                                                                  cli: Callable[..., CliResult]) -> None:
+    """A pull may bring `.local/pending` as a link to a folder holding proposal files: `pending`
+    lists none of them and `approve` finds none (nothing is read or committed through a link)."""
+    out = _propose(cli, repo)
+    path = Path(out["path"])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / path.name).write_text(path.read_text())
+    folder = path.parent
+    path.unlink()
+    folder.rmdir()
+    folder.symlink_to(elsewhere)
+    commits = _commits()
+    rc, listed, err = cli("pending", cwd=repo)
+    assert rc == 0 and listed["pending"] == [] and listed["unreadable"] == [], (listed, err)
+    rc, refused, err = cli("approve", out["id"], cwd=repo)
+    assert rc == 3 and refused["error"]["code"] == "not_found", (refused, err)
+    assert _commits() == commits and (elsewhere / path.name).is_file()
