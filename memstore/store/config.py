@@ -21,8 +21,9 @@ DEFAULTS: dict[str, Any] = {
     "write_mode": "review",  # review | autonomous
     "git": {"stage": True, "commit": False},
     # max_session_events: events one agent session's episode keeps (the hooks' capture); past it
-    # they are counted in the episode, not kept
-    "episodes": {"local_only": False, "max_event_chars": 8000, "max_session_events": 2000},
+    # they are counted in the episode, not kept. idle_end_minutes: a hook session's episode idle that
+    # long is ended when another session of the repo opens one (Codex sends no session end); 0: never
+    "episodes": {"local_only": False, "max_event_chars": 8000, "max_session_events": 2000, "idle_end_minutes": 120},
     "limits": {"max_text_chars": 4000, "max_rationale_chars": 2000, "max_evidence": 50,
                "max_file_bytes": 256 * 1024, "max_files": 200_000, "max_listed_invalid": 50},
     "daemon": {"autostart": True, "idle_seconds": 1800, "evict_seconds": 600, "read_wait_seconds": 1.0},
@@ -66,6 +67,7 @@ LIMITS: dict[tuple[str, str], tuple[int | float, int | float]] = {
     # spell a character in up to 6.
     ("episodes", "max_event_chars"): (100, 100_000),
     ("episodes", "max_session_events"): (10, 100_000),
+    ("episodes", "idle_end_minutes"): (0, 7 * 24 * 60),
     ("daemon", "idle_seconds"): (1, 7 * 24 * 3600),
     ("daemon", "evict_seconds"): (1, 7 * 24 * 3600),
     ("daemon", "read_wait_seconds"): (0, 60),
