@@ -147,6 +147,10 @@ def team(tmp_path: Path) -> Iterator[Team]:
     u1, u2 = Env(tmp_path / "u1"), Env(tmp_path / "u2")
     for user in (u1, u2):
         user.vars["MEMSTORE_DAEMON"] = "0"  # until the test starts the one daemon itself
+        # `python -m memstore` in repo A (a clone of this checkout, its `memstore/` at the top)
+        # would import the clone's copy, and the daemon the copy of wherever pytest runs: an
+        # installed memstore runs one code base wherever its user stands.
+        user.vars["PYTHONSAFEPATH"] = "1"
     a = clone_memstore(tmp_path / "memstore", SOURCES[0])
     b = clone_requests(tmp_path / "requests", SOURCES[1])
     c = make_git_repo(tmp_path / "billing")
@@ -204,10 +208,12 @@ def test_a_promoted_lesson_reaches_other_repos_and_users_and_a_hostile_store_cha
             assert sid in hit["links"]["solutions"]
             assert PRIVATE not in [r["text"] for r in read(user, b, PRIVATE_QUERY)]
         assert str(b / ".memory") in [w["repo"] for w in u1.status()["workspaces"]]  # the daemon answered
+        assert pid in [r["id"] for r in read(u1, c, QUERY)]  # and in the third repo
         # In A the user's own record of the promoted problem is the one served (same id).
         assert [r["scope"] for r in read(u1, a, QUERY) if r["id"] == pid] == ["repo"]
         # Nothing of A's own store reached B: not its private fact, not a file.
         assert not {n for n in user_files(b) if any(mid in n for mid in (pid, sid, private))}
+        assert not [p for p in (b / ".memory").rglob("*.md") if "593 seconds" in p.read_text()]
 
         hostile_store_changes_nothing_outside_itself(team)
     finally:
