@@ -178,8 +178,7 @@ def test_a_promoted_lesson_reaches_other_repos_and_users_and_a_hostile_store_cha
     head = git(a, "rev-parse", "HEAD").strip()
     cited = "memstore/read/scope.py"
     assert (a / cited).is_file()
-    private = ok(u1, a, "write", "--kind", "fact", "--text", PRIVATE, "--evidence", "file:pyproject.toml"
-                 if (a / "pyproject.toml").is_file() else f"file:{cited}")["id"]
+    private = ok(u1, a, "write", "--kind", "fact", "--text", PRIVATE, "--evidence", f"file:{cited}")["id"]
     pid = ok(u1, a, "write", "--kind", "problem", "--text", PROBLEM, "--evidence", f"file:{cited}#L1-L7",
              "--evidence", "user:seen after the org store was attached")["id"]
     sid = ok(u1, a, "write", "--kind", "solution", "--text", SOLUTION, "--problem", pid,
