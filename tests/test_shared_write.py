@@ -153,6 +153,22 @@ def test_a_json_request_names_the_shared_scope_too(world: dict[str, Path], cli: 
     assert "payments" in git(world["bare"], "show", f"{out['branch']}:{out['path']}")
 
 
+def test_the_mcp_tool_writes_to_a_shared_store_the_same_way(world: dict[str, Path]) -> None:
+    from mcp.client.session import ClientSession
+    from test_mcp import ok, run_mcp
+
+    async def script(session: ClientSession) -> dict[str, object]:
+        result = await session.call_tool("memory_write", {"memory": {
+            "kind": "fact", "scope": "shared:team", "text": LIMIT, "evidence_refs": ["user:ops"]}})
+        return ok(result)
+
+    before = everything_here(world)
+    out = run_mcp(world["a"], script)
+    assert out["scope"] == "shared:team" and out["mode"] == "review"
+    assert remote_branches(world["bare"]) == before[-1] | {out["branch"]}
+    assert everything_here(world)[:-1] == before[:-1]
+
+
 @pytest.mark.model
 @pytest.mark.slow
 def test_with_a_daemon_running_the_shared_write_is_made_by_the_caller_and_pushed(tmp_path: Path) -> None:
