@@ -131,10 +131,13 @@ def test_the_check_workflow_refuses_a_secret_or_an_edit_of_a_committed_memory(
     assert review["sections"]["added"]["check_ok"] is False
 
 
-def test_a_repo_with_a_memory_folder_gets_no_check_workflow(tmp_path: Path, cli: Cli) -> None:
+def test_a_code_repository_whose_folder_shares_a_kind_folders_name_stays_a_repo_with_a_memory_folder(
+        tmp_path: Path, cli: Cli) -> None:
     from conftest import make_git_repo
 
     root = make_git_repo(tmp_path / "svc")
+    (root / "changes").mkdir()  # towncrier's news fragments, not a store
+    (root / "changes" / "123.feature").write_text("Faster imports.\n")
     code, _, err = cli("integrate", "github", cwd=root)
     assert code == 0, err
     assert (root / ".memory").is_dir() and not (root / workflow.CHECK_REL).exists()

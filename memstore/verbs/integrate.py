@@ -49,6 +49,7 @@ from typing import Any
 from .. import gitops
 from ..errors import Conflict, InvalidFile, InvalidRequest
 from ..git import hooks
+from ..git.check import CONFIG_NAME
 from ..store.disk import STORE_DIRNAME
 from ..store.files import atomic_write, read_untrusted
 from ..store.kinds import AGENTS
@@ -521,9 +522,12 @@ def integrate(ws: Any, agent: str, *, remove: bool = False, hooks_path_ok: bool 
     if agent not in AGENTS:
         raise InvalidRequest(f"unknown agent {agent!r} (one of {', '.join(AGENTS)})", code="usage")
     repo = _repo(cwd)
-    # A shared store's repository: the store is the repository's root, no .memory/ is made, and
-    # its settings are its own config.yaml (as `memstore --store .` reads them there).
-    store_root = not (repo / STORE_DIRNAME).exists() and store_at_root(repo)
+    # A shared store's repository (its CI is the github target's): the store is the repository's
+    # root, as `memstore --store . init` lays it out (config.yaml and the kind folders at the top),
+    # no .memory/ is made, and its settings are that config.yaml. A kind folder's name alone
+    # (a towncrier `changes/`) does not make a repository a store.
+    store_root = (agent == "github" and not (repo / STORE_DIRNAME).exists() and store_at_root(repo)
+                  and (repo / CONFIG_NAME).is_file() and not (repo / CONFIG_NAME).is_symlink())
     if store_root and (ws.repo is None or ws.repo.root != repo.resolve()):
         from ..store.workspace import open_workspace
 
