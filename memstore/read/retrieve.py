@@ -288,13 +288,15 @@ def result_json(hit: Hit, sc: Scope, util: tuple[float, float, int],
     return data
 
 
-def add_doubts(results: list[ReadResult], sc: Scope, problem_id: str | None) -> None:
+def add_doubts(results: list[ReadResult], sc: Scope, problem_id: str | None,
+               unverified: Mapping[str, Mapping[str, str]] | None = None) -> None:
     """``doubts`` for each result, once ``stale`` is known (``relations.doubts``, the rule every
-    surface applies); a problem in hand is the problem whose down-votes count."""
+    surface applies); a problem in hand is the problem whose down-votes count; ``unverified``:
+    by id, the ``repo:`` citations no checkout confirmed (``git/stale.check_repo_refs``)."""
     config = config_of(sc)
     for r in results:
         r["doubts"] = relations.doubts(sc.memories[r["id"]], sc.graph, sc.memories, config, stale=r.get("stale"),
-                                       problem=problem_id)
+                                       problem=problem_id, unverified=(unverified or {}).get(r["id"]))
 
 
 # -- the verb ----------------------------------------------------------------------------------------
@@ -430,13 +432,14 @@ def answer_in(sc: Scope, request: dict[str, Any], started: float,
     results = [result_json(by_id[mid], sc, utils[mid], predecessors, attachment(mid, attached, sc.graph))
                for mid in order]
     disputes = relations.disputes(order, sc.graph, sc.memories)
-    from ..git.stale import annotate  # fills "stale" for the returned results only
+    from ..git.stale import annotate, annotate_repo_refs  # fill "stale" for the returned results only
 
     for mid in annotate(sc.stores.get("repo"), results, sc.memories):
         warnings.append(f"{mid} is a committed memory edited in the work tree: this answer shows the edit, which "
                         "`memstore check` and the pre-commit hook refuse (undo it with git restore, or write a "
                         "new memory that supersedes it)")
-    add_doubts(results, sc, problem_id)
+    unverified = annotate_repo_refs(results, sc.memories, sc.checkouts, sc.checkout_cache)
+    add_doubts(results, sc, problem_id, unverified)
     answer: ReadAnswer = {
         "ok": True,
         "guidance": GUIDANCE + (" " + relations.DISPUTE_RULE if disputes else ""),

@@ -313,3 +313,24 @@ def shared_settings(global_store: Path) -> dict[str, list[str]]:
         ok = isinstance(repos, list) and all(isinstance(g, str) for g in repos)
         out[str(name)] = list(repos) if ok and isinstance(repos, list) else []
     return out
+
+
+def repo_checkouts(global_store: Path) -> dict[str, Path]:
+    """``repos:`` of the user's own config.yaml (the global store's; a repo's or a shared store's
+    never counts: both arrive from elsewhere, and this names folders of this machine that reads
+    then run git in): repository name -> the local checkout ``repo:NAME@SHA:path`` evidence is
+    checked against. An entry that is not an absolute path (``~`` expanded) is left out."""
+    try:
+        data = load_config_file(global_store / "config.yaml")
+    except ConfigError:
+        return {}
+    section = data.get("repos")
+    if not isinstance(section, dict):
+        return {}
+    out: dict[str, Path] = {}
+    for name, value in section.items():
+        if isinstance(name, str) and isinstance(value, str) and value.strip():
+            path = Path(value.strip()).expanduser()
+            if path.is_absolute():
+                out[name] = path
+    return out

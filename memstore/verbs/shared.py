@@ -50,8 +50,7 @@ def attach(ws: Workspace, url: str, name: str | None, cwd: Path) -> dict[str, An
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=base))
     try:
         gitops.clone(source, tmp / "store", None, cwd)
-        missing = not any((tmp / "store" / folder).is_dir() for folder in KIND_DIRS.values())
-        if missing or (tmp / "store").is_symlink():
+        if not store_at_root(tmp / "store"):
             raise InvalidRequest(f"{redact_url(url)} is not a memstore store: none of the kind folders "
                                  f"({', '.join(KIND_DIRS.values())}) is at its root", code="not_a_store",
                                  field="url", hint="make one with `memstore --store DIR init`, commit and push it")
@@ -118,6 +117,13 @@ def _set_aside(ws: Workspace, name: str, root: Path) -> tuple[list[dict[str, str
     shown = ws.config.cap("max_listed_invalid", 50)
     invalid = [{"path": cat.store.display_path(p), "error": cat.invalid[p]} for p in sorted(cat.invalid)[:shown]]
     return invalid, len(cat.invalid) + cat.over_cap
+
+
+def store_at_root(root: Path) -> bool:
+    """Whether the repository at ``root`` is a store itself, as a shared store's is: a kind
+    folder at its top (and the top no link)."""
+    return not root.is_symlink() and any(
+        (root / folder).is_dir() and not (root / folder).is_symlink() for folder in KIND_DIRS.values())
 
 
 def _name_from(url: str) -> str:
