@@ -64,7 +64,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # module -> (source file, the fast tests that exercise it, most sensitive first; pytest -k or "")
 MODULES: dict[str, tuple[str, list[str], str]] = {
     "secrets": ("memstore/store/secrets.py", ["tests/test_secrets.py"], ""),
-    "validate": ("memstore/store/validate.py", ["tests/test_write.py", "tests/test_links.py"], ""),
+    # validate: its rules in process first (seconds), then the CLI paths of the same rules
+    "validate": ("memstore/store/validate.py",
+                 ["tests/test_validate_rules.py", "tests/test_write.py", "tests/test_links.py"], ""),
     # check's own tests, then the hook's commit tests (not the install/uninstall ones)
     "check": ("memstore/git/check.py", ["tests/test_check.py", "tests/test_hooks.py"], "check or pre_commit"),
     # the approval gate: proposals of the global store read back as hostile input
