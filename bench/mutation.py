@@ -69,6 +69,10 @@ MODULES: dict[str, tuple[str, list[str], str]] = {
                  ["tests/test_validate_rules.py", "tests/test_write.py", "tests/test_links.py"], ""),
     # check's own tests, then the hook's commit tests (not the install/uninstall ones)
     "check": ("memstore/git/check.py", ["tests/test_check.py", "tests/test_hooks.py"], "check or pre_commit"),
+    # `memstore diff`: its rules in process first, then the CLI paths (check --base, diff, review)
+    "review": ("memstore/git/review.py", ["tests/test_review_rules.py", "tests/test_review.py",
+                                          "tests/test_links.py::test_diff_shows_added_links_with_the_text_they_point_at"],
+               ""),
     # the approval gate: proposals of the global store read back as hostile input
     "pending": ("memstore/verbs/pending.py", ["tests/test_pending.py"], ""),
 }

@@ -10,7 +10,6 @@ read them); each test opens its own workspace on them."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +17,8 @@ from typing import Any
 
 import pytest
 from conftest import git, make_git_repo, store_files, write_req
+from moduleworld import hermetic_env
 
-from memstore import gitops
 from memstore.errors import IntegrityError, MemstoreError, SchemaError, SecretError, SemanticError
 from memstore.store.config import Config
 from memstore.store.model import parse_evidence
@@ -63,20 +62,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     """One repo and one global store, built under the same hermetic settings conftest gives a
     test (the module fixture is set up before the per-test one)."""
     base = tmp_path_factory.mktemp("validate-world")
-    home = base / "home"
-    home.mkdir()
-    with pytest.MonkeyPatch.context() as mp:
-        for name in list(os.environ):
-            if name.startswith(("GIT_", "MEMSTORE_")) or name in ("VISUAL", "EDITOR"):
-                mp.delenv(name, raising=False)
-        (base / "gitconfig").write_text("")
-        for name, value in {"HOME": str(home), "MEMSTORE_HOME": str(home / ".memory"), "MEMSTORE_DAEMON": "0",
-                            "XDG_CONFIG_HOME": str(home / ".config"), "GIT_CONFIG_GLOBAL": str(base / "gitconfig"),
-                            "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "Test Author",
-                            "GIT_AUTHOR_EMAIL": "author@example.com", "GIT_COMMITTER_NAME": "Test Committer",
-                            "GIT_COMMITTER_EMAIL": "committer@example.com"}.items():
-            mp.setenv(name, value)
-        gitops.toplevel.cache_clear()
+    with hermetic_env(base) as env:
         repo = make_git_repo(base / "repo")
         first = git(repo, "rev-parse", "HEAD").strip()
         src = repo / "src"
@@ -95,7 +81,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         ep = repo / ".memory" / "episodes" / "2026-11" / f"{EPISODE}.jsonl"
         ep.parent.mkdir(parents=True)
         ep.write_text(json.dumps({"episode": EPISODE}) + "\n" + json.dumps({"seq": 1, "content": "hi"}) + "\n")
-        env = dict(os.environ)
 
         def put(kind: str, text: str, scope: str = "repo", **links: Any) -> str:
             ws = open_workspace(cwd=repo, env={**env, "MEMSTORE_WRITE_MODE": "autonomous"})
@@ -114,7 +99,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         outside = base / "outside"
         outside.mkdir()
         yield World(repo=repo, env=env, outside=outside, ids=ids, first_sha=first)
-        gitops.toplevel.cache_clear()
 
 
 def _fact(**over: Any) -> dict[str, Any]:
