@@ -96,9 +96,6 @@ EQUIVALENT: dict[str, str] = {
     "check:run_check.flip#26": "the catalog refreshes itself from file stats on its next use; the refresh after "
                                "--fix only does it sooner",
     "validate:check_secrets.dropexit#1": "find_secrets('') is [] anyway",
-    "validate:check_write_semantics.const#1": "the fallback of limits.max_rationale_chars: config defaults always "
-                                              "hold 2000",
-    "validate:check_write_semantics.const#2": "the fallback of limits.max_evidence: config defaults always hold 50",
 }
 
 _FLIP: dict[type, type] = {

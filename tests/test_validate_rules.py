@@ -372,6 +372,8 @@ def test_outside_a_repo_a_global_link_to_a_missing_id_is_unknown(world: World) -
     assert ws.repo is None
     assert resolve_link(ws, world.ids["gpref"], "global", "f", None).id == world.ids["gpref"]
     assert _integrity_error(lambda: resolve_link(ws, "01zzzzzzzz", "global", "f", None))[:2] == ("unknown_link", "f")
+    # a repo memory's link is looked up all the same (the missing repo store is refused later)
+    assert _integrity_error(lambda: resolve_link(ws, "01zzzzzzzz", "repo", "f", None))[:2] == ("unknown_link", "f")
 
 
 def test_a_global_write_linking_a_repo_memory_is_refused_and_nothing_written(world: World) -> None:
