@@ -96,6 +96,8 @@ EQUIVALENT: dict[str, str] = {
     "check:run_check.flip#26": "the catalog refreshes itself from file stats on its next use; the refresh after "
                                "--fix only does it sooner",
     "validate:check_secrets.dropexit#1": "find_secrets('') is [] anyway",
+    "review:branch_diff.const#2": "rel.split('/', 2)[0] is rel.split('/', 1)[0]: the folder before the first "
+                                  "slash either way",
 }
 
 _FLIP: dict[type, type] = {
