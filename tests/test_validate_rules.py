@@ -492,7 +492,8 @@ def test_file_evidence_outside_a_repo_is_refused(world: World) -> None:
 def test_commit_evidence_outside_a_repo_resolves_in_the_global_store(world: World) -> None:
     ws = world.ws_outside()
     home = Path(world.env["MEMSTORE_HOME"])
-    assert _evidence(world, f"commit:{git(home, 'rev-parse', 'HEAD').strip()}", ws=ws, scope="global")
+    ref = f"commit:{git(home, 'rev-parse', 'HEAD').strip()}"
+    assert _evidence(world, ref, ws=ws, scope="global") == [ref]
     repo_head = git(world.repo, "rev-parse", "HEAD").strip()
     assert _evidence_error(world, f"commit:{repo_head}", ws=ws)[:2] == ("evidence_not_found", "ev[1]")
 
