@@ -23,7 +23,7 @@ Equivalent mutants (no behaviour a user could see changes) are listed by id in E
 the reason; a mutant listed there that a test kills counts as killed. Equivalent ones are
 reported apart and left out of the killed share.
 
-Measured (2 shared cores, load 7-16; `--ids` reruns a run's survivors after tests were added):
+Measured (2 shared cores, load 10-16; `--ids` reruns a run's survivors after tests were added):
 
 | module | mutants run | killed | equivalent | survived | killed share |
 |---|---|---|---|---|---|
