@@ -82,6 +82,21 @@ def test_cli_read_over_the_threshold_takes_the_approximate_lane_and_answers_as_f
     assert answered == len(QUERIES) - 1  # the off-topic query is refused by both
 
 
+def test_semantic_hops_over_the_threshold_step_through_the_approximate_lane_as_through_every_row(
+        filled: Path, cli: Callable[..., CliResult]) -> None:
+    hopped = 0
+    for query in QUERIES[:4]:
+        rc, flat, err = cli("read", query, "--semantic-hops", "2", cwd=filled, env=FLAT)
+        assert rc == 0, err
+        rc, approx, err = cli("read", query, "--semantic-hops", "2", cwd=filled, env=APPROX)
+        assert rc == 0, err
+        assert answer(approx) == answer(flat), query
+        hopped += any(why.startswith("assoc:") for r in flat["results"] for why in r["reasons"])
+        # the pool's search, then one per hop taken (three seeds, two hops at most)
+        assert 1 < approx["stats"]["approximate"]["searches"] <= 7 and not approx["stats"]["approximate"]["flat"]
+    assert hopped  # the hops do reach memories here
+
+
 def test_a_filter_that_leaves_few_candidates_in_scope_widens_them(filled: Path,
                                                                  cli: Callable[..., CliResult]) -> None:
     """Twelve preferences among 48 memories: of the inverted file's first 20 candidates too few

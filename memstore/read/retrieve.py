@@ -383,7 +383,9 @@ def answer_in(sc: Scope, request: dict[str, Any], started: float,
         salient=ranking.salient_terms(query), doc_freq=doc_freq_fn(sc),
         params=rp, mode=mode, limit=limit, ids=rows.ids, offsets=row_offsets(rows, rp),
         exclude=rows.excluded if rows.excluded is not None else (),
-        near=None if waiting else kept_neighbours(sc, rows, rp), unembedded=unembedded,
+        # The approximate lane answers the hops too: no kept lists (each new row costs them a
+        # pass over every row).
+        near=None if waiting or approx is not None else kept_neighbours(sc, rows, rp), unembedded=unembedded,
         prose=ranking.prose_query(query), trace=trace, nearest=approx,
     )
     hits = {rows.ids[r.index]: Hit(sc.memories[rows.ids[r.index]], r.score, list(r.reasons),
