@@ -506,6 +506,8 @@ def daemon_runs(root: Path, reps: int, n: int) -> dict[str, Any]:
             "MEMSTORE_CODE_VERSION": client.code_version(),
         }
     )
+    if "MEMSTORE_APPROX_ROWS" in os.environ:  # a run that sets the approximate threshold sets the daemon's
+        env["MEMSTORE_APPROX_ROWS"] = os.environ["MEMSTORE_APPROX_ROWS"]
     os.environ["MEMSTORE_CODE_VERSION"] = env["MEMSTORE_CODE_VERSION"]
     out: dict[str, Any] = {}
     log = open(rdir / "serve.out", "ab")  # noqa: SIM115

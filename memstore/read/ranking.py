@@ -465,8 +465,9 @@ HOP_CANDIDATES = 8  # the approximate lane's first candidates for a hop (as many
 def _approximate_hop(nearest: Nearest) -> Callable[..., tuple[int, float] | None]:
     """``_hop`` from the approximate lane's candidates for the row's own vector, scored exactly:
     the best one neither visited nor masked is the hop when no row the search did not choose can
-    be closer (it is at least as close as the least close chosen one, ``approximate_sims``), or
-    when even that one is under the bar; otherwise the candidates are widened."""
+    be closer (such a row is taken to be no closer than the least close chosen one, as in
+    ``approximate_sims``), or when even that one is under the bar; otherwise the candidates are
+    widened."""
 
     def step(cur: int, matrix: np.ndarray, bar: float, visited: Collection[int],
              mask: np.ndarray | None) -> tuple[int, float] | None:
