@@ -7,6 +7,7 @@ a row the first candidates do not hold above the closest ones."""
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,8 @@ TROUBLES = ["times out connecting to the primary database", "leaks file descript
             "crashes on a malformed UTF-8 byte", "retries forever after a 429 from the upstream API",
             "reads stale settings after a deploy", "deadlocks when two requests update the same row"]
 QUERIES = ["database connection timeout", "file descriptors leak in the websocket hub",
-           "what do we prefer for the PDF renderer", "stale config after deploying the scheduler",
+           "structured JSON logs with request ids", "what do we prefer for the PDF renderer",
+           "stale config after deploying the scheduler",
            "kubernetes pod eviction"]  # the last one: nothing in the store is about it
 # Candidates are asked for twice the semantic pool: a pool of 10 makes the inverted file choose
 # 20 of the 48 memories, so the approximate path is the one a read takes.
@@ -37,7 +39,8 @@ APPROX, FLAT = {"MEMSTORE_APPROX_ROWS": "1"}, {"MEMSTORE_APPROX_ROWS": "100000"}
 
 
 def fill(repo: Path, env: dict[str, str] | None = None) -> dict[str, str]:
-    """48 memories (facts, problems, preferences) through the library's write; text -> id."""
+    """48 memories (facts, problems, preferences) in the repo store and one in the global store,
+    through the library's write; text -> id."""
     ws = open_workspace(cwd=repo, env=env)
     kinds = ["fact", "problem", "preference", "fact"]
     out = {}
@@ -47,6 +50,14 @@ def fill(repo: Path, env: dict[str, str] | None = None) -> dict[str, str]:
                 else f"The {comp} {trouble}")
         memory = {"kind": kind, "scope": "repo", "text": text, "evidence_refs": ["user:seen"]}
         out[text] = api.write(ws, {"op": "write", "memory": memory, "allow_duplicate": True})["id"]
+    # And one in the global store, written by hand (an agent's global write waits for review):
+    # its row joins the repo's, scored whole (fewer rows than the candidates asked for), beside
+    # the repo store's inverted file.
+    home = Path((env or os.environ)["MEMSTORE_HOME"])
+    (home / "preferences").mkdir(parents=True, exist_ok=True)
+    (home / "preferences" / "json-logs.md").write_text(
+        "---\nkind: preference\n---\nI prefer structured JSON logs with a request id on every line\n",
+        encoding="utf-8")
     with (repo / ".memory" / "config.yaml").open("a", encoding="utf-8") as fh:
         fh.write(SETTINGS)
     return out
@@ -79,13 +90,15 @@ def test_cli_read_over_the_threshold_takes_the_approximate_lane_and_answers_as_f
         assert answer(approx) == answer(flat), query
         assert approx["stats"]["approximate"] == {"searches": 1, "flat": 0}, query
         answered += bool(flat["results"])
+        if "logs" in query:  # the global store's memory, found beside the repo's candidates
+            assert [r["scope"] for r in approx["results"]][:1] == ["global"]
     assert answered == len(QUERIES) - 1  # the off-topic query is refused by both
 
 
 def test_semantic_hops_over_the_threshold_step_through_the_approximate_lane_as_through_every_row(
         filled: Path, cli: Callable[..., CliResult]) -> None:
     hopped = 0
-    for query in QUERIES[:4]:
+    for query in QUERIES[:5]:
         rc, flat, err = cli("read", query, "--semantic-hops", "2", cwd=filled, env=FLAT)
         assert rc == 0, err
         rc, approx, err = cli("read", query, "--semantic-hops", "2", cwd=filled, env=APPROX)
@@ -136,7 +149,7 @@ def test_the_daemon_reads_through_the_approximate_lane_as_the_flat_pass_does(tmp
             repo = life.make_repo("repo")
             fill(repo, life.env())
         proc = life.start("--idle", "600")
-        for query in QUERIES[:3]:
+        for query in QUERIES[:4]:
             served = life.forward("read", repo, request={"query": query})["answer"]
             rc, flat, err = life.cli("read", query, cwd=repo, MEMSTORE_DAEMON="0", **FLAT)
             assert rc == 0, err
