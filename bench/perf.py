@@ -26,6 +26,8 @@ The machine's load average is printed with the results: on a shared 2-core box i
                                                # one store of the same memories, library and daemon
     python bench/perf.py noisy --sizes 100000  # store-100000-noisy: vectors without the model
     python bench/perf.py profile --sizes 100000 --store bench/.cache/perf/store-100000-noisy
+    python bench/perf.py store --store bench/.cache/perf/store-100000-noisy   # warm, daemon, RSS
+    python bench/perf.py grow --store bench/.cache/perf/store-100000-noisy --sizes 1000000
 
 ``cold`` commits each generated store as ``.memory/`` of a git repo (kept under
 ``bench/.cache/perf/``), starts a daemon (model loaded, as on a machine that used memstore
@@ -506,6 +508,8 @@ def daemon_runs(root: Path, reps: int, n: int) -> dict[str, Any]:
             "MEMSTORE_CODE_VERSION": client.code_version(),
         }
     )
+    if "MEMSTORE_APPROX_ROWS" in os.environ:  # a run that sets the approximate threshold sets the daemon's
+        env["MEMSTORE_APPROX_ROWS"] = os.environ["MEMSTORE_APPROX_ROWS"]
     os.environ["MEMSTORE_CODE_VERSION"] = env["MEMSTORE_CODE_VERSION"]
     out: dict[str, Any] = {}
     log = open(rdir / "serve.out", "ab")  # noqa: SIM115
@@ -1131,7 +1135,146 @@ def shared_main(argv: list[str]) -> int:
     return 0
 
 
+def store_main(argv: list[str]) -> int:
+    """The warm measures of the main run on an indexed store made elsewhere (``perf.py noisy``'s
+    100k, whose vectors need no model): warm library reads (BLAS on one thread, as the daemon
+    runs them) with the vector lane each took, the raw index searches beside them (the store's
+    approximate or flat nearest-50 search, Whoosh, the query's encoding), ``python -c pass``,
+    and through a daemon: CLI reads, writes, change -> visible and its RSS."""
+    from threadpoolctl import threadpool_limits
+
+    from memstore.read import retrieve
+
+    ap = argparse.ArgumentParser(prog="perf.py store", description=store_main.__doc__)
+    ap.add_argument("--store", type=Path, required=True, help="an indexed store (its .index/ is kept)")
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--json-out", type=Path)
+    a = ap.parse_args(argv)
+    import compileall
+
+    compileall.compile_dir(str(Path(client.__file__).parent), quiet=1)
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    root = a.store.resolve()
+    with threadpool_limits(1, user_api="blas"):
+        lib, ws = library_reads(root, a.reps)
+        row: dict[str, Any] = {"store": root.name, "n": len(ws.catalog("repo").memories)}
+        row["lib_read_p50_ms"], row["lib_read_p95_ms"] = ms(pct(lib["watched"], 50)), ms(pct(lib["watched"], 95))
+        lanes = [retrieve.read(ws, {"query": q}, log_episode=False)["stats"].get("approximate") for q in QUERIES]
+        row["approximate_reads"] = sum(1 for s in lanes if s and s["searches"] and not s["flat"])
+        row["flat_reads"] = len(lanes) - row["approximate_reads"]
+        row.update(floor(ws, a.reps))
+    row["raw_searches_p50_ms"] = round(row["faiss_p50_ms"] + row["whoosh_p50_ms"] + row["encode_p50_ms"], 1)
+    del ws
+    d = daemon_runs(root, a.reps, row["n"])
+    for key in ("cli_read_daemon", "write_socket", "write_cli"):
+        row[f"{key}_p50_ms"], row[f"{key}_p95_ms"] = ms(pct(d[key], 50)), ms(pct(d[key], 95))
+    row["visible_p50_ms"], row["visible_max_ms"] = ms(pct(d["visible"], 50)), ms(max(d["visible"]))
+    row["daemon_peak_rss_mb"], row["daemon_rss_mb"] = d["daemon_peak_rss_mb"], d["daemon_rss_mb"]
+    start = row["python_start_p50_ms"]
+    row["cli_read_over_start_p50_ms"] = round(row["cli_read_daemon_p50_ms"] - start, 1)
+    row["cli_read_over_start_p95_ms"] = round(row["cli_read_daemon_p95_ms"] - start, 1)
+    row["lib_read_over_raw"] = round(row["lib_read_p50_ms"] / row["raw_searches_p50_ms"], 2)
+    print("| measure | value |\n|---|---|")
+    for key, value in row.items():
+        print(f"| {key} | {value} |")
+    summary = {"load_avg": os.getloadavg()[0], "cpus": os.cpu_count(), "row": row}
+    if a.json_out:
+        a.json_out.write_text(json.dumps(summary, indent=2))
+    print(json.dumps(summary, separators=(",", ":")))
+    return 0
+
+
+def grow_main(argv: list[str]) -> int:
+    """A warm read's ranking at sizes no generated store reaches (1M memories: 100 minutes of
+    writing files): rows drawn around an indexed store's (a row plus noise, renormalised, as
+    ``noisy`` does), the store's kinds sampled for them, in a ``VectorIndex`` with the threshold
+    of the setting; per size the add and training seconds, the RSS they added, and
+    ``ranking.rank`` for each query (approximate lane, and a few flat passes beside it), BLAS
+    on one thread. The keyword lane is not simulated: it is the store's own Whoosh search,
+    timed by ``store``. The same is timed on the store's own rows, so a read at size n is that
+    store's library read plus the difference."""
+    import numpy as np
+    from threadpoolctl import threadpool_limits
+
+    from memstore.index.embedder import get_embedder
+    from memstore.index.vectors import VectorIndex
+    from memstore.read import ranking, retrieve
+    from memstore.read.rowspace import Nearest
+    from memstore.read.tuning import params_from_config
+    from memstore.store.workspace import open_workspace
+
+    ap = argparse.ArgumentParser(prog="perf.py grow", description=grow_main.__doc__)
+    ap.add_argument("--store", type=Path, required=True, help="an indexed store (perf.py noisy's 100k)")
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1_000_000])
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--flat-reps", type=int, default=5)
+    a = ap.parse_args(argv)
+    root = a.store.resolve()
+    ws = open_workspace(cwd=root, env={"MEMSTORE_STORE": str(root), "MEMSTORE_HOME": str(CACHE / "global"),
+                                       "MEMSTORE_DAEMON": "0"})
+    params = params_from_config(ws.config).ranking
+    retrieve.read(ws, {"query": "warm up"}, log_episode=False)  # loads the store's indexes
+    vecs = ws.indexes["repo"].vectors
+    assert vecs is not None and len(vecs)
+    memories = ws.catalog("repo").memories
+    base = vecs.matrix().copy()
+    base_kinds = [memories[m].kind if m in memories else "fact" for m in vecs.row_ids()]
+    qvecs = get_embedder().encode(QUERIES)
+    table = {k: params.kind_offset.get(k, 0.0) for k in set(base_kinds)}
+    rng = np.random.default_rng(1)
+
+    def rss() -> float:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    def timed(vi: VectorIndex, kinds: list[str], lane: Nearest | None, reps: int) -> list[float]:
+        offsets = np.array([table[k] for k in kinds], dtype=np.float32)
+        out = []
+        for i in range(reps):
+            t0 = time.perf_counter()
+            ranking.rank(qvecs[i % len(qvecs)], vi.matrix(), [], kinds, params=params, offsets=offsets,
+                         nearest=lane)
+            out.append(time.perf_counter() - t0)
+        return out
+
+    with threadpool_limits(1, user_api="blas"):
+        for n in [len(base), *a.sizes]:
+            before = rss()
+            if n == len(base):
+                x, kinds = base, base_kinds
+            else:
+                pick = rng.integers(0, len(base), n)
+                x = base[pick] + rng.normal(0, 0.3 / np.sqrt(base.shape[1]), (n, base.shape[1])).astype(np.float32)
+                x /= np.linalg.norm(x, axis=1, keepdims=True)
+                kinds = [base_kinds[i] for i in pick]
+            vi = VectorIndex(base.shape[1])
+            t0 = time.perf_counter()
+            vi.add([f"r{i}" for i in range(n)], x)
+            added = time.perf_counter() - t0
+            del x
+            t0 = time.perf_counter()
+            lane = Nearest([vi], (n,)) if vi.approximate() else None
+            if lane is not None:
+                vi.approx()
+            trained = time.perf_counter() - t0
+            grown = rss() - before
+            approx = timed(vi, kinds, lane, a.reps)
+            flat = timed(vi, kinds, None, a.flat_reps)
+            row = {"n": n, "add_s": round(added, 1), "train_s": round(trained, 1), "rss_added_mb": round(grown),
+                   "rank_p50_ms": ms(pct(approx, 50)), "rank_p95_ms": ms(pct(approx, 95)),
+                   "rank_flat_p50_ms": ms(pct(flat, 50)),
+                   "searches_per_rank": round(lane.searches / a.reps, 2) if lane else 0,
+                   "flat_fallbacks": lane.whole if lane else 0, "load": round(os.getloadavg()[0], 1)}
+            print(json.dumps(row), flush=True)
+            del vi, lane
+    return 0
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["store"]:
+        return store_main(sys.argv[2:])
+    if sys.argv[1:2] == ["grow"]:
+        return grow_main(sys.argv[2:])
     if sys.argv[1:2] == ["noisy"]:
         return noisy_main(sys.argv[2:])
     if sys.argv[1:2] == ["cold"]:
