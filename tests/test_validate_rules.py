@@ -136,7 +136,7 @@ def test_a_field_with_two_problems_is_named_once() -> None:
 
 
 BAD_FIVE = {"kind": "idea", "scope": "team", "text": "", "evidence_refs": "user:x", "tags": 3}
-SCOPE = 'memory.scope: must be one of "repo", "global"; got "team"'
+SCOPE = 'memory.scope: must be "repo", "global" or "shared:NAME" (NAME an attached shared store); got "team"'
 KIND = ('memory.kind: must be one of "problem", "solution", "failed_tactic", "fact", "preference", "change"; '
         'got "idea"')
 
