@@ -224,3 +224,40 @@ def test_a_bad_worker_count_is_warned_about_and_embedding_goes_on(tmp_path: Path
         assert len(_cache(repo)) == 100
     finally:
         world.cleanup()
+
+
+def test_background_vectors_are_each_memorys_own_text_alone(tmp_path: Path) -> None:
+    """What the daemon's background embedding saves, through the worker processes (several
+    requests in flight each), row by row: the vector filed under each memory's id is the
+    encoder's own vector for that memory's text encoded alone. A read meanwhile is answered."""
+    from memstore.index.embedder import Embedder
+    from memstore.read.indexes import store_index
+    from memstore.read.tuning import params_from_config
+
+    world = Env(tmp_path / "rows")
+    with world.environ():
+        origin = _origin(world.base, N)
+    repo = clone(origin, "clone")
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        proc, _ = _start(world, "2", procs)
+        assert _first_read(world, repo).get("partial"), "the first read should answer before every vector exists"
+        rc, during, err = world.cli("read", QUERY, cwd=repo)
+        assert rc == 0 and during["results"], err
+        assert _poll(lambda: _all_embedded(world, repo), timeout=300, every=0.5), world.log()
+        world.stop()  # saves the index on the way out
+        proc.wait(timeout=60)
+    finally:
+        _end(world, procs)
+    with world.environ():
+        ws = open_workspace(cwd=repo)
+        texts = {m.id: m.text for m in ws.catalog("repo").memories.values()}
+        files = store_index(ws, "repo", params_from_config(ws.config)).files
+        meta = files.read_meta()
+        assert meta is not None
+        saved, _ = files.saved_vectors(meta, 384)
+        ids, rows = saved.row_ids(), saved.matrix()
+        assert sorted(ids) == sorted(texts) and len(ids) == N
+        own = Embedder(workers=0).encode([texts[mid] for mid in ids])  # one text a run: each its own
+        assert np.allclose(rows, own, atol=1e-6), np.abs(rows - own).max()
+
