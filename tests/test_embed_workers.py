@@ -261,3 +261,22 @@ def test_background_vectors_are_each_memorys_own_text_alone(tmp_path: Path) -> N
         own = Embedder(workers=0).encode([texts[mid] for mid in ids])  # one text a run: each its own
         assert np.allclose(rows, own, atol=1e-6), np.abs(rows - own).max()
 
+
+def test_the_first_read_of_a_backlog_starts_the_workers_before_it_answers(tmp_path: Path) -> None:
+    """A read that leaves a large backlog to the daemon starts the worker processes while it
+    runs: they load the model meanwhile, so the background embedding finds them ready."""
+    world = Env(tmp_path / "early")
+    with world.environ():
+        origin = _origin(world.base, N)
+    repo = clone(origin, "clone")
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        _start(world, "2", procs)
+        assert _first_read(world, repo).get("partial")
+        assert _poll(lambda: _all_embedded(world, repo), timeout=300, every=0.5), world.log()
+        log = world.log()
+        started = log.index("embedding in 2 worker processes")
+        behind = log.index("embedding the waiting memories in the background")
+        assert started < behind, log
+    finally:
+        _end(world, procs)

@@ -348,7 +348,7 @@ class StoreIndex:
             try:
                 vecs, done = self.embedding.embed([vec[m] or "" for m in upsert], [mems[m].text for m in upsert],
                                                   budget, with_vector=len(mems) - len(upsert), probe=probe,
-                                                  report=self.progress)
+                                                  report=self.progress, long_lived=self.defer_saves)
             except EmbedderUnavailable as exc:
                 self.semantic_error = str(exc)
             else:
