@@ -741,7 +741,7 @@ def first_read_once(origin: Path, workers: int) -> float:
 
 
 def cold_run(n: int, reps: int, workers: int, corpus: str = "templates", firsts: int = 1,
-             firsts_only: bool = False, embed_only: bool = False) -> dict[str, Any]:
+             firsts_only: bool = False, embed_only: bool = False, read_every: float = 1.0) -> dict[str, Any]:
     origin = git_origin(n, corpus)
     row: dict[str, Any] = {"n": n, "corpus": corpus, "workers": workers}
     if firsts > 1 or firsts_only:
@@ -766,8 +766,9 @@ def cold_run(n: int, reps: int, workers: int, corpus: str = "templates", firsts:
         row["first_read_partial"] = first.get("partial")
         row["first_read_results"] = len(first["results"])
         during: list[float] = []
-        seconds_done = wait_all_vectors(env, t0, reads=(clone, during))
-        row["read_while_embedding_p50_ms"] = ms(pct(during, 50))
+        seconds_done = wait_all_vectors(env, t0, reads=(clone, during) if read_every else None, every=read_every)
+        row["read_every_s"] = read_every
+        row["read_while_embedding_p50_ms"] = ms(pct(during, 50)) if during else None
         row["read_while_embedding_max_ms"] = ms(max(during, default=float("nan")))
         row["all_vectors_s"] = round(seconds_done, 1) if seconds_done is not None else None
         row["embed_rate_per_s"] = round(n / seconds_done) if seconds_done else None
@@ -801,13 +802,14 @@ def cold_run(n: int, reps: int, workers: int, corpus: str = "templates", firsts:
     return row
 
 
-def wait_all_vectors(env: dict[str, str], t0: float, reads: tuple[Path, list[float]] | None = None) -> float | None:
+def wait_all_vectors(env: dict[str, str], t0: float, reads: tuple[Path, list[float]] | None = None,
+                     every: float = 1.0) -> float | None:
     """Seconds from ``t0`` until ``daemon status`` shows every store's memories with a vector;
-    with ``reads`` (a clone, a list), a CLI read in the clone about every second meanwhile,
+    with ``reads`` (a clone, a list), a CLI read in the clone every ``every`` seconds meanwhile,
     its seconds appended to the list."""
     last_read = time.perf_counter()
     while time.perf_counter() - t0 < 3600:
-        if reads is not None and time.perf_counter() - last_read >= 1.0:
+        if reads is not None and time.perf_counter() - last_read >= every:
             reads[1].append(timed_cli(["read", *QUERIES[len(reads[1]) % len(QUERIES)].split()], env, reads[0])[0])
             last_read = time.perf_counter()
         try:
@@ -861,6 +863,8 @@ def cold_main(argv: list[str]) -> int:
                     help="time the first read in this many fresh clones (each with its own daemon) and "
                          "report their p50 beside the full run's single first read")
     ap.add_argument("--firsts-only", action="store_true", help="only the --firsts first reads")
+    ap.add_argument("--read-every", type=float, default=1.0,
+                    help="seconds between the CLI reads made while the daemon embeds (0: none, only the first)")
     ap.add_argument("--embed-only", action="store_true",
                     help="only the background embedding of the clone against the encoder pool alone "
                          "(no warm reads, no run without a daemon)")
@@ -874,7 +878,7 @@ def cold_main(argv: list[str]) -> int:
     rows = []
     for n in a.sizes:
         for workers in a.workers:
-            row = cold_run(n, a.reps, workers, a.corpus, a.firsts, a.firsts_only, a.embed_only)
+            row = cold_run(n, a.reps, workers, a.corpus, a.firsts, a.firsts_only, a.embed_only, a.read_every)
             rows.append(row)
             print(f"# {json.dumps(row)}", file=sys.stderr, flush=True)
     cols = [("n", "memories"), ("corpus", "corpus"), ("workers", "workers"), ("clone_s", "git clone s"),
