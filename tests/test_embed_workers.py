@@ -280,3 +280,33 @@ def test_the_first_read_of_a_backlog_starts_the_workers_before_it_answers(tmp_pa
         assert started < behind, log
     finally:
         _end(world, procs)
+
+
+
+def test_a_keyword_index_rebuilt_mid_embedding_leaves_no_memory_without_a_vector(tmp_path: Path) -> None:
+    """The keyword index deleted while the daemon embeds a clone (a person's `rm -rf`, or a
+    build's folder set aside): the next read rebuilds it, and the daemon goes on embedding until
+    every memory has its vector, instead of stopping with memories left waiting for good."""
+    import shutil
+
+    world = Env(tmp_path / "heal")
+    n = 2000
+    with world.environ():
+        origin = _origin(world.base, n)
+    repo = clone(origin, "clone")
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        _start(world, "2", procs)
+        _first_read(world, repo)
+        assert _poll(lambda: f"keyword index of {n} memories built" in world.log(), timeout=120), world.log()
+        stores = _stores(world, repo)
+        assert stores[0]["embedding"] and stores[0]["embedded"] < n, "the embedding ended first: nothing was shown"
+        shutil.rmtree(repo / ".memory" / ".index" / "keyword")
+        rc, _, err = world.cli("read", QUERY, cwd=repo)
+        assert rc == 0, err
+        assert "keyword index" in world.log().split("built in", 1)[-1], world.log()
+        assert _poll(lambda: not _stores(world, repo)[0]["embedding"], timeout=300, every=0.5), world.log()
+        stores = _stores(world, repo)
+        assert stores[0]["embedded"] == stores[0]["total"] == n, (stores, world.log())
+    finally:
+        _end(world, procs)

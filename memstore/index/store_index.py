@@ -169,10 +169,14 @@ class StoreIndex:
         else:
             self._fault("keyword index", exc)
         with self.files.lock():
+            # Only the keyword side is rebuilt: the memories still waiting for a vector (the
+            # daemon embedding a clone behind its reads) wait on, or they would never get one.
+            pending = self.pending
             self.keyword.reset()
             self.state.kw_manifest = {}
             kw, _ = self._plan(None)
             self._sync(kw, {})
+            self.pending = pending
             self._changed_on_disk()
 
     def _keyword_to_disk(self) -> None:
