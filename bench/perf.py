@@ -42,6 +42,7 @@ the worst). ``--workers`` runs it all once per ``MEMSTORE_EMBED_WORKERS`` value 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -675,6 +676,34 @@ def encode_rate(origin: Path, workers: int, count: int = 1000) -> float:
     return rate
 
 
+def store_texts(origin: Path) -> list[str]:
+    """Every memory's text in the origin's store, once each: what the daemon's background
+    embedding of a clone sends to the encoder (text keys the embedding cache lacks)."""
+    from memstore.store.config import Config
+    from memstore.store.disk import Store
+
+    store = Store(root=origin / ".memory", scope="repo", config=Config(), worktree=None)
+    return list(dict.fromkeys(store.load_memory(rel).text for rel, _ in store.memory_files()))
+
+
+def pool_alone_s(texts: list[str], workers: int) -> float:
+    """Seconds the encoder pool takes for ``texts`` alone (the embedder's ``encode_parts``, as
+    the daemon calls it, with ``workers`` worker processes; 1: in-process), encoding only: the
+    model loaded and the workers started first, untimed. The floor of the whole background
+    embedding of a clone, which encodes these same texts."""
+    from memstore.index.embedder import POOL_START_TEXTS, Embedder
+
+    emb = Embedder(workers=workers)
+    for _ in emb.encode_parts(texts[:POOL_START_TEXTS]):
+        pass
+    t0 = time.perf_counter()
+    for _ in emb.encode_parts(texts):
+        pass
+    took = time.perf_counter() - t0
+    emb.close()
+    return took
+
+
 def cold_env(work: Path, workers: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
     env.update({"MEMSTORE_HOME": str(work / "global"), "MEMSTORE_RUNTIME_DIR": str(work / "run"),
@@ -718,7 +747,7 @@ def first_read_once(origin: Path, workers: int) -> float:
 
 
 def cold_run(n: int, reps: int, workers: int, corpus: str = "templates", firsts: int = 1,
-             firsts_only: bool = False) -> dict[str, Any]:
+             firsts_only: bool = False, embed_only: bool = False, read_every: float = 1.0) -> dict[str, Any]:
     origin = git_origin(n, corpus)
     row: dict[str, Any] = {"n": n, "corpus": corpus, "workers": workers}
     if firsts > 1 or firsts_only:
@@ -727,6 +756,7 @@ def cold_run(n: int, reps: int, workers: int, corpus: str = "templates", firsts:
         row["first_read_p50_ms"] = ms(pct(times, 50))
         if firsts_only:
             return row
+    row["load_avg_1m_start"] = round(os.getloadavg()[0], 2)
     work = Path(tempfile.mkdtemp(prefix=f"mscold-{n}-", dir="/tmp"))
     env = cold_env(work, workers)
     proc = start_daemon(work, env)
@@ -742,34 +772,50 @@ def cold_run(n: int, reps: int, workers: int, corpus: str = "templates", firsts:
         row["first_read_partial"] = first.get("partial")
         row["first_read_results"] = len(first["results"])
         during: list[float] = []
-        seconds_done = wait_all_vectors(env, t0, reads=(clone, during))
-        row["read_while_embedding_p50_ms"] = ms(pct(during, 50))
+        seconds_done = wait_all_vectors(env, t0, reads=(clone, during) if read_every else None, every=read_every)
+        row["read_every_s"] = read_every
+        row["read_while_embedding_p50_ms"] = ms(pct(during, 50)) if during else None
         row["read_while_embedding_max_ms"] = ms(max(during, default=float("nan")))
         row["all_vectors_s"] = round(seconds_done, 1) if seconds_done is not None else None
         row["embed_rate_per_s"] = round(n / seconds_done) if seconds_done else None
         row["daemon_peak_rss_mb"] = client.status(env=env).get("peak_rss_mb")
-        warm = [timed_cli(["read", *QUERIES[i % len(QUERIES)].split()], env, clone)[0] for i in range(reps)]
-        last = json.loads(timed_cli(["read", *QUERIES[0].split()], env, clone)[1])
-        row["after_partial"] = last.get("partial")
-        row["warm_read_p50_ms"] = ms(pct(warm, 50))
-        row["warm_read_p95_ms"] = ms(pct(warm, 95))
-        row["python_start_p50_ms"] = ms(pct(python_start(), 50))
+        if not embed_only:
+            warm = [timed_cli(["read", *QUERIES[i % len(QUERIES)].split()], env, clone)[0] for i in range(reps)]
+            last = json.loads(timed_cli(["read", *QUERIES[0].split()], env, clone)[1])
+            row["after_partial"] = last.get("partial")
+            row["warm_read_p50_ms"] = ms(pct(warm, 50))
+            row["warm_read_p95_ms"] = ms(pct(warm, 95))
+            row["python_start_p50_ms"] = ms(pct(python_start(), 50))
     finally:
         stop_daemon(proc, env)
+        # The daemon's log (how long its background embedding took, and where) outlives the run.
+        with contextlib.suppress(OSError):
+            shutil.copy(work / "run" / "daemon.log", CACHE / f"daemon-{_corpus_name(n, corpus)}-w{workers}.log")
+            shutil.copy(work / "serve.out", CACHE / f"serve-{_corpus_name(n, corpus)}-w{workers}.log")
         shutil.rmtree(work, ignore_errors=True)
+    # With the daemon gone, nothing else embeds: the same texts through the same pool, encoding
+    # only, right after the whole (both move with the machine's load).
+    texts = store_texts(origin)
+    row["texts"] = len(texts)
+    row["pool_alone_s"] = round(pool_alone_s(texts, workers), 1)
+    if row.get("all_vectors_s"):
+        row["whole_over_pool"] = round(row["all_vectors_s"] / row["pool_alone_s"], 2)
+    row["load_avg_1m"] = round(os.getloadavg()[0], 2)
+    if embed_only:
+        return row
     row.update(cold_without_daemon(n, origin, env["MEMSTORE_EMBED_WORKERS"]))
-    # With the daemon gone: nothing else embeds.
     row["encoder_alone_per_s"] = round(encode_rate(origin, workers))
     return row
 
 
-def wait_all_vectors(env: dict[str, str], t0: float, reads: tuple[Path, list[float]] | None = None) -> float | None:
+def wait_all_vectors(env: dict[str, str], t0: float, reads: tuple[Path, list[float]] | None = None,
+                     every: float = 1.0) -> float | None:
     """Seconds from ``t0`` until ``daemon status`` shows every store's memories with a vector;
-    with ``reads`` (a clone, a list), a CLI read in the clone about every second meanwhile,
+    with ``reads`` (a clone, a list), a CLI read in the clone every ``every`` seconds meanwhile,
     its seconds appended to the list."""
     last_read = time.perf_counter()
     while time.perf_counter() - t0 < 3600:
-        if reads is not None and time.perf_counter() - last_read >= 1.0:
+        if reads is not None and time.perf_counter() - last_read >= every:
             reads[1].append(timed_cli(["read", *QUERIES[len(reads[1]) % len(QUERIES)].split()], env, reads[0])[0])
             last_read = time.perf_counter()
         try:
@@ -823,6 +869,11 @@ def cold_main(argv: list[str]) -> int:
                     help="time the first read in this many fresh clones (each with its own daemon) and "
                          "report their p50 beside the full run's single first read")
     ap.add_argument("--firsts-only", action="store_true", help="only the --firsts first reads")
+    ap.add_argument("--read-every", type=float, default=1.0,
+                    help="seconds between the CLI reads made while the daemon embeds (0: none, only the first)")
+    ap.add_argument("--embed-only", action="store_true",
+                    help="only the background embedding of the clone against the encoder pool alone "
+                         "(no warm reads, no run without a daemon)")
     a = ap.parse_args(argv)
     EVAL_DIR[0] = a.eval_dir
     import compileall  # as main() does: measure an installed package, not bytecode compiling
@@ -833,13 +884,14 @@ def cold_main(argv: list[str]) -> int:
     rows = []
     for n in a.sizes:
         for workers in a.workers:
-            row = cold_run(n, a.reps, workers, a.corpus, a.firsts, a.firsts_only)
+            row = cold_run(n, a.reps, workers, a.corpus, a.firsts, a.firsts_only, a.embed_only, a.read_every)
             rows.append(row)
             print(f"# {json.dumps(row)}", file=sys.stderr, flush=True)
     cols = [("n", "memories"), ("corpus", "corpus"), ("workers", "workers"), ("clone_s", "git clone s"),
             ("first_read_ms", "first read ms"), ("first_read_p50_ms", f"first read p50 of {a.firsts} ms"),
             ("first_read_partial", "first read partial"), ("all_vectors_s", "all vectors s"),
-            ("embed_rate_per_s", "memories/s"), ("encoder_alone_per_s", "floor: encoder alone texts/s"),
+            ("embed_rate_per_s", "memories/s"), ("pool_alone_s", "floor: pool alone, same texts s"),
+            ("whole_over_pool", "whole / pool alone"), ("encoder_alone_per_s", "floor: encoder alone texts/s"),
             ("daemon_peak_rss_mb", "daemon peak RSS MB"),
             ("no_daemon_first_read_ms", "no daemon: first read ms"), ("no_daemon_first_read_partial", "partial"),
             ("no_daemon_all_vectors_s", "all vectors s"),

@@ -224,3 +224,89 @@ def test_a_bad_worker_count_is_warned_about_and_embedding_goes_on(tmp_path: Path
         assert len(_cache(repo)) == 100
     finally:
         world.cleanup()
+
+
+def test_background_vectors_are_each_memorys_own_text_alone(tmp_path: Path) -> None:
+    """What the daemon's background embedding saves, through the worker processes (several
+    requests in flight each), row by row: the vector filed under each memory's id is the
+    encoder's own vector for that memory's text encoded alone. A read meanwhile is answered."""
+    from memstore.index.embedder import Embedder
+    from memstore.read.indexes import store_index
+    from memstore.read.tuning import params_from_config
+
+    world = Env(tmp_path / "rows")
+    with world.environ():
+        origin = _origin(world.base, N)
+    repo = clone(origin, "clone")
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        proc, _ = _start(world, "2", procs)
+        assert _first_read(world, repo).get("partial"), "the first read should answer before every vector exists"
+        rc, during, err = world.cli("read", QUERY, cwd=repo)
+        assert rc == 0 and during["results"], err
+        assert _poll(lambda: _all_embedded(world, repo), timeout=300, every=0.5), world.log()
+        world.stop()  # saves the index on the way out
+        proc.wait(timeout=60)
+    finally:
+        _end(world, procs)
+    with world.environ():
+        ws = open_workspace(cwd=repo)
+        texts = {m.id: m.text for m in ws.catalog("repo").memories.values()}
+        files = store_index(ws, "repo", params_from_config(ws.config)).files
+        meta = files.read_meta()
+        assert meta is not None
+        saved, _ = files.saved_vectors(meta, 384)
+        ids, rows = saved.row_ids(), saved.matrix()
+        assert sorted(ids) == sorted(texts) and len(ids) == N
+        own = Embedder(workers=0).encode([texts[mid] for mid in ids])  # one text a run: each its own
+        assert np.allclose(rows, own, atol=1e-6), np.abs(rows - own).max()
+
+
+def test_the_first_read_of_a_backlog_starts_the_workers_before_it_answers(tmp_path: Path) -> None:
+    """A read that leaves a large backlog to the daemon starts the worker processes while it
+    runs: they load the model meanwhile, so the background embedding finds them ready."""
+    world = Env(tmp_path / "early")
+    with world.environ():
+        origin = _origin(world.base, N)
+    repo = clone(origin, "clone")
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        _start(world, "2", procs)
+        assert _first_read(world, repo).get("partial")
+        assert _poll(lambda: _all_embedded(world, repo), timeout=300, every=0.5), world.log()
+        log = world.log()
+        started = log.index("embedding in 2 worker processes")
+        behind = log.index("embedding the waiting memories in the background")
+        assert started < behind, log
+    finally:
+        _end(world, procs)
+
+
+
+def test_a_keyword_index_rebuilt_mid_embedding_leaves_no_memory_without_a_vector(tmp_path: Path) -> None:
+    """The keyword index deleted while the daemon embeds a clone (a person's `rm -rf`, or a
+    build's folder set aside): the next read rebuilds it, and the daemon goes on embedding until
+    every memory has its vector, instead of stopping with memories left waiting for good."""
+    import shutil
+
+    world = Env(tmp_path / "heal")
+    n = 2000
+    with world.environ():
+        origin = _origin(world.base, n)
+    repo = clone(origin, "clone")
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        _start(world, "2", procs)
+        _first_read(world, repo)
+        assert _poll(lambda: f"keyword index of {n} memories built" in world.log(), timeout=120), world.log()
+        stores = _stores(world, repo)
+        assert stores[0]["embedding"] and stores[0]["embedded"] < n, "the embedding ended first: nothing was shown"
+        shutil.rmtree(repo / ".memory" / ".index" / "keyword")
+        rc, _, err = world.cli("read", QUERY, cwd=repo)
+        assert rc == 0, err
+        assert "keyword index" in world.log().split("built in", 1)[-1], world.log()
+        assert _poll(lambda: not _stores(world, repo)[0]["embedding"], timeout=300, every=0.5), world.log()
+        stores = _stores(world, repo)
+        assert stores[0]["embedded"] == stores[0]["total"] == n, (stores, world.log())
+    finally:
+        _end(world, procs)

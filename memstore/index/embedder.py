@@ -324,6 +324,16 @@ class Embedder:
         for idx, raw in workers.encode_parts(texts):
             yield idx, self._finish(raw, len(idx))
 
+    def start_workers(self, n: int) -> None:
+        """Start the worker processes now if an ``encode_parts`` of ``n`` texts would use them,
+        without waiting for them to load the model: a read that leaves a backlog to the daemon's
+        background embedding has them ready by the time it answers."""
+        if not self.loaded:
+            return
+        pool = self._pool_for(n)
+        if pool is not None:
+            pool.start()
+
     def _pool_for(self, n: int) -> EncoderPool | None:
         if n < POOL_MIN_TEXTS or self.workers <= 1 or not isinstance(self._model, OnnxEncoder):
             return None

@@ -112,13 +112,16 @@ class Embedding:
 
     # -- a refresh's embedding ----------------------------------------------------------------------
     def embed(self, keys: list[str], texts: list[str], budget: float | None, with_vector: int = 0, *,
-              probe: bool = False, report: Progress | None = None) -> tuple[np.ndarray, np.ndarray]:
+              probe: bool = False, report: Progress | None = None,
+              long_lived: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """The texts' vectors, from the cache, a background encode (``offer``) or the model,
         and which of them are done: all, or (with a ``budget`` of seconds) those found or
         embedded within it. ``with_vector``: memories of the store that already have one (for the
         progress ``report``). Without a budget the worker processes may encode (a rebuild);
         with one, this process does, a part at a time (a read's wait). ``probe``: a read's
-        wait, which embeds only ``EMBED_PROBE`` texts of a backlog over ``KW_DEFER``."""
+        wait, which embeds only ``EMBED_PROBE`` texts of a backlog over ``KW_DEFER``;
+        ``long_lived``: this process (the daemon) embeds that backlog in the background after
+        the read, so its worker processes start now, loading the model while the read runs."""
         assert self.embedder is not None
         # Resolving the model may export it first (seconds, once per machine): not the wait's.
         cache = self.cache()
@@ -149,7 +152,10 @@ class Embedding:
             for i in unsaved:
                 self.ready.pop(keys[i], None)
 
-        todo = missing[:EMBED_PROBE] if probe and deadline is not None and len(missing) > KW_DEFER else missing
+        backlog = probe and deadline is not None and len(missing) > KW_DEFER
+        todo = missing[:EMBED_PROBE] if backlog else missing
+        if backlog and long_lived:
+            self.embedder.start_workers(len(missing))
         if report is not None:  # before the first part: a bar (or the line saying so) shows the whole wait
             report(self._root, with_vector + int(done.sum()), total)
         parts = self.embedder.encode_parts([texts[i] for i in todo], pool=deadline is None)

@@ -6,7 +6,9 @@ loads the same exported model with the same session options as the in-process en
 one text at a time, so its vectors are byte-equal to the in-process ones (tests/test_embed_workers.py).
 
 Texts go out longest first, a few per request (``CHUNK``), taken by whichever worker is free: the
-long ones are spread early and both workers stay busy to the end. Workers run at ``nice 10``
+long ones are spread early and both workers stay busy to the end. Each worker holds two requests
+(``IN_FLIGHT``): it starts the next the moment it answers one, without waiting for the thread
+that feeds it. Workers run at ``nice 10``
 so a read the daemon answers meanwhile gets the cores first; they exit when their stdin closes
 (the pool stopped, or the daemon died however it died) and, on Linux, when the thread that
 started them ends (``PR_SET_PDEATHSIG``). A pool that nobody used for ``IDLE_S`` stops its
@@ -45,6 +47,10 @@ from .onnx_encoder import MODEL_DIM, OnnxEncoder
 log = logging.getLogger(__name__)
 
 CHUNK = 4  # texts per request: ~15 ms of short text, ~50 ms of long; small enough to balance the tail
+# Requests a worker holds at once: the one it encodes and the next, so it never waits for its
+# feeding thread between two (that wait doubled in the daemon, whose reads share the GIL with
+# the feeders: bench/RESULTS.md "Background embedding against the encoder pool").
+IN_FLIGHT = 2
 IDLE_S = 30.0  # a pool unused this long stops its workers (their ~150 MB each)
 NICE = 10
 _PR_SET_PDEATHSIG = 1
@@ -76,20 +82,29 @@ class _Worker:
     def pid(self) -> int:
         return self.proc.pid
 
-    def run(self, texts: list[str]) -> np.ndarray:
-        stdin, stdout = self.proc.stdin, self.proc.stdout
-        assert stdin is not None and stdout is not None
+    def send(self, texts: list[str]) -> None:
+        """Hand the worker a request; it is answered, in order, after those sent before it."""
+        stdin = self.proc.stdin
+        assert stdin is not None
         body = json.dumps(texts).encode("utf-8")
         try:
             stdin.write(_HEADER.pack(len(body)) + body)
             stdin.flush()
-            (count,) = _HEADER.unpack(_read_exactly(stdout, _HEADER.size))
-            if count != len(texts):
-                raise WorkerDied(f"answered {count} rows for {len(texts)} texts")
-            raw = _read_exactly(stdout, count * MODEL_DIM * 4)
+        except (OSError, ValueError) as exc:
+            raise WorkerDied(f"{type(exc).__name__}: {exc}") from exc
+
+    def receive(self, count: int) -> np.ndarray:
+        """The answer to the oldest request not yet answered, of ``count`` texts."""
+        stdout = self.proc.stdout
+        assert stdout is not None
+        try:
+            (rows,) = _HEADER.unpack(_read_exactly(stdout, _HEADER.size))
+            if rows != count:
+                raise WorkerDied(f"answered {rows} rows for {count} texts")
+            raw = _read_exactly(stdout, rows * MODEL_DIM * 4)
         except (OSError, ValueError, struct.error) as exc:
             raise WorkerDied(f"{type(exc).__name__}: {exc}") from exc
-        return np.frombuffer(raw, dtype=np.float32).reshape(count, MODEL_DIM).copy()
+        return np.frombuffer(raw, dtype=np.float32).reshape(rows, MODEL_DIM).copy()
 
     def close(self, wait: float = 5.0) -> None:
         with contextlib.suppress(OSError, ValueError):
@@ -140,6 +155,13 @@ class EncoderPool:
     def pids(self) -> list[int]:
         with self._cond:
             return [w.pid for w in self._workers]
+
+    def start(self) -> None:
+        """Start the workers, if they are not running, and return once they are spawned: each
+        loads the model on its own, and a request sent meanwhile waits in its pipe."""
+        self._ensure_started()
+        with self._cond:
+            self._last_used = time.monotonic()
 
     def _ensure_started(self) -> None:
         """Start the workers from a thread that lives exactly as long as they do: the kernel's
@@ -203,7 +225,8 @@ class EncoderPool:
                 self._cond.wait(timeout=1.0)
 
     # -- the work -------------------------------------------------------------------------------------
-    def _take(self) -> tuple[_Job, list[int]] | None:
+    def _take(self, wait: bool) -> tuple[_Job, list[int]] | None:
+        """The next chunk to hand out; None when stopping, or (unless ``wait``) when none is queued."""
         with self._cond:
             while True:
                 if self._stopping:
@@ -214,19 +237,31 @@ class EncoderPool:
                     job = self._jobs[0]
                     self._last_used = time.monotonic()
                     return job, job.chunks.popleft()
+                if not wait:
+                    return None
                 self._cond.wait(timeout=1.0)
 
     def _feed(self, worker: _Worker) -> None:
+        """Keep ``worker`` busy: up to ``IN_FLIGHT`` chunks sent ahead of its answers, so it
+        starts the next one as soon as it answers one instead of waiting for this thread (which
+        shares the GIL with the daemon's reads) to read the answer and send more."""
+        sent: deque[tuple[_Job, list[int]]] = deque()
         try:
-            while (taken := self._take()) is not None:
-                job, chunk = taken
-                try:
-                    vecs: np.ndarray | None = worker.run([job.texts[i] for i in chunk])
-                except WorkerDied as exc:
-                    self._died(worker, exc)
-                    job.results.put((chunk, None))  # encoded in-process by the consumer
-                    return
+            while True:
+                while len(sent) < IN_FLIGHT and (taken := self._take(wait=not sent)) is not None:
+                    job, chunk = taken
+                    sent.append(taken)
+                    worker.send([job.texts[i] for i in chunk])
+                if not sent:
+                    return  # stopping, and every answer is in
+                job, chunk = sent[0]
+                vecs = worker.receive(len(chunk))
+                sent.popleft()
                 job.results.put((chunk, vecs))
+        except WorkerDied as exc:
+            self._died(worker, exc)
+            for job, chunk in sent:
+                job.results.put((chunk, None))  # encoded in-process by the consumer
         finally:
             with self._cond:
                 self._alive -= 1

@@ -169,10 +169,14 @@ class StoreIndex:
         else:
             self._fault("keyword index", exc)
         with self.files.lock():
+            # Only the keyword side is rebuilt: the memories still waiting for a vector (the
+            # daemon embedding a clone behind its reads) wait on, or they would never get one.
+            pending = self.pending
             self.keyword.reset()
             self.state.kw_manifest = {}
             kw, _ = self._plan(None)
             self._sync(kw, {})
+            self.pending = pending
             self._changed_on_disk()
 
     def _keyword_to_disk(self) -> None:
@@ -348,7 +352,7 @@ class StoreIndex:
             try:
                 vecs, done = self.embedding.embed([vec[m] or "" for m in upsert], [mems[m].text for m in upsert],
                                                   budget, with_vector=len(mems) - len(upsert), probe=probe,
-                                                  report=self.progress)
+                                                  report=self.progress, long_lived=self.defer_saves)
             except EmbedderUnavailable as exc:
                 self.semantic_error = str(exc)
             else:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -146,13 +147,13 @@ class Background:
 
     def _embed_rest(self, entry: Entry) -> None:
         """Embed what waits: every waiting text goes to the encoder at once (the worker
-        processes, or this process's encoder, outside the workspace lock), and what comes back
-        is put into the indexes every ``EMBED_SLICE`` under the lock, so a request waits at
-        most one such step. The vectors reach the embedding cache on disk as they are put in,
-        and the index is saved in the next pause."""
+        processes, or this process's encoder, on a thread of its own and outside the workspace
+        lock), and what comes back is put into the indexes every ``EMBED_SLICE`` under the lock,
+        so a request waits at most one such step. The vectors reach the embedding cache on disk
+        as they are put in, and the index is saved in the next pause."""
         from ..index.embedder import EmbedderUnavailable
 
-        t0 = time.monotonic()
+        run = _Run(time.monotonic())
         claimed: set[int] = set()
         try:
             while not self._stop.is_set():
@@ -166,11 +167,13 @@ class Background:
                         self._embedding_ids.update(claimed)
                     work = [si.waiting_texts() for si in waiting]
                 if not waiting:
-                    log.info("embedded the waiting memories in %.1f s", time.monotonic() - t0)
+                    log.info("embedded the waiting memories in %s", run.summary())
                     return
                 texts = {key: text for part in work for key, text in part.items()}
+                if texts:
+                    log.info("embedding the waiting memories in the background: %d texts", len(texts))
                 try:
-                    self._stream(entry, waiting, texts)
+                    self._stream(entry, waiting, texts, run)
                 except EmbedderUnavailable:
                     texts = {}  # a refresh of its own meets the failure and goes keyword-only
                 if not texts:
@@ -180,7 +183,7 @@ class Background:
                         for si in waiting:
                             if not entry.evicted and si.embedding_pending:
                                 si.refresh(walk=False, budget=EMBED_SLICE)
-                while self._take_ready(entry, waiting):
+                while self._take_ready(entry, waiting, run):
                     time.sleep(0.005)  # the lock is not fair: a request waiting for it gets it now
         except Exception:  # reads embed what they meet themselves; the daemon lives on
             log.exception("embedding in the background failed")
@@ -189,34 +192,57 @@ class Background:
                 entry.embedding = False
                 self._embedding_ids -= claimed
 
-    def _stream(self, entry: Entry, waiting: list[Any], texts: dict[str, str]) -> None:
+    def _stream(self, entry: Entry, waiting: list[Any], texts: dict[str, str], run: _Run) -> None:
+        """Encode ``texts`` on a thread of its own and put the vectors in as they come. Not on
+        this one: putting them in waits for the workspace lock (behind a read) and costs ~80 ms
+        a step, and the in-process encoder stood still meanwhile (10k texts, one worker: the
+        whole took 1.8x the encoder alone)."""
         if not texts:
             return
         keys, values = list(texts), list(texts.values())
-        parts = waiting[0].embedder.encode_parts(values)
+        made: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        cancel = threading.Event()
+        threading.Thread(target=_encode_into, args=(waiting[0].embedder, values, made, cancel),
+                         name="embed-encode", daemon=True).start()
         put_at = time.monotonic()
         try:
-            for idx, vecs in parts:
-                part = [keys[i] for i in idx]
-                for si in waiting:
-                    si.offer(part, vecs)
+            while True:
+                try:
+                    got = made.get(timeout=EMBED_SLICE)
+                except queue.Empty:
+                    got = ()
+                if got is None:
+                    run.last = time.monotonic()
+                    return
+                if isinstance(got, BaseException):
+                    raise got
+                if got:
+                    idx, vecs = got
+                    run.first = run.first or time.monotonic()
+                    part = [keys[i] for i in idx]
+                    for si in waiting:
+                        si.offer(part, vecs)
                 if self._stop.is_set() or entry.evicted:
                     return
                 if time.monotonic() - put_at >= EMBED_SLICE:
-                    self._take_ready(entry, waiting)
+                    self._take_ready(entry, waiting, run)
                     put_at = time.monotonic()
         finally:
-            parts.close()
+            cancel.set()  # the encoder drops what it has not handed out yet
 
-    def _take_ready(self, entry: Entry, waiting: list[Any]) -> bool:
+    def _take_ready(self, entry: Entry, waiting: list[Any], run: _Run) -> bool:
         """One step of putting offered vectors into the indexes; False when none are left."""
-        with entry.lock:
-            if entry.evicted:
-                return False
-            more = False
-            for si in waiting:
-                more = si.take_ready() or more
-            return more
+        t0 = time.monotonic()
+        try:
+            with entry.lock:
+                if entry.evicted:
+                    return False
+                more = False
+                for si in waiting:
+                    more = si.take_ready() or more
+                return more
+        finally:
+            run.putting += time.monotonic() - t0
 
     # -- idle work --------------------------------------------------------------------------------
     def flushing(self) -> bool:
@@ -274,3 +300,40 @@ class Background:
             self._filling.release()
             if done:
                 log.info("filled %d neighbour lists in %.1f s", done, time.monotonic() - t0)
+
+
+class _Run:
+    """When one background embedding started, got its first and last vectors, and how long
+    putting them into the indexes took (waiting for the workspace lock included): the log's
+    account of where the time went (bench/RESULTS.md "Background embedding against the
+    encoder pool")."""
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.first = 0.0
+        self.last = 0.0
+        self.putting = 0.0
+
+    def summary(self) -> str:
+        end = time.monotonic()
+        if not self.first:
+            return f"{end - self.start:.1f} s"
+        last = self.last or end
+        return (f"{end - self.start:.1f} s (first vectors after {self.first - self.start:.1f} s, the last after "
+                f"{last - self.start:.1f} s; {self.putting:.1f} s putting them into the index, beside the encoding)")
+
+
+def _encode_into(embedder: Any, texts: list[str], made: queue.SimpleQueue[Any], cancel: threading.Event) -> None:
+    """Put ``texts``' vectors into ``made`` a part at a time, then None (or the exception that
+    stopped the encoder); stop early once ``cancel`` is set."""
+    parts = embedder.encode_parts(texts)
+    try:
+        for part in parts:
+            made.put(part)
+            if cancel.is_set():
+                return
+        made.put(None)
+    except Exception as exc:  # EmbedderUnavailable among them: raised again on the consuming thread
+        made.put(exc)
+    finally:
+        parts.close()
