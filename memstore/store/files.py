@@ -466,6 +466,7 @@ _index_log = logging.getLogger("memstore.index")
 # cache); everything else it writes there is a regular file.
 INDEX_FOLDERS = ("keyword", "embeddings")
 INDEX_FOLDER_PREFIXES = ("keyword.next-", "keyword.old-")
+WHOOSH_TEMP = "MAIN.tmp"  # in a keyword folder: the temporary storage of the index MAIN's writer
 
 # (path, inode) of the .index directories whose entries were checked in this process: a
 # directory is checked once, and again when it is re-created (a new inode).
@@ -516,10 +517,11 @@ def recheck_dir(path: Path) -> Path:
     return real_dir(path)
 
 
-def _sort_out(folder: Path, *, top: bool) -> None:
+def _sort_out(folder: Path, *, top: bool, temp: bool = False) -> None:
     """Set aside each entry of ``folder`` that memstore would not have written: a symlink, a
     FIFO, socket or device, a directory where a file belongs or a file where a folder belongs
-    (in ``.index/`` itself; inside its folders every entry is a regular file)."""
+    (in ``.index/`` itself; inside its folders every entry is a regular file, but for the one
+    folder Whoosh's writer keeps its sorting runs in while it builds: ``temp``)."""
     with contextlib.suppress(OSError), os.scandir(folder) as entries:
         found = list(entries)
     for entry in found:
@@ -534,6 +536,11 @@ def _sort_out(folder: Path, *, top: bool) -> None:
         folder_name = top and (entry.name in INDEX_FOLDERS or entry.name.startswith(INDEX_FOLDER_PREFIXES))
         if stat.S_ISDIR(mode) and folder_name:
             _sort_out(path, top=False)
+        elif stat.S_ISDIR(mode) and not top and not temp and entry.name == WHOOSH_TEMP:
+            # A build running in this or another process writes there: removing it failed the
+            # build at its commit (and the daemon then rebuilt in a read, under the lock). Its
+            # entries are sorted as any folder's; Whoosh's writer removes it when it ends.
+            _sort_out(path, top=False, temp=True)
         elif stat.S_ISDIR(mode):
             set_aside(path, "is a directory where memstore keeps a file or nothing")
         elif not stat.S_ISREG(mode):

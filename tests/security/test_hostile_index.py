@@ -163,3 +163,38 @@ def test_a_huge_committed_catalog_cache_is_set_aside_unread(tmp_path: Path) -> N
     assert _sealed_and_small(cache)
     rss_kb, listed = _max_rss_kb(clone, "list")
     assert listed["count"] == len(FACTS) and rss_kb * 1024 < BIG / 2
+
+
+def test_a_keyword_build_survives_the_index_folder_being_sorted_out_and_its_temp_folder_holds_no_link(
+        tmp_path: Path) -> None:
+    """The daemon sorts ``.index/`` again when it heals a projection (``recheck_dir``), while a
+    keyword build may be running: Whoosh's writer keeps its sorting runs in ``MAIN.tmp/`` inside
+    the build's folder, and setting that folder aside failed the build at its commit (the daemon
+    then rebuilt inside a read, holding the store's lock). The folder stays; what a clone could
+    plant in one (a link, a folder, a FIFO) is still set aside, and the link's target untouched."""
+    from whoosh import index as whoosh_index
+    from whoosh.fields import ID, TEXT, Schema
+
+    from memstore.store import files
+
+    index_dir = tmp_path / ".index"
+    build = index_dir / f"keyword.next-{os.getpid()}-1"
+    build.mkdir(parents=True)
+    writer = whoosh_index.create_in(str(build), Schema(id=ID(stored=True), text=TEXT)).writer()
+    assert (build / "MAIN.tmp").is_dir()
+    planted = index_dir / "keyword" / "MAIN.tmp"
+    planted.mkdir(parents=True)
+    target = tmp_path / "outside.txt"
+    target.write_text("not memstore's\n")
+    (planted / "run.ctmp").write_bytes(b"\x00" * 16)
+    (planted / "link.ctmp").symlink_to(target)
+    (planted / "nested").mkdir()
+    os.mkfifo(planted / "pipe.ctmp")
+    files.recheck_dir(index_dir)
+    for i in range(50):
+        writer.add_document(id=str(i), text=f"term{i} retry budget")
+    writer.commit()  # FileNotFoundError under MAIN.tmp when the sorting removed it
+    with whoosh_index.open_dir(str(build)).searcher() as searcher:
+        assert searcher.doc_count() == 50
+    assert sorted(os.listdir(planted)) == ["run.ctmp"]
+    assert target.read_text() == "not memstore's\n"
