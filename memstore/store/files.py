@@ -150,6 +150,10 @@ def read_untrusted(path: Path, max_bytes: int = MAX_FILE_BYTES) -> str:
         data = _read_capped(fd, max_bytes)  # the file may grow between fstat and read
     finally:
         os.close(fd)
+    return _text_within(data, max_bytes)
+
+
+def _text_within(data: bytes, max_bytes: int) -> str:
     if len(data) > max_bytes:
         raise InvalidFile(f"is over the {max_bytes}-byte cap on a store file (limits.max_file_bytes); not read",
                           code="too_large")
@@ -181,13 +185,7 @@ def read_walked(path: str, st: os.stat_result, max_bytes: int = MAX_FILE_BYTES) 
             data += _read_capped(fd, max_bytes - len(data))
     finally:
         os.close(fd)
-    if len(data) > max_bytes:
-        raise InvalidFile(f"is over the {max_bytes}-byte cap on a store file (limits.max_file_bytes); not read",
-                          code="too_large")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidFile(f"is not UTF-8 text ({exc.reason} at byte {exc.start})", code="unreadable") from None
+    return _text_within(data, max_bytes)
 
 
 # The cap on a file a person names for ``import`` (a few MB per 10,000 memories); a request
