@@ -65,8 +65,9 @@ ROOT = Path(__file__).resolve().parent.parent
 MODULES: dict[str, tuple[str, list[str], str]] = {
     "secrets": ("memstore/store/secrets.py", ["tests/test_secrets.py"], ""),
     "validate": ("memstore/store/validate.py", ["tests/test_write.py", "tests/test_links.py"], ""),
-    # check's own tests, then the hook's commit tests (not the install/uninstall ones)
-    "check": ("memstore/git/check.py", ["tests/test_check.py", "tests/test_hooks.py"], "check or pre_commit"),
+    # check's rules through the library first (seconds), then the CLI's and the hook's commit tests
+    "check": ("memstore/git/check.py", ["tests/test_check_rules.py", "tests/test_check.py", "tests/test_hooks.py"],
+              "check or pre_commit"),
     # the approval gate: proposals of the global store read back as hostile input
     "pending": ("memstore/verbs/pending.py", ["tests/test_pending.py"], ""),
 }
