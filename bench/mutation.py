@@ -68,6 +68,9 @@ MODULES: dict[str, tuple[str, list[str], str]] = {
     # check's rules through the library first (seconds), then the CLI's and the hook's commit tests
     "check": ("memstore/git/check.py", ["tests/test_check_rules.py", "tests/test_check.py", "tests/test_hooks.py"],
               "check or pre_commit"),
+    # review's git half through the library first, then the CLI's review tests (not the workflow installs)
+    "prreview": ("memstore/git/prreview.py", ["tests/test_prreview_rules.py", "tests/test_prreview.py"],
+                 "not integrate_github"),
     # the approval gate: proposals of the global store read back as hostile input
     "pending": ("memstore/verbs/pending.py", ["tests/test_pending.py"], ""),
 }
