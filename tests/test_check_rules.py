@@ -371,8 +371,7 @@ def test_base_reports_a_dispute_touching_the_branch(work: Path) -> None:
     commit(work)
     git(work, "checkout", "-q", "-b", "topic")
     assert found(check(work, base="main")) == []
-    rel = memory(store, "fact", F2, links=f"  relations: [{{type: contradicts, id: {F1}}}]\n",
-                 extra="created: 2026-11-21T10:00:00Z\n".replace("created", "x-created"))
+    rel = memory(store, "fact", F2, links=f"  relations: [{{type: contradicts, id: {F1}}}]\n")
     commit(work, "topic")
     assert found(check(work, base="main")) == [("warning", rel, "open_dispute")]
 
@@ -909,3 +908,39 @@ def test_check_memory_judges_one_memory_with_the_same_rules(work: Path, home_sto
     assert [(f.severity, f.code) for f in check_memory(ws, ws.repo, mem)] == [("warning", "missing_id")]  # type: ignore[arg-type]
     assert [(f.severity, f.code) for f in check_memory(ws, ws.repo, mem, strict_ids=True)] == [  # type: ignore[arg-type]
         ("error", "missing_id")]
+
+
+def test_the_staged_check_never_scans_the_work_tree_copy(work: Path) -> None:
+    store = work / ".memory"
+    rel = memory(store, "fact", F1)
+    git(work, "add", ".memory")
+    memory(store, "fact", F1, extra=f"note: {TOKEN}\n")  # written after staging: not what the commit holds
+    assert found(check(work, staged=True)) == []
+    assert found(check(work)) == [("error", rel, "secret")]
+
+
+def test_the_staged_check_reads_the_global_store_s_work_tree(work: Path, home_store: Path) -> None:
+    """--staged is about the repo's commit: the global store is judged as it lies on disk."""
+    rel = memory(home_store, "preference", G1, scope="global", evidence=None)
+    assert found(check(work, staged=True, include_global=True)) == [("error", rel, "missing_evidence")]
+
+
+def test_a_typed_relation_to_a_memory_also_in_related_is_still_judged(work: Path) -> None:
+    store = work / ".memory"
+    memory(store, "fact", F1)
+    event(store, E[0], f"type: archive\nmemory: {F1}\narchived: true\nevidence: ['user:gone']\n")
+    rel = memory(store, "fact", F2, links=f"  related: [{F1}]\n  relations: [{{type: depends_on, id: {F1}}}]\n")
+    report = check(work)
+    assert found(report) == [("warning", rel, "archived_link"), ("warning", rel, "archived_link")]
+
+
+def test_base_reports_a_dispute_whose_older_side_the_branch_adds(work: Path) -> None:
+    store = work / ".memory"
+    memory(store, "fact", F2, links=f"  relations: [{{type: contradicts, id: {F1}}}]\n", evidence="['user:a']")
+    memory(store, "fact", F3, links=f"  relations: [{{type: contradicts, id: {_id('f', 4)}}}]\n")
+    memory(store, "fact", _id("f", 4))
+    commit(work)  # F3 against f4: a dispute reviewed before the branch
+    git(work, "checkout", "-q", "-b", "topic")
+    memory(store, "fact", F1)  # the older side (by id, same created time), added by the branch
+    commit(work, "topic")
+    assert found(check(work, base="main")) == [("warning", f"facts/{F2}-hand.md", "open_dispute")]
