@@ -56,6 +56,7 @@ CITES = {
     "badrev": (_id("b", 3), "file:app.py@0000000#L13-L14"),  # a rev this clone lacks: the adding commit
     "huge": (_id("b", 4), "file:app.py#L28-L2000000000"),  # hostile: capped at the file's end
     "past": (_id("b", 5), "file:app.py#L90-L95"),  # past the end: cites nothing
+    "f6def": (_id("b", 6), "file:app.py#L16"),  # f6's def: the line after it is rewritten, not it
 }
 ID = {k: v[0] for k, v in CITES.items()}
 
@@ -242,9 +243,12 @@ def test_an_uncommitted_memory_speaks_of_the_base(work: Path) -> None:
     """Written against the work tree of the base, never committed: no commit to carry from."""
     _memory(work, _id("d", 1), "file:app.py#L17", "Cites f5's return at the base.")
     _memory(work, _id("d", 2), "file:app.py#L14", "Cites f5's return as APP had it.")
+    _memory(work, _id("d", 6), "file:app.py#L16", "Cites f5's def at the base.")
     ws, ch = _change(work)
     by = {t["id"]: t for t in touched(ws, ch)}
     assert by[_id("d", 1)]["citations"][0]["overlap"] == [[17, 17]]
+    assert by[_id("d", 1)]["citations"][0]["lines"] == [17, 17]
+    assert _id("d", 6) not in by  # the line after it is rewritten, not it
     assert _id("d", 2) not in by  # base line 14 is f4's return: the header moved f5 down
 
 
@@ -306,6 +310,7 @@ def test_distance_is_the_fewest_base_lines_to_a_hunk(work: Path) -> None:
         ID["f5"]: ("app.py", 0), ID["archived"]: ("app.py", 0), ID["badrev"]: ("app.py", 0),
         ID["f6old"]: ("app.py", 0), ID["part"]: ("app.py", 0), ID["gone"]: ("gone.py", 0),
         ID["f1"]: ("app.py", 12),  # base lines 4-5, the first hunk at 17
+        ID["f6def"]: ("app.py", 1),  # base line 19, the hunk at 20
         ID["multi"]: ("app.py", 5),  # its nearer range: base 31-32, five past the hunk at 26
         ID["huge"]: ("app.py", 5),
     }
@@ -448,5 +453,43 @@ def test_hunk_text_stops_at_its_limit() -> None:
     assert hunk_text(ch, limit=3) == ""
     assert hunk_text(ch, limit=14) == "aaaa\nbbbb\ncccc"
     assert hunk_text(ch, limit=13) == "aaaa\nbbbb"
-    assert len(hunk_text(Change("a", "b", "c", {"a.py": FileChange("a.py", "M", added=[
-        f"line number {n}" for n in range(2000)])}))) <= 6000
+
+
+def test_hunk_text_is_cut_at_6000_characters() -> None:
+    def one(n: int) -> Change:
+        return Change("a", "b", "c", {"a.py": FileChange("a.py", "M", added=["x" * n])})
+
+    assert hunk_text(one(6000)) == "x" * 6000
+    assert hunk_text(one(6001)) == ""
+
+
+def test_a_store_that_is_not_the_repo_s_own_speaks_of_other_code(work: Path) -> None:
+    """A store elsewhere in the checkout (``--store``) describes some other code base: none of
+    its citations is compared with this change."""
+    shutil.copytree(work / ".memory", work / "fixtures" / "store")
+    gitops.toplevel.cache_clear()
+    ws = open_workspace(cwd=work, store_dir=work / "fixtures" / "store")
+    assert ws.repo is not None and ws.catalog("repo").memories
+    ch = change(ws.repo, "main", "pr")
+    assert "app.py" in ch.files
+    assert touched(ws, ch) == []
+    assert distance(ws, ch, list(ws.catalog("repo").memories.values())) == {}
+
+
+def test_branches_without_common_history_are_compared_with_the_base(work: Path) -> None:
+    git(work, "checkout", "-q", "--orphan", "unrelated")
+    git(work, "rm", "-q", "-r", "-f", ".")
+    (work / "solo.py").write_text("S = 1\n")
+    git(work, "add", "-A")
+    git(work, "commit", "-q", "-m", "no shared history")
+    ws = _ws(work)
+    assert ws.repo is not None
+    b, h, mb = resolve(ws.repo, "main", "unrelated")
+    assert mb == b == git(work, "rev-parse", "main").strip() and h != b
+
+
+def test_head_lines_skip_a_hunk_that_ends_just_above_the_overlap(work: Path) -> None:
+    ws = _ws(work)
+    (part,) = [t for t in _fake(ws, work, Hunk(24, 1, 24, 1), Hunk(25, 2, 25, 3), added=("a", "b", "c", "d"))
+               if t["id"] == ID["part"]]
+    assert part["citations"][0]["overlap"] == [[25, 26]] and part["citations"][0]["head_lines"] == [25, 27]
