@@ -493,3 +493,22 @@ def test_head_lines_skip_a_hunk_that_ends_just_above_the_overlap(work: Path) -> 
     (part,) = [t for t in _fake(ws, work, Hunk(24, 1, 24, 1), Hunk(25, 2, 25, 3), added=("a", "b", "c", "d"))
                if t["id"] == ID["part"]]
     assert part["citations"][0]["overlap"] == [[25, 26]] and part["citations"][0]["head_lines"] == [25, 27]
+
+
+def test_a_citation_at_a_rev_speaks_of_that_rev_not_of_the_commit_adding_it(work: Path) -> None:
+    """Committed at the base but citing app.py as the first commit had it (f5 on lines 13-14):
+    the lines are carried from that commit, past the header main added since."""
+    first = git(work, "rev-list", "--max-parents=0", "main").split()[0]
+    app_first = git(work, "log", "--format=%H", "--diff-filter=A", "--", "app.py").split()[0]
+    assert first != app_first
+    _memory(work, _id("d", 7), f"file:app.py@{app_first[:12]}#L13-L14", "f5 as it was.")
+    git(work, "add", "-A")
+    git(work, "commit", "-q", "-m", "a memory citing an older rev")
+    git(work, "checkout", "-q", "-b", "pr5")
+    (work / "app.py").write_text((work / "app.py").read_text().replace("return 5\n", "return 55\n"))
+    git(work, "commit", "-q", "-am", "f5")
+    ws = _ws(work)
+    assert ws.repo is not None
+    by = {t["id"]: t for t in touched(ws, change(ws.repo, "main", "pr5"))}
+    (cite,) = by[_id("d", 7)]["citations"]
+    assert (cite["lines"], cite["overlap"]) == ([16, 17], [[17, 17]])
