@@ -137,6 +137,96 @@ def _change(repo: Path) -> tuple[Workspace, Change]:
     return ws, change(ws.repo, "main", "pr")
 
 
+# Pure readings first: a mutant of them dies before any repo is copied.
+
+# -- reading git's diff ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("quoted", "plain"), [
+    ("app.py", "app.py"),
+    ('"a/caf\\303\\251.py"', "a/café.py"),
+    ('"a/say \\"hi\\".py"', 'a/say "hi".py'),
+    ('"a/a\\tb\\\\c\\nd"', "a/a\tb\\c\nd"),
+    ('"a/bell\\a\\b\\v\\f\\r"', "a/bell\a\b\v\f\r"),
+    ('"a/odd\\q"', "a/oddq"),  # an escape git never writes: the character itself
+    ('"a/end\\"', "a/end\\"),  # a lone backslash at the end stays
+    ('"', '"'),
+    ('"a', '"a'),
+    ('a"', 'a"'),
+    ('""', ""),
+])
+def test_unquote_path_reads_git_s_c_quoting(quoted: str, plain: str) -> None:
+    assert unquote_path(quoted) == plain
+
+
+def test_a_name_that_is_not_utf8_survives_unquoting() -> None:
+    assert unquote_path('"a/x\\377.py"') == "a/x" + b"\xff".decode("utf-8", "surrogateescape") + ".py"
+
+
+def test_parse_diff_reads_headers_statuses_and_hunks() -> None:
+    diff = ("diff --git a/m.py b/m.py\nindex 1..2 100644\n--- a/m.py\n+++ b/m.py\n@@ -3,2 +3,0 @@\n-x\n-y\n"
+            "@@ -9 +7,3 @@\n-z\n+a\n+b\n+c\n"
+            "diff --git a/new.py b/new.py\nnew file mode 100644\n--- /dev/null\n+++ b/new.py\n@@ -0,0 +1 @@\n+n\n"
+            "diff --git a/old.py b/old.py\ndeleted file mode 100644\n--- a/old.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-o\n"
+            "diff --git a/my file.py b/my file.py\n--- a/my file.py\t\n+++ b/my file.py\t\n@@ -1 +1 @@\n-p\n+q\n")
+    files = parse_diff(diff)
+    assert {p: f.status for p, f in files.items()} == {"m.py": "M", "new.py": "A", "old.py": "D", "my file.py": "M"}
+    assert files["m.py"].hunks == [Hunk(3, 2, 3, 0), Hunk(9, 1, 7, 3)]
+    assert (files["m.py"].removed, files["m.py"].added) == (["x", "y", "z"], ["a", "b", "c"])
+    assert files["new.py"].hunks == [Hunk(0, 0, 1, 1)] and files["new.py"].added == ["n"]
+    assert files["old.py"].hunks == [Hunk(1, 1, 0, 0)] and files["old.py"].removed == ["o"]
+    assert (files["my file.py"].removed, files["my file.py"].added) == (["p"], ["q"])
+
+
+def test_parse_diff_reads_binary_files() -> None:
+    diff = ("diff --git a/a.png b/a.png\nnew file mode 100644\nBinary files /dev/null and b/a.png differ\n"
+            "diff --git a/b.png b/b.png\ndeleted file mode 100644\nBinary files a/b.png and /dev/null differ\n"
+            "diff --git a/c.png b/c.png\nBinary files a/c.png and b/c.png differ\n"
+            'diff --git "a/\\303\\251.png" "b/\\303\\251.png"\n'
+            'Binary files "a/\\303\\251.png" and "b/\\303\\251.png" differ\n'
+            "diff --git a/d.png b/d.png\nBinary files a/d.png and b/d.png are alike\n")
+    files = parse_diff(diff)
+    assert {p: (f.status, f.hunks) for p, f in files.items()} == {
+        "a.png": ("A", []), "b.png": ("D", []), "c.png": ("M", []), "é.png": ("M", [])}
+
+
+def test_lines_outside_a_file_s_hunks_are_no_one_s() -> None:
+    diff = ("+stray\n-stray\n@@ -1 +1 @@\n"
+            "diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -1 +1 @@\n--- x\n+++ y\n"
+            "diff --git a/n.py b/n.py\nBinary files a/n.py and b/n.py differ\n+not a line\n")
+    files = parse_diff(diff)
+    assert (files["m.py"].removed, files["m.py"].added) == (["-- x"], ["++ y"])
+    assert files["n.py"].added == [] and files["n.py"].hunks == []
+    assert set(files) == {"m.py", "n.py"}
+
+
+# -- the text the "seen before" read searches ------------------------------------------------------
+
+def test_hunk_text_keeps_each_distinct_line_once_in_file_order() -> None:
+    ch = Change("a", "b", "c", {
+        "b.py": FileChange("b.py", "M", added=["  second()", "abc", "abcd"], removed=["first()"]),
+        "a.py": FileChange("a.py", "M", added=["first()", "   ", "x"], removed=["  second()  "]),
+    })
+    assert hunk_text(ch) == "first()\nsecond()\nabcd"
+
+
+def test_hunk_text_stops_at_its_limit() -> None:
+    ch = Change("a", "b", "c", {"a.py": FileChange("a.py", "M", added=["aaaa", "bbbb", "cccc"])})
+    assert hunk_text(ch, limit=9) == "aaaa\nbbbb"
+    assert hunk_text(ch, limit=8) == "aaaa"
+    assert hunk_text(ch, limit=4) == "aaaa"
+    assert hunk_text(ch, limit=3) == ""
+    assert hunk_text(ch, limit=14) == "aaaa\nbbbb\ncccc"
+    assert hunk_text(ch, limit=13) == "aaaa\nbbbb"
+
+
+def test_hunk_text_is_cut_at_6000_characters() -> None:
+    def one(n: int) -> Change:
+        return Change("a", "b", "c", {"a.py": FileChange("a.py", "M", added=["x" * n])})
+
+    assert hunk_text(one(6000)) == "x" * 6000
+    assert hunk_text(one(6001)) == ""
+
+
 # -- the change -------------------------------------------------------------------------------------
 
 def test_the_change_is_merge_base_to_head_outside_the_store(work: Path) -> None:
@@ -367,100 +457,12 @@ def test_head_lines_follow_the_first_hunk_that_overlaps(work: Path) -> None:
     assert part["citations"][0]["overlap"] == [[25, 26]] and part["citations"][0]["head_lines"] == [25, 27]
 
 
-# -- reading git's diff ----------------------------------------------------------------------------
-
-@pytest.mark.parametrize(("quoted", "plain"), [
-    ("app.py", "app.py"),
-    ('"a/caf\\303\\251.py"', "a/café.py"),
-    ('"a/say \\"hi\\".py"', 'a/say "hi".py'),
-    ('"a/a\\tb\\\\c\\nd"', "a/a\tb\\c\nd"),
-    ('"a/bell\\a\\b\\v\\f\\r"', "a/bell\a\b\v\f\r"),
-    ('"a/odd\\q"', "a/oddq"),  # an escape git never writes: the character itself
-    ('"a/end\\"', "a/end\\"),  # a lone backslash at the end stays
-    ('"', '"'),
-    ('"a', '"a'),
-    ('a"', 'a"'),
-    ('""', ""),
-])
-def test_unquote_path_reads_git_s_c_quoting(quoted: str, plain: str) -> None:
-    assert unquote_path(quoted) == plain
-
-
-def test_a_name_that_is_not_utf8_survives_unquoting() -> None:
-    assert unquote_path('"a/x\\377.py"') == "a/x" + b"\xff".decode("utf-8", "surrogateescape") + ".py"
-
-
-def test_parse_diff_reads_headers_statuses_and_hunks() -> None:
-    diff = ("diff --git a/m.py b/m.py\nindex 1..2 100644\n--- a/m.py\n+++ b/m.py\n@@ -3,2 +3,0 @@\n-x\n-y\n"
-            "@@ -9 +7,3 @@\n-z\n+a\n+b\n+c\n"
-            "diff --git a/new.py b/new.py\nnew file mode 100644\n--- /dev/null\n+++ b/new.py\n@@ -0,0 +1 @@\n+n\n"
-            "diff --git a/old.py b/old.py\ndeleted file mode 100644\n--- a/old.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-o\n"
-            "diff --git a/my file.py b/my file.py\n--- a/my file.py\t\n+++ b/my file.py\t\n@@ -1 +1 @@\n-p\n+q\n")
-    files = parse_diff(diff)
-    assert {p: f.status for p, f in files.items()} == {"m.py": "M", "new.py": "A", "old.py": "D", "my file.py": "M"}
-    assert files["m.py"].hunks == [Hunk(3, 2, 3, 0), Hunk(9, 1, 7, 3)]
-    assert (files["m.py"].removed, files["m.py"].added) == (["x", "y", "z"], ["a", "b", "c"])
-    assert files["new.py"].hunks == [Hunk(0, 0, 1, 1)] and files["new.py"].added == ["n"]
-    assert files["old.py"].hunks == [Hunk(1, 1, 0, 0)] and files["old.py"].removed == ["o"]
-    assert (files["my file.py"].removed, files["my file.py"].added) == (["p"], ["q"])
-
-
-def test_parse_diff_reads_binary_files() -> None:
-    diff = ("diff --git a/a.png b/a.png\nnew file mode 100644\nBinary files /dev/null and b/a.png differ\n"
-            "diff --git a/b.png b/b.png\ndeleted file mode 100644\nBinary files a/b.png and /dev/null differ\n"
-            "diff --git a/c.png b/c.png\nBinary files a/c.png and b/c.png differ\n"
-            'diff --git "a/\\303\\251.png" "b/\\303\\251.png"\n'
-            'Binary files "a/\\303\\251.png" and "b/\\303\\251.png" differ\n'
-            "diff --git a/d.png b/d.png\nBinary files a/d.png and b/d.png are alike\n")
-    files = parse_diff(diff)
-    assert {p: (f.status, f.hunks) for p, f in files.items()} == {
-        "a.png": ("A", []), "b.png": ("D", []), "c.png": ("M", []), "é.png": ("M", [])}
-
-
-def test_lines_outside_a_file_s_hunks_are_no_one_s() -> None:
-    diff = ("+stray\n-stray\n@@ -1 +1 @@\n"
-            "diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -1 +1 @@\n--- x\n+++ y\n"
-            "diff --git a/n.py b/n.py\nBinary files a/n.py and b/n.py differ\n+not a line\n")
-    files = parse_diff(diff)
-    assert (files["m.py"].removed, files["m.py"].added) == (["-- x"], ["++ y"])
-    assert files["n.py"].added == [] and files["n.py"].hunks == []
-    assert set(files) == {"m.py", "n.py"}
-
-
 def test_a_diff_git_cannot_make_is_no_change(work: Path) -> None:
     ws = _ws(work)
     assert ws.repo is not None
     from memstore.git.prreview import _diff
 
     assert _diff("0" * 40, "HEAD", work) == {}
-
-
-# -- the text the "seen before" read searches ------------------------------------------------------
-
-def test_hunk_text_keeps_each_distinct_line_once_in_file_order() -> None:
-    ch = Change("a", "b", "c", {
-        "b.py": FileChange("b.py", "M", added=["  second()", "abc", "abcd"], removed=["first()"]),
-        "a.py": FileChange("a.py", "M", added=["first()", "   ", "x"], removed=["  second()  "]),
-    })
-    assert hunk_text(ch) == "first()\nsecond()\nabcd"
-
-
-def test_hunk_text_stops_at_its_limit() -> None:
-    ch = Change("a", "b", "c", {"a.py": FileChange("a.py", "M", added=["aaaa", "bbbb", "cccc"])})
-    assert hunk_text(ch, limit=9) == "aaaa\nbbbb"
-    assert hunk_text(ch, limit=8) == "aaaa"
-    assert hunk_text(ch, limit=4) == "aaaa"
-    assert hunk_text(ch, limit=3) == ""
-    assert hunk_text(ch, limit=14) == "aaaa\nbbbb\ncccc"
-    assert hunk_text(ch, limit=13) == "aaaa\nbbbb"
-
-
-def test_hunk_text_is_cut_at_6000_characters() -> None:
-    def one(n: int) -> Change:
-        return Change("a", "b", "c", {"a.py": FileChange("a.py", "M", added=["x" * n])})
-
-    assert hunk_text(one(6000)) == "x" * 6000
-    assert hunk_text(one(6001)) == ""
 
 
 def test_a_store_that_is_not_the_repo_s_own_speaks_of_other_code(work: Path) -> None:
