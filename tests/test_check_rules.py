@@ -719,12 +719,16 @@ def test_the_fact_update_link_checks_each_side(work: Path) -> None:
     assert sorted(messages(report, "wrong_kind")) == ["change points at a fact", "new_fact points at a change"]
 
 
-def test_a_global_event_may_not_point_at_repo_memory(work: Path, home_store: Path) -> None:
+def test_a_global_event_may_point_at_global_memory_not_at_repo_memory(work: Path, home_store: Path) -> None:
     memory(work / ".memory", "problem", P1)
     memory(home_store, "preference", G1, scope="global")
+    memory(home_store, "problem", G2, scope="global")
+    event(home_store, E[1], f"type: utility_vote\nmemory: {G1}\nvote: 1\nproblem: {G2}\n")
+    assert found(check(work, include_global=True)) == []
     rel = event(home_store, E[0], f"type: utility_vote\nmemory: {G1}\nvote: 1\nproblem: {P1}\n")
     report = check(work, include_global=True)
     assert found(report) == [("error", rel, "global_to_repo")]
+    assert messages(report, "global_to_repo") == ["problem: the global store may not point at repo memory"]
 
 
 def test_a_control_character_in_an_event_is_refused(work: Path) -> None:
