@@ -35,7 +35,7 @@ Measured (2 shared cores, load 10-16; `--ids` reruns a run's survivors after tes
     python bench/mutation.py --module secrets --timeout 120             # ~26 min here
     python bench/mutation.py --module validate --sample 30 --seed 1 --timeout 300   # ~40 min
     python bench/mutation.py --module check --timeout 300                            # ~69 min
-    python bench/mutation.py --module check --ids check:_check_event.flip#14 --timeout 300   # ~5 min
+    python bench/mutation.py --module check --ids check:_check_event.flip#14 --timeout 300   # ~2 min
     python bench/mutation.py --module pending --timeout 120                          # ~8 min
 
 The secrets run was made before one line of `_token_in_base64` was removed (a printable-text
@@ -289,7 +289,9 @@ def _run_tests(tests: list[str], select: str, env: dict[str, str], timeout: floa
     cmd = [sys.executable, "-m", "pytest", *(str(ROOT / t) for t in tests), "-x", "-q", "-p", "no:randomly",
            "-p", "no:cacheprovider", "--no-header", *(["-k", select] if select else [])]
     try:
-        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+        # errors="replace": a mutant can make a test print bytes that are not UTF-8
+        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, errors="replace", timeout=timeout,
+                              check=False)
     except subprocess.TimeoutExpired:
         return "timeout"
     return "pass" if proc.returncode == 0 else "fail"
