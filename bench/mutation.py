@@ -28,22 +28,36 @@ Measured (2 shared cores, load 10-16; `--ids` reruns a run's survivors after tes
 | module | mutants run | killed | equivalent | survived | killed share |
 |---|---|---|---|---|---|
 | store/secrets.py | all 158 | 148 | 10 | 0 | 1.00 (0.73 before the new tests: 116 killed, 42 alive) |
-| store/validate.py | 30 of 132, `--sample 30 --seed 1` | 28 | 2 | 0 | 1.00 (0.87 before: 4 alive) |
+| store/validate.py | all 128 | 127 | 1 | 0 | 1.00 (0.99 with the rules file alone: 1 alive) |
 | git/check.py | all 286 | 280 | 6 | 0 | 1.00 (first full run: 279 killed, 7 alive, 1 of them not equivalent: 0.996) |
 | git/prreview.py | all 229: 150 by `--sample 150 --seed 1`, the other 79 by `--ids` | 225 | 4 | 0 | 1.00 (first run) |
 | verbs/pending.py | all 47 | 46 | 1 | 0 | 1.00 (0.87 before the new tests: 41 killed, 6 alive) |
+| git/review.py | all 51 | 50 | 1 | 0 | 1.00 (0.74 before the new tests: 37 killed, 13 alive) |
 
     python bench/mutation.py --module secrets --timeout 120             # ~26 min here
-    python bench/mutation.py --module validate --sample 30 --seed 1 --timeout 300   # ~40 min
+    python bench/mutation.py --module validate --timeout 300                         # ~35 min
     python bench/mutation.py --module check --timeout 300                            # ~69 min
     python bench/mutation.py --module check --ids check:_check_event.flip#14 --timeout 300   # ~2 min
     python bench/mutation.py --module prreview --sample 150 --seed 1 --timeout 400   # ~9 min, load 2-3
     python bench/mutation.py --module prreview --ids IDS --timeout 400   # the 79 the sample left out, ~5 min
     python bench/mutation.py --module pending --timeout 120                          # ~8 min
+    python bench/mutation.py --module review --timeout 300                           # ~12 min
 
 The secrets run was made before one line of `_token_in_base64` was removed (a printable-text
-test that only narrowed the search); the mutants it had are gone with it. Sampled modules give
-an estimate, not a census: the unsampled mutants of validate.py were not run.
+test that only narrowed the search); the mutants it had are gone with it. Every mutant of each
+module listed has been run.
+
+validate and review run their rules file first (``tests/test_<module>_rules.py``: the module's
+functions called in process on real repos built once per file, one assertion per rule and
+edge; 3-5 s alone), so a killed mutant costs one pytest start and that file; the CLI tests after
+it run in full only for a mutant it lets through (here, the equivalent one). At load 7-14
+validate took 2,102 s and review 717 s; the rules file alone over validate's 128 took 678 s (a
+run with MODULES naming it alone), the rest being the first run of every file on the unmutated
+copy and the equivalent mutant's full run. Before the rules files, validate's old files
+(test_write.py, test_links.py) took 503 s for `--sample 5` (4 killed, 1 alive:
+``check_file_text.negate#1``); the rules file alone killed 126 of all 128, the one alive
+(``resolve_link.boolop#1``) then killed by a new test. review's old files (test_review.py and
+the links diff test) ran all 51 in 1,995 s: 37 killed, 13 alive and the equivalent one.
 
 check.py's full run took 4,134 s: a killed mutant dies in ~8 s (test_check_rules.py runs first,
 in-process on copies of one repo, and fails at once), an equivalent one costs ~5 min (all three
@@ -53,7 +67,9 @@ file's tests (commit "the staged check never scans the work tree copy ...") join
 (a global event pointing at global memory was refused) is killed by a test added after it.
 prreview.py's 229 took 839 s with the machine quieter: test_prreview_rules.py reads git's diff
 output first (no repo needed), so most mutants die in a few seconds; the four equivalent ones
-ran both files to the end.
+ran both files to the end. Both were measured before the store-prefix helpers moved to
+git/staged.py (``in_store``, ``repo_path``): check.py has 285 mutants since (one fewer in
+``_changed_paths``), and the equivalent ids above still name the same changes.
 """
 
 from __future__ import annotations
@@ -76,10 +92,16 @@ ROOT = Path(__file__).resolve().parent.parent
 # module -> (source file, the fast tests that exercise it, most sensitive first; pytest -k or "")
 MODULES: dict[str, tuple[str, list[str], str]] = {
     "secrets": ("memstore/store/secrets.py", ["tests/test_secrets.py"], ""),
-    "validate": ("memstore/store/validate.py", ["tests/test_write.py", "tests/test_links.py"], ""),
+    # validate: its rules in process first (seconds), then the CLI paths of the same rules
+    "validate": ("memstore/store/validate.py",
+                 ["tests/test_validate_rules.py", "tests/test_write.py", "tests/test_links.py"], ""),
     # check's rules through the library first (seconds), then the CLI's and the hook's commit tests
     "check": ("memstore/git/check.py", ["tests/test_check_rules.py", "tests/test_check.py", "tests/test_hooks.py"],
               "check or pre_commit"),
+    # `memstore diff`: its rules in process first, then the CLI paths (check --base, diff, review)
+    "review": ("memstore/git/review.py", ["tests/test_review_rules.py", "tests/test_review.py",
+                                          "tests/test_links.py::test_diff_shows_added_links_with_the_text_they_point_at"],
+               ""),
     # review's git half through the library first, then the CLI's review tests (not the workflow installs)
     "prreview": ("memstore/git/prreview.py", ["tests/test_prreview_rules.py", "tests/test_prreview.py"],
                  "not integrate_github"),
@@ -117,9 +139,8 @@ EQUIVALENT: dict[str, str] = {
     "prreview:distance.dropexit#2": "with no candidates the loop below adds nothing and the answer is {} anyway",
     "prreview:_overlaps.dropexit#1": "a pure insertion (old_count 0) spans no base line: the range below is empty",
     "validate:check_secrets.dropexit#1": "find_secrets('') is [] anyway",
-    "validate:check_write_semantics.const#1": "the fallback of limits.max_rationale_chars: config defaults always "
-                                              "hold 2000",
-    "validate:check_write_semantics.const#2": "the fallback of limits.max_evidence: config defaults always hold 50",
+    "review:branch_diff.const#2": "rel.split('/', 2)[0] is rel.split('/', 1)[0]: the folder before the first "
+                                  "slash either way",
 }
 
 _FLIP: dict[type, type] = {

@@ -22,8 +22,12 @@ The machine's load average is printed with the results: on a shared 2-core box i
     python bench/perf.py cold --firsts 5       # and the first read p50 of 5 clones, each
                                                # against a daemon of its own (model loaded)
     python bench/perf.py profile --sizes 10000 # cProfile of 50 warm library reads
+    python bench/perf.py shared --size 10000  # a read across repo + shared (10k) + global against
+                                               # one store of the same memories, library and daemon
     python bench/perf.py noisy --sizes 100000  # store-100000-noisy: vectors without the model
     python bench/perf.py profile --sizes 100000 --store bench/.cache/perf/store-100000-noisy
+    python bench/perf.py store --store bench/.cache/perf/store-100000-noisy   # warm, daemon, RSS
+    python bench/perf.py grow --store bench/.cache/perf/store-100000-noisy --sizes 1000000
 
 ``cold`` commits each generated store as ``.memory/`` of a git repo (kept under
 ``bench/.cache/perf/``), starts a daemon (model loaded, as on a machine that used memstore
@@ -235,9 +239,9 @@ def mixed_texts(n: int) -> list[str]:
     return [t[:4000] for t in load_texts(n, EVAL_DIR[0])[1]]
 
 
-def generate_store(root: Path, n: int, corpus: str = "templates") -> None:
+def generate_store(root: Path, n: int, corpus: str = "templates", scope: str = "repo") -> None:
     """``n`` memories + votes, deterministic text (ids are fresh ULIDs; the cache keys on text);
-    ``corpus="mixed"``: the texts are ``mixed_texts``."""
+    ``corpus="mixed"``: the texts are ``mixed_texts``; ``scope="global"``: a global store's."""
     given = mixed_texts(n) if corpus == "mixed" else None
     from memstore.store import ids as idmod
     from memstore.store.config import Config
@@ -246,7 +250,7 @@ def generate_store(root: Path, n: int, corpus: str = "templates") -> None:
 
     rng = random.Random(n)
     config = Config().with_overrides({"git": {"stage": False, "commit": False}})
-    store = Store(root=root, scope="repo", config=config, worktree=None)
+    store = Store(root=root, scope=scope, config=config, worktree=None)
     store.init()
     kinds = [k for k, w in KIND_MIX for _ in range(w)]
     problems: list[str] = []
@@ -265,7 +269,7 @@ def generate_store(root: Path, n: int, corpus: str = "templates") -> None:
             id=idmod.new_id(),
             kind=kind,
             text=_text(rng, kind, i) if given is None else given[i],
-            scope="repo",
+            scope=scope,
             created=f"2026-{1 + i % 12:02d}-{1 + i % 28:02d}T10:00:00Z",
             author="bench",
             confidence=round(rng.uniform(0.5, 0.95), 2),
@@ -504,6 +508,8 @@ def daemon_runs(root: Path, reps: int, n: int) -> dict[str, Any]:
             "MEMSTORE_CODE_VERSION": client.code_version(),
         }
     )
+    if "MEMSTORE_APPROX_ROWS" in os.environ:  # a run that sets the approximate threshold sets the daemon's
+        env["MEMSTORE_APPROX_ROWS"] = os.environ["MEMSTORE_APPROX_ROWS"]
     os.environ["MEMSTORE_CODE_VERSION"] = env["MEMSTORE_CODE_VERSION"]
     out: dict[str, Any] = {}
     log = open(rdir / "serve.out", "ab")  # noqa: SIM115
@@ -948,13 +954,335 @@ def noisy_main(argv: list[str]) -> int:
     return 0
 
 
+# -- reading across stores --------------------------------------------------------------------------
+def copy_store(src: Path, dest: Path, *, as_scope: str | None = None) -> None:
+    """``src``'s memories and events copied into ``dest`` (its index is not: every store builds
+    its own from the embedding cache; nor its settings: the defaults hold for every store);
+    ``as_scope`` rewrites the files' ``scope:``."""
+    from memstore.store.model import KIND_DIRS
+
+    dest.mkdir(parents=True, exist_ok=True)
+    for sub in [*KIND_DIRS.values(), "events"]:
+        (dest / sub).mkdir(exist_ok=True)
+        for path in (src / sub).iterdir():
+            text = path.read_text()
+            if as_scope is not None and path.suffix == ".md":
+                text = text.replace("\nscope: global\n", f"\nscope: {as_scope}\n", 1)
+            (dest / sub / path.name).write_text(text)
+
+
+def across_stores(n: int, repo_n: int, global_n: int) -> tuple[dict[str, str], dict[str, str]]:
+    """The two layouts read in ``shared``, built once under ``bench/.cache/perf/across-*``: repo
+    (``repo_n``) + an attached shared store (``n``) + global (``global_n``), and one repo store
+    holding the same memories (no global store). (split env, single env)"""
+    from memstore.store.workspace import SHARED_DIRNAME
+
+    base = CACHE / f"across-{repo_n}-{n}-{global_n}"
+    split = {"MEMSTORE_STORE": str(base / "repo"), "MEMSTORE_HOME": str(base / "home")}
+    single = {"MEMSTORE_STORE": str(base / "single"), "MEMSTORE_HOME": str(base / "nohome")}
+    if (base / ".complete").exists():
+        return split, single
+    shutil.rmtree(base, ignore_errors=True)
+    sources = {}
+    for size in (repo_n, n):
+        src = CACHE / f"store-{size}"
+        if not (src / ".complete").exists():
+            shutil.rmtree(src, ignore_errors=True)
+            generate_store(src, size)
+        sources[size] = src
+    home = base / "home"
+    generate_store(home, global_n, scope="global")
+    copy_store(sources[repo_n], base / "repo")
+    copy_store(sources[n], home / SHARED_DIRNAME / "org")
+    for src in (sources[repo_n], sources[n]):
+        copy_store(src, base / "single")
+    copy_store(home, base / "single", as_scope="repo")
+    (base / ".complete").write_text("")
+    return split, single
+
+
+def index_all(env: dict[str, str]) -> list[dict[str, Any]]:
+    """Every store ``env`` reads indexed, from the shared embedding cache; the cache then holds
+    what was embedded here too. One line per store: scope, memories, seconds."""
+    from memstore.read import indexes
+    from memstore.read.tuning import params_from_config
+    from memstore.store.workspace import open_workspace
+
+    emb = CACHE / "embeddings"
+    ws = open_workspace(cwd=Path(env["MEMSTORE_STORE"]), env={**env, "MEMSTORE_DAEMON": "0"})
+    out = []
+    for store in ws.stores(include_shared=True):
+        cache = store.root / ".index" / "embeddings"
+        if not (store.root / ".index" / "meta.json").exists() and emb.is_dir():
+            shutil.rmtree(store.root / ".index", ignore_errors=True)
+            (store.root / ".index").mkdir()
+            shutil.copytree(emb, cache)
+        t0 = time.perf_counter()
+        si = indexes.store_index(ws, store.scope, params_from_config(ws.config))
+        si.refresh()
+        out.append({"scope": store.scope, "memories": len(si.catalog.memories),
+                    "seconds": round(time.perf_counter() - t0, 1)})
+        if cache.is_dir() and sum(1 for _ in cache.rglob("*")) > sum(1 for _ in emb.rglob("*")):
+            shutil.rmtree(emb, ignore_errors=True)
+            shutil.copytree(cache, emb)
+    ws.close()
+    return out
+
+
+def shared_main(argv: list[str]) -> int:
+    """A warm read across the repo store, an attached shared store of ``--size`` memories and the
+    global store, against a read of one repo store holding the same memories: the same queries,
+    interleaved (one of each per query, their order alternating, so the machine's load falls on
+    both alike), through the library (a watched workspace each) and through the CLI to one
+    daemon that serves both. p50 / p95 of each and their ratio (across / one store)."""
+    from memstore.read import retrieve
+    from memstore.store.workspace import open_workspace
+
+    ap = argparse.ArgumentParser(prog="perf.py shared", description=shared_main.__doc__)
+    ap.add_argument("--size", type=int, default=10000, help="memories in the shared store")
+    ap.add_argument("--repo", type=int, default=1000, help="memories in the repo store")
+    ap.add_argument("--global", dest="global_n", type=int, default=500, help="memories in the global store")
+    ap.add_argument("--reps", type=int, default=48)
+    ap.add_argument("--json-out", type=Path)
+    a = ap.parse_args(argv)
+    import compileall
+
+    compileall.compile_dir(str(Path(client.__file__).parent), quiet=1)
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    split, single = across_stores(a.size, a.repo, a.global_n)
+    layouts = {"across": split, "one store": single}
+    built = {name: index_all(env) for name, env in layouts.items()}
+    print(f"# stores: {json.dumps(built)}", file=sys.stderr, flush=True)
+    order = [list(layouts), list(reversed(layouts))]
+
+    # The library: one watched workspace per layout, as a long-lived program holds it.
+    spaces = {}
+    for name, env in layouts.items():
+        ws = open_workspace(cwd=Path(env["MEMSTORE_STORE"]), env={**env, "MEMSTORE_DAEMON": "0"})
+        ws.watch()
+        for q in QUERIES:
+            retrieve.read(ws, {"query": q}, log_episode=False)
+        spaces[name] = ws
+    counts = {name: len(retrieve.read(ws, {"query": QUERIES[0]}, log_episode=False)["results"])
+              for name, ws in spaces.items()}
+    lib: dict[str, list[float]] = {name: [] for name in layouts}
+    for i in range(a.reps):
+        for name in order[i % 2]:
+            t0 = time.perf_counter()
+            retrieve.read(spaces[name], {"query": QUERIES[i % len(QUERIES)]}, log_episode=False)
+            lib[name].append(time.perf_counter() - t0)
+    for ws in spaces.values():
+        ws.close()
+
+    # The CLI, each call through one daemon that holds both workspaces warm.
+    rdir = Path(tempfile.mkdtemp(prefix="msperf-", dir="/tmp"))
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
+    base.update({"MEMSTORE_RUNTIME_DIR": str(rdir), "MEMSTORE_DAEMON": "1", "MEMSTORE_GIT_STAGE": "0",
+                 "MEMSTORE_CODE_VERSION": client.code_version()})
+    envs = {name: {**base, **env} for name, env in layouts.items()}
+    log = open(rdir / "serve.out", "ab")  # noqa: SIM115
+    proc = subprocess.Popen([sys.executable, "-m", "memstore", "serve", "--idle", "600"], env=base,
+                            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    log.close()
+    cli: dict[str, list[float]] = {name: [] for name in layouts}
+    starts: list[float] = []
+    try:
+        if not client.wait_until_up(120, env=base):
+            raise RuntimeError(f"daemon did not start: {(rdir / 'daemon.log').read_text()[-2000:]}")
+        for env in envs.values():
+            for q in QUERIES:
+                timed_cli(["read", *q.split()], env, Path(env["MEMSTORE_STORE"]))
+        for i in range(a.reps):
+            for name in order[i % 2]:
+                env = envs[name]
+                cli[name].append(timed_cli(["read", *QUERIES[i % len(QUERIES)].split()], env,
+                                           Path(env["MEMSTORE_STORE"]))[0])
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-c", "pass"], check=True)
+            starts.append(time.perf_counter() - t0)
+    finally:
+        client.stop(env=base)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(rdir, ignore_errors=True)
+
+    rows = []
+    for surface, times in (("library", lib), ("CLI through the daemon", cli)):
+        row: dict[str, Any] = {"surface": surface}
+        for name in layouts:
+            row[f"{name} p50"], row[f"{name} p95"] = ms(pct(times[name], 50)), ms(pct(times[name], 95))
+        row["ratio p50"] = round(pct(times["across"], 50) / pct(times["one store"], 50), 2)
+        row["ratio p95"] = round(pct(times["across"], 95) / pct(times["one store"], 95), 2)
+        rows.append(row)
+    total = a.size + a.repo + a.global_n
+    print(f"{a.reps} reads each, {total} memories: repo {a.repo} + shared {a.size} + global {a.global_n} "
+          f"against one store of {total}; results on the first query {counts}; python -c pass p50 "
+          f"{ms(pct(starts, 50))} ms; load {os.getloadavg()[0]:.1f}\n")
+    keys = list(rows[0])
+    print("| " + " | ".join(k if k == "surface" else f"{k} (ms)" if "p" in k and "ratio" not in k else k
+                            for k in keys) + " |")
+    print("|" + "---|" * len(keys))
+    for row in rows:
+        print("| " + " | ".join(str(row[k]) for k in keys) + " |")
+    summary = {"load_avg": os.getloadavg()[0], "cpus": os.cpu_count(), "memories": total, "reps": a.reps,
+               "python_start_p50_ms": ms(pct(starts, 50)), "rows": rows}
+    if a.json_out:
+        a.json_out.write_text(json.dumps(summary, indent=2))
+    print(json.dumps(summary, separators=(",", ":")))
+    return 0
+
+
+def store_main(argv: list[str]) -> int:
+    """The warm measures of the main run on an indexed store made elsewhere (``perf.py noisy``'s
+    100k, whose vectors need no model): warm library reads (BLAS on one thread, as the daemon
+    runs them) with the vector lane each took, the raw index searches beside them (the store's
+    approximate or flat nearest-50 search, Whoosh, the query's encoding), ``python -c pass``,
+    and through a daemon: CLI reads, writes, change -> visible and its RSS."""
+    from threadpoolctl import threadpool_limits
+
+    from memstore.read import retrieve
+
+    ap = argparse.ArgumentParser(prog="perf.py store", description=store_main.__doc__)
+    ap.add_argument("--store", type=Path, required=True, help="an indexed store (its .index/ is kept)")
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--json-out", type=Path)
+    a = ap.parse_args(argv)
+    import compileall
+
+    compileall.compile_dir(str(Path(client.__file__).parent), quiet=1)
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    root = a.store.resolve()
+    with threadpool_limits(1, user_api="blas"):
+        lib, ws = library_reads(root, a.reps)
+        row: dict[str, Any] = {"store": root.name, "n": len(ws.catalog("repo").memories)}
+        row["lib_read_p50_ms"], row["lib_read_p95_ms"] = ms(pct(lib["watched"], 50)), ms(pct(lib["watched"], 95))
+        lanes = [retrieve.read(ws, {"query": q}, log_episode=False)["stats"].get("approximate") for q in QUERIES]
+        row["approximate_reads"] = sum(1 for s in lanes if s and s["searches"] and not s["flat"])
+        row["flat_reads"] = len(lanes) - row["approximate_reads"]
+        row.update(floor(ws, a.reps))
+    row["raw_searches_p50_ms"] = round(row["faiss_p50_ms"] + row["whoosh_p50_ms"] + row["encode_p50_ms"], 1)
+    del ws
+    d = daemon_runs(root, a.reps, row["n"])
+    for key in ("cli_read_daemon", "write_socket", "write_cli"):
+        row[f"{key}_p50_ms"], row[f"{key}_p95_ms"] = ms(pct(d[key], 50)), ms(pct(d[key], 95))
+    row["visible_p50_ms"], row["visible_max_ms"] = ms(pct(d["visible"], 50)), ms(max(d["visible"]))
+    row["daemon_peak_rss_mb"], row["daemon_rss_mb"] = d["daemon_peak_rss_mb"], d["daemon_rss_mb"]
+    start = row["python_start_p50_ms"]
+    row["cli_read_over_start_p50_ms"] = round(row["cli_read_daemon_p50_ms"] - start, 1)
+    row["cli_read_over_start_p95_ms"] = round(row["cli_read_daemon_p95_ms"] - start, 1)
+    row["lib_read_over_raw"] = round(row["lib_read_p50_ms"] / row["raw_searches_p50_ms"], 2)
+    print("| measure | value |\n|---|---|")
+    for key, value in row.items():
+        print(f"| {key} | {value} |")
+    summary = {"load_avg": os.getloadavg()[0], "cpus": os.cpu_count(), "row": row}
+    if a.json_out:
+        a.json_out.write_text(json.dumps(summary, indent=2))
+    print(json.dumps(summary, separators=(",", ":")))
+    return 0
+
+
+def grow_main(argv: list[str]) -> int:
+    """A warm read's ranking at sizes no generated store reaches (1M memories: 100 minutes of
+    writing files): rows drawn around an indexed store's (a row plus noise, renormalised, as
+    ``noisy`` does), the store's kinds sampled for them, in a ``VectorIndex`` with the threshold
+    of the setting; per size the add and training seconds, the RSS they added, and
+    ``ranking.rank`` for each query (approximate lane, and a few flat passes beside it), BLAS
+    on one thread. The keyword lane is not simulated: it is the store's own Whoosh search,
+    timed by ``store``. The same is timed on the store's own rows, so a read at size n is that
+    store's library read plus the difference."""
+    import numpy as np
+    from threadpoolctl import threadpool_limits
+
+    from memstore.index.embedder import get_embedder
+    from memstore.index.vectors import VectorIndex
+    from memstore.read import ranking, retrieve
+    from memstore.read.rowspace import Nearest
+    from memstore.read.tuning import params_from_config
+    from memstore.store.workspace import open_workspace
+
+    ap = argparse.ArgumentParser(prog="perf.py grow", description=grow_main.__doc__)
+    ap.add_argument("--store", type=Path, required=True, help="an indexed store (perf.py noisy's 100k)")
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1_000_000])
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--flat-reps", type=int, default=5)
+    a = ap.parse_args(argv)
+    root = a.store.resolve()
+    ws = open_workspace(cwd=root, env={"MEMSTORE_STORE": str(root), "MEMSTORE_HOME": str(CACHE / "global"),
+                                       "MEMSTORE_DAEMON": "0"})
+    params = params_from_config(ws.config).ranking
+    retrieve.read(ws, {"query": "warm up"}, log_episode=False)  # loads the store's indexes
+    vecs = ws.indexes["repo"].vectors
+    assert vecs is not None and len(vecs)
+    memories = ws.catalog("repo").memories
+    base = vecs.matrix().copy()
+    base_kinds = [memories[m].kind if m in memories else "fact" for m in vecs.row_ids()]
+    qvecs = get_embedder().encode(QUERIES)
+    table = {k: params.kind_offset.get(k, 0.0) for k in set(base_kinds)}
+    rng = np.random.default_rng(1)
+
+    def rss() -> float:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    def timed(vi: VectorIndex, kinds: list[str], lane: Nearest | None, reps: int) -> list[float]:
+        offsets = np.array([table[k] for k in kinds], dtype=np.float32)
+        out = []
+        for i in range(reps):
+            t0 = time.perf_counter()
+            ranking.rank(qvecs[i % len(qvecs)], vi.matrix(), [], kinds, params=params, offsets=offsets,
+                         nearest=lane)
+            out.append(time.perf_counter() - t0)
+        return out
+
+    with threadpool_limits(1, user_api="blas"):
+        for n in [len(base), *a.sizes]:
+            before = rss()
+            if n == len(base):
+                x, kinds = base, base_kinds
+            else:
+                pick = rng.integers(0, len(base), n)
+                x = base[pick] + rng.normal(0, 0.3 / np.sqrt(base.shape[1]), (n, base.shape[1])).astype(np.float32)
+                x /= np.linalg.norm(x, axis=1, keepdims=True)
+                kinds = [base_kinds[i] for i in pick]
+            vi = VectorIndex(base.shape[1])
+            t0 = time.perf_counter()
+            vi.add([f"r{i}" for i in range(n)], x)
+            added = time.perf_counter() - t0
+            del x
+            t0 = time.perf_counter()
+            lane = Nearest([vi], (n,)) if vi.approximate() else None
+            if lane is not None:
+                vi.approx()
+            trained = time.perf_counter() - t0
+            grown = rss() - before
+            approx = timed(vi, kinds, lane, a.reps)
+            flat = timed(vi, kinds, None, a.flat_reps)
+            row = {"n": n, "add_s": round(added, 1), "train_s": round(trained, 1), "rss_added_mb": round(grown),
+                   "rank_p50_ms": ms(pct(approx, 50)), "rank_p95_ms": ms(pct(approx, 95)),
+                   "rank_flat_p50_ms": ms(pct(flat, 50)),
+                   "searches_per_rank": round(lane.searches / a.reps, 2) if lane else 0,
+                   "flat_fallbacks": lane.whole if lane else 0, "load": round(os.getloadavg()[0], 1)}
+            print(json.dumps(row), flush=True)
+            del vi, lane
+    return 0
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["store"]:
+        return store_main(sys.argv[2:])
+    if sys.argv[1:2] == ["grow"]:
+        return grow_main(sys.argv[2:])
     if sys.argv[1:2] == ["noisy"]:
         return noisy_main(sys.argv[2:])
     if sys.argv[1:2] == ["cold"]:
         return cold_main(sys.argv[2:])
     if sys.argv[1:2] == ["profile"]:
         return profile_main(sys.argv[2:])
+    if sys.argv[1:2] == ["shared"]:
+        return shared_main(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
     ap.add_argument("--reps", type=int, default=30)

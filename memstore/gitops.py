@@ -170,6 +170,21 @@ def staged_entries(prefix: str, cwd: Path) -> list[tuple[str, str, str]]:
     return out
 
 
+def objects_exist(names: list[str], cwd: Path) -> list[bool]:
+    """Whether each object name (``SHA:path``, ...) names an object, in one ``git cat-file
+    --batch-check``; a name holding a newline (which would split the request) never does."""
+    asked = [n for n in names if "\n" not in n]
+    if not asked:
+        return [False] * len(names)
+    proc = run(["cat-file", "--batch-check"], cwd, check=False, input_text="".join(f"{n}\n" for n in asked))
+    lines = proc.stdout.split("\n")
+    if proc.returncode != 0 or len(lines) < len(asked):
+        return [False] * len(names)
+    # One line per name, in order: "<sha> <type> <size>", or "<name> missing" / "<name> ambiguous".
+    found = iter(not line.endswith((" missing", " ambiguous")) for line in lines[:len(asked)])
+    return [False if "\n" in n else next(found) for n in names]
+
+
 def read_blobs(shas: list[str], cwd: Path) -> dict[str, bytes]:
     """The content of each blob, in one ``git cat-file --batch`` (a process per file costs ~5 ms)."""
     wanted = list(dict.fromkeys(shas))

@@ -8,7 +8,9 @@ candidate), and `memstore vote` lands the votes where the next read weighs them.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -270,3 +272,38 @@ def test_a_pasted_log_does_not_silence_the_prompt_hook_but_a_write_still_refuses
                              input=json.dumps(request))
     assert code == 2 and out["error"]["code"] == "bad_chars", err
     assert sorted(p.name for p in (repo / ".memory" / "problems").iterdir()) == before
+
+
+def test_a_codex_session_with_no_end_is_ended_once_idle_when_another_opens(world: Env) -> None:
+    """Codex sends no session end: its episode stays open until, idle for
+    ``episodes.idle_end_minutes`` (120), another session of the repo opens one and ends it, staged
+    like any ended episode. A session still busy beside it is left open."""
+    repo = world.base / "codex"
+    common = {"model": "gpt-5-codex", "turn_id": "turn-1"}
+
+    def episode_of(session: str) -> dict[str, Any]:
+        code, listed, err = world.cli("episode", "list", "--json-out", cwd=repo)
+        assert code == 0, err
+        (mine,) = [e for e in listed["episodes"] if e["episode"] == opened[session]]
+        return mine
+
+    opened: dict[str, str] = {}
+    for session in ("idle-thread", "busy-thread"):
+        Agent(world, repo, repo / ".codex" / "hooks.json", session).run(
+            "UserPromptSubmit", prompt=f"{session}: why does the cart total round down", **common)
+        code, listed, err = world.cli("episode", "list", "--json-out", cwd=repo)
+        assert code == 0, err
+        opened[session] = next(e["episode"] for e in listed["episodes"] if e["agent"] == "codex"
+                               and e["episode"] not in opened.values() and e["ended"] is None)
+    assert episode_of("idle-thread")["ended"] is None  # busy-thread opened beside it: both live
+    idle_file = repo / episode_of("idle-thread")["path"]
+    three_hours_ago = time.time() - 3 * 3600
+    os.utime(idle_file, (three_hours_ago, three_hours_ago))
+    Agent(world, repo, repo / ".codex" / "hooks.json", "next-thread").run(
+        "UserPromptSubmit", prompt="next-thread: add a test for the cart total", **common)
+    idle, busy = episode_of("idle-thread"), episode_of("busy-thread")
+    assert idle["ended"] is not None and idle["outcome"] == "unknown: no session end, idle 180 min", idle
+    assert busy["ended"] is None
+    staged = subprocess.run(["git", "diff", "--cached", "--name-only"], cwd=repo, capture_output=True, text=True,
+                            check=True).stdout.split()
+    assert idle["path"] in staged

@@ -326,3 +326,26 @@ def test_reads_and_writes_go_through_a_running_daemon(tmp_path: Path, repo: Path
         import shutil
 
         shutil.rmtree(rdir, ignore_errors=True)
+
+
+def test_a_file_name_that_is_not_utf8_is_answered_not_a_failed_call(repo: Path) -> None:
+    """A hand-made file whose name holds the byte 0xE9 (Latin-1 ``é``): the CLI's JSON stays
+    UTF-8 with the byte as ``\\udce9`` (``os.fsencode`` gives the name back) and the MCP call
+    answers, the byte shown as its escape, instead of failing in the SDK's JSON writer."""
+    mid = "01m8zz" + "q" * 20
+    name = os.fsdecode(f"{mid}-caf".encode() + b"\xe9.md")
+    (repo / ".memory" / "facts" / name).write_text(
+        f"---\nid: {mid}\nkind: fact\nscope: repo\ncreated: 2026-11-20T10:00:00Z\nevidence: ['user:ops']\n"
+        "---\nthe billing export runs nightly at 02:00 UTC\n", encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "memstore", "list"], cwd=repo, capture_output=True, check=False,
+                          env={**os.environ, "MEMSTORE_DAEMON": "0"}, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    listed = json.loads(proc.stdout.decode("utf-8"))  # strict: a raw 0xE9 byte would not decode
+    assert os.fsencode(listed["memories"][0]["path"]) == b".memory/facts/" + os.fsencode(name)
+
+    async def script(s: ClientSession) -> Any:
+        return await s.call_tool("memory_read", {"query": "when does the billing export run"})
+
+    got = ok(run_mcp(repo, script))
+    assert got["results"][0]["id"] == mid
+    assert got["results"][0]["path"] == f".memory/facts/{mid}-caf\\udce9.md"

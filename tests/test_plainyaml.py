@@ -235,3 +235,22 @@ def test_random_frontmatter_is_read_as_csafeloader_reads_it_or_left_to_it(seed: 
         _check(fm)
         fast += 1
     assert fast > 500  # the generator reaches the fast path, or this test proves nothing
+
+
+def test_a_line_read_before_is_read_again_only_where_it_stands_alone() -> None:
+    """Whole top-level lines are memoised across files: the same line followed by its value's
+    continuation, repeated in one mapping, or mutated after it was handed out reads as
+    CSafeLoader reads it each time."""
+    alone = "kind: fact\nrationale: seen in every file\ntags: [deploy, auth]\n"
+    continued = "kind: fact\nrationale: seen in every file\n  and one more line\ntags: [deploy, auth]\n"
+    twice = "kind: fact\nkind: fact\n"
+    for fm in (alone, continued, alone, continued):
+        got = _check(fm)
+        assert got is not None, fm
+        assert got["rationale"] == ("seen in every file" if fm is alone else "seen in every file and one more line")
+    assert plainyaml.parse(twice) is None  # a duplicate key is left to CSafeLoader, memo or not
+    first = plainyaml.parse(alone)
+    assert first is not None
+    first["tags"].append("changed")
+    again = plainyaml.parse(alone)
+    assert again is not None and again["tags"] == ["deploy", "auth"]

@@ -200,7 +200,7 @@ def test_valid_requests_pass(name: str, request_: dict[str, Any]) -> None:
         ("read", {"query": "q", "kinds": []}, "kinds", "at least 1 item"),
         ("read", {"op": "write", "query": "q"}, "op", 'must be "read"'),
         ("write", with_memory(kind="bug"), "memory.kind", "must be one of"),
-        ("write", with_memory(scope="team"), "memory.scope", 'must be one of "repo", "global"'),
+        ("write", with_memory(scope="team"), "memory.scope", 'must be "repo", "global" or "shared:NAME"'),
         ("write", {**WRITE_EXAMPLE, "mode": "review"}, "mode", "must be one of"),
         ("write", {**WRITE_EXAMPLE, "op": "update"}, "op", 'must be one of "write", "create"'),
         ("update", {**UPDATE_EXAMPLE, "type": "vote"}, "type", "must be one of"),

@@ -233,6 +233,14 @@ def test_a_hostile_shared_store_changes_nothing_outside_itself(tmp_path: Path, c
     code, out, _ = cli("show", own_id, cwd=repo)
     assert code == 0 and out["memory"]["scope"] == "repo" and "02:00" in out["memory"]["text"]
     assert out["memory"]["derived"]["archived"] is False and out["memory"]["derived"]["relations"]["in"] == []
+    # What reads left out is named where the user looks at the shared stores, unread.
+    code, out, _ = cli("attached", cwd=repo)
+    (store,) = out["stores"]
+    assert code == 0 and store["invalid_count"] == 2, out
+    assert {i["path"]: i["error"].split(";")[0] for i in store["invalid"]} == {
+        "facts/big.md": "is 300035 bytes, over the 262144-byte cap on a store file (limits.max_file_bytes)",
+        "facts/linked.md": "is a symbolic link"}
+    assert "password" not in str(out)
     # The user's settings stand: a global write from this repo still waits for approval, and a
     # repo write is staged, not committed.
     code, out, err = cli("write", "--kind", "preference", "--scope", "global", "--text", "Prefer small, "

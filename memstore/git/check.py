@@ -19,7 +19,7 @@ from ..store.model import KIND_DIRS, Event, Memory, parse_evidence, utc_now
 from ..store.relations import open_disputes
 from ..store.secrets import find_secrets
 from ..store.workspace import Workspace, view_order
-from .staged import StagedStore, read_staged
+from .staged import StagedStore, in_store, read_staged, repo_path, store_prefix
 from .stale import owning_worktree
 
 IMMUTABLE_DIRS = (*KIND_DIRS.values(), "events")
@@ -55,9 +55,7 @@ class Report:
                 "fixed": self.fixed}
 
 
-def _store_prefix(store: Store) -> str:
-    assert store.worktree is not None
-    return store.root.relative_to(store.worktree.resolve()).as_posix()
+_store_prefix = store_prefix  # the name review, prreview and the pre-commit hook import it by
 
 
 def _changed_paths(store: Store, staged: bool, base: str | None) -> tuple[dict[str, str], str | None]:
@@ -76,8 +74,9 @@ def _changed_paths(store: Store, staged: bool, base: str | None) -> tuple[dict[s
         listed = gitops.name_status(old, None, [prefix], store.worktree, cached=staged)
     out: dict[str, str] = {}
     for path, status in listed.items():
-        if path.startswith(prefix + "/"):
-            out[path[len(prefix) + 1:]] = status
+        rel = in_store(path, prefix)
+        if rel is not None:
+            out[rel] = status
     return out, old
 
 
@@ -117,10 +116,10 @@ def _committed_projections(store: Store, report: Report) -> None:
     assert store.worktree is not None
     prefix = _store_prefix(store)
     for folder in (INDEX_DIRNAME, LOCAL_DIRNAME):
-        for _mode, _sha, path in gitops.staged_entries(f"{prefix}/{folder}", store.worktree):
+        for _mode, _sha, path in gitops.staged_entries(repo_path(prefix, folder), store.worktree):
             report.add("error", path, "committed_projection",
                        f"{folder}/ is memstore's per-machine state and must not be committed (one from elsewhere "
-                       f"is never loaded); remove it from git with `git rm -r --cached {prefix}/{folder}`")
+                       f"is never loaded); remove it from git with `git rm -r --cached {repo_path(prefix, folder)}`")
 
 
 def _immutability(store: Store, report: Report, changed: dict[str, str], old: str | None,
@@ -147,7 +146,7 @@ def _immutability(store: Store, report: Report, changed: dict[str, str], old: st
             report.add("error", shown, "immutable",
                        f"committed memory files are immutable but this one was {verb}: {undo}; {fix}")
         elif top == "episodes" and status == "M" and old is not None:
-            before = gitops.show_file(old, f"{prefix}/{rel}", store.worktree) or b""
+            before = gitops.show_file(old, repo_path(prefix, rel), store.worktree) or b""
             if staged is not None:
                 after = staged.blobs.get(rel, b"")
             else:

@@ -26,6 +26,7 @@ from ..store.graph import archived_ids
 from ..store.model import Memory
 from ..store.workspace import Workspace
 from .check import _store_prefix
+from .staged import in_store
 from .stale import HUNK_RE as _HUNK
 from .stale import Hunk, StaleChecker, carry_lines, owning_worktree
 
@@ -149,8 +150,7 @@ def change(store: Store, base: str, head: str | None = None) -> Change:
     b, h, mb = resolve(store, base, head)
     assert store.worktree is not None
     prefix = _store_prefix(store)
-    files = {p: fc for p, fc in _diff(mb, h, store.worktree).items()
-             if p != prefix and not p.startswith(prefix + "/")}
+    files = {p: fc for p, fc in _diff(mb, h, store.worktree).items() if p != prefix and in_store(p, prefix) is None}
     return Change(b, h, mb, files)
 
 

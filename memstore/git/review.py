@@ -17,6 +17,7 @@ from ..store.graph import Graph, build_graph, needs_review
 from ..store.model import DIR_KINDS
 from ..store.workspace import Workspace
 from .check import _store_prefix
+from .staged import in_store
 
 BASE_CANDIDATES = ("origin/HEAD", "main", "master", "origin/main", "origin/master")
 
@@ -69,7 +70,7 @@ def branch_diff(ws: Workspace, rev: str | None = None) -> dict[str, Any]:
                               "episodes": [], "problems": []}
     for path in sorted(changes):
         st = changes[path]
-        rel = path[len(prefix) + 1:]
+        rel = in_store(path, prefix) or ""
         top = rel.split("/", 1)[0]
         if rel.endswith(".gitkeep") or "/" not in rel:
             continue

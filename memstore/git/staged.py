@@ -39,6 +39,25 @@ def _record_kind(rel: str) -> str | None:
     return None
 
 
+def store_prefix(store: Store) -> str:
+    """The store's folder relative to its work tree: ``.memory``, or ``.`` for a store that is
+    its repository's root (a shared store's own repository, ``--store .``)."""
+    assert store.worktree is not None
+    return store.root.relative_to(store.worktree.resolve()).as_posix()
+
+
+def in_store(path: str, prefix: str) -> str | None:
+    """A repo-relative ``path`` relative to the store at ``prefix``; None when outside it."""
+    if prefix == ".":
+        return path
+    return path[len(prefix) + 1:] if path.startswith(prefix + "/") else None
+
+
+def repo_path(prefix: str, rel: str) -> str:
+    """A store-relative ``rel`` relative to the work tree again."""
+    return rel if prefix == "." else f"{prefix}/{rel}"
+
+
 def read_staged(store: Store, prefix: str) -> StagedStore:
     """Every staged file under ``prefix`` (the store's repo-relative folder), memories and
     events parsed; anything that does not parse is ``invalid`` with its reason."""
@@ -48,9 +67,9 @@ def read_staged(store: Store, prefix: str) -> StagedStore:
     out = StagedStore()
     claims: dict[str, list[Memory]] = {}
     for mode, sha, path in entries:
-        if not path.startswith(prefix + "/"):
+        rel = in_store(path, prefix)
+        if rel is None:
             continue
-        rel = path[len(prefix) + 1:]
         data = blobs.get(sha, b"")
         out.blobs[rel] = data
         what = _record_kind(rel)

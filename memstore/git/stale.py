@@ -15,6 +15,10 @@ not committed yet are never stale (no git history to compare with), and answers 
 ``.index/stale.json`` keyed by HEAD: per memory (its citations and the cited files' stat
 signature) and per (memory commit, file) the diff's hunks, so a warm read runs no git, and an
 edit in the work tree costs one ``git diff`` per memory commit for the files it touched.
+
+A ``repo:NAME@SHA:path`` citation (another repository's code, as a shared store's memories cite
+it) is checked the same way against the user's own checkout of NAME (``repos:`` in the global
+config.yaml, ``check_repo_refs``), its answers cached per checkout under that checkout's HEAD.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import json
 import os
 import re
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +36,7 @@ from typing import Any
 from .. import gitops
 from ..store.disk import STORE_DIRNAME, Store
 from ..store.files import atomic_write
-from ..store.model import Memory
+from ..store.model import EvidenceRef, Memory, parse_evidence
 
 CACHE_NAME = "stale.json"
 CACHE_VERSION = 3
@@ -207,12 +212,14 @@ def _nul_log(text: str) -> list[tuple[str, list[str]]]:
     return out
 
 
-class StaleChecker:
-    """Staleness for one store's work tree at its current HEAD."""
+class _WorkTreeDiffs:
+    """The diffs from past commits to one work tree, cached in ``cache_path`` under the work
+    tree's HEAD: a new HEAD starts the cache empty, and each file's hunks are kept with its stat
+    signature, so an edit in the work tree asks git again."""
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.worktree = store.worktree
+    def __init__(self, worktree: Path | None, cache_path: Path | None) -> None:
+        self.worktree = worktree
+        self.cache_path = cache_path
         self.head: str | None = None
         self._cache: dict[str, Any] = {}
         self._files: dict[str, Any] = {}  # "base\0path" -> {"sig", "diff"}
@@ -223,32 +230,73 @@ class StaleChecker:
         self._load()
 
     # -- cache ------------------------------------------------------------------------------------
-    @property
-    def _cache_path(self) -> Path:
-        return self.store.index_dir / CACHE_NAME
-
     def _load(self) -> None:
+        if self.cache_path is None:
+            return
         with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
-            fd = os.open(self._cache_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            fd = os.open(self.cache_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
             with os.fdopen(fd, "rb") as f:
                 st = os.fstat(f.fileno())
                 if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CACHE_BYTES:
                     return
                 raw = json.loads(f.read().decode("utf-8"))
-            if raw.get("version") == CACHE_VERSION and raw.get("head") == self.head:
+            # Keyed by the work tree too: a setting may point a name at another checkout at one HEAD.
+            if (raw.get("version") == CACHE_VERSION and raw.get("head") == self.head
+                    and raw.get("worktree") == str(self.worktree)):
                 self._cache = dict(raw["entries"])
                 self._files = dict(raw["files"])
                 self._edited = dict(raw.get("edited") or {})
 
     def save(self) -> None:
-        if not self._dirty or self.head is None:
+        if not self._dirty or self.head is None or self.cache_path is None:
             return
-        data = {"version": CACHE_VERSION, "head": self.head, "entries": self._cache, "files": self._files,
-                "edited": self._edited}
+        data = {"version": CACHE_VERSION, "head": self.head, "worktree": str(self.worktree), "entries": self._cache,
+                "files": self._files, "edited": self._edited}
         # A projection: failing to save only costs the next call a few git runs.
         with contextlib.suppress(OSError):
-            atomic_write(self._cache_path, json.dumps(data, separators=(",", ":")))
+            atomic_write(self.cache_path, json.dumps(data, separators=(",", ":")))
         self._dirty = False
+
+    def _diffs(self, base: str, paths: set[str]) -> dict[str, FileDiff] | None:
+        """What the diff from ``base`` to the work tree did to each of ``paths`` (absent:
+        nothing), reusing the hunks kept per (base, file) while the file's stat is unchanged;
+        None when git could not say."""
+        assert self.worktree is not None
+        out: dict[str, FileDiff] = {}
+        sigs = dict(zip(sorted(paths), _signature(self.worktree, sorted(paths)), strict=True))
+        ask: list[str] = []
+        for p in sorted(paths):
+            hit = self._files.get(f"{base}\0{p}")
+            if hit is not None and hit.get("sig") == sigs[p]:
+                if hit.get("diff") is not None:
+                    out[p] = FileDiff.from_json(hit["diff"])
+            else:
+                ask.append(p)
+        if not ask:
+            return out
+        found: dict[str, FileDiff] = {}
+        for part in _chunks(ask):
+            # base tree vs the work tree (staged or not): what the agent would read now
+            proc = gitops.run(["--literal-pathspecs", "-c", "core.quotePath=true", "diff", "-U0", "--no-renames",
+                               "--no-color", "--no-ext-diff", base, "--", *part], self.worktree, check=False)
+            if proc.returncode != 0:
+                return None
+            found.update(split_patch(proc.stdout, part))
+        for p in ask:
+            diff = found.get(p)
+            self._files[f"{base}\0{p}"] = {"sig": sigs[p], "diff": diff.to_json() if diff is not None else None}
+            self._dirty = True
+            if diff is not None:
+                out[p] = diff
+        return out
+
+
+class StaleChecker(_WorkTreeDiffs):
+    """Staleness for one store's work tree at its current HEAD."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        super().__init__(store.worktree, store.index_dir / CACHE_NAME)
 
     # -- the check ----------------------------------------------------------------------------------
     def check(self, mem: Memory) -> dict[str, Any] | None:
@@ -327,38 +375,6 @@ class StaleChecker:
                         added[shown[name]] = sha  # newest first: the last time the file was added
         return added
 
-    def _diffs(self, base: str, paths: set[str]) -> dict[str, FileDiff] | None:
-        """What the diff from ``base`` to the work tree did to each of ``paths`` (absent:
-        nothing), reusing the hunks kept per (base, file) while the file's stat is unchanged;
-        None when git could not say."""
-        assert self.worktree is not None
-        out: dict[str, FileDiff] = {}
-        sigs = dict(zip(sorted(paths), _signature(self.worktree, sorted(paths)), strict=True))
-        ask: list[str] = []
-        for p in sorted(paths):
-            hit = self._files.get(f"{base}\0{p}")
-            if hit is not None and hit.get("sig") == sigs[p]:
-                if hit.get("diff") is not None:
-                    out[p] = FileDiff.from_json(hit["diff"])
-            else:
-                ask.append(p)
-        if not ask:
-            return out
-        found: dict[str, FileDiff] = {}
-        for part in _chunks(ask):
-            # base tree vs the work tree (staged or not): what the agent would read now
-            proc = gitops.run(["--literal-pathspecs", "-c", "core.quotePath=true", "diff", "-U0", "--no-renames",
-                               "--no-color", "--no-ext-diff", base, "--", *part], self.worktree, check=False)
-            if proc.returncode != 0:
-                return None
-            found.update(split_patch(proc.stdout, part))
-        for p in ask:
-            diff = found.get(p)
-            self._files[f"{base}\0{p}"] = {"sig": sigs[p], "diff": diff.to_json() if diff is not None else None}
-            if diff is not None:
-                out[p] = diff
-        return out
-
     def _compute(self, todo: list[tuple[Memory, list[Ref], list[Any]]]) -> dict[str, dict[str, Any] | None]:
         assert self.worktree is not None
         added = self._added_in([m for m, _, _ in todo])
@@ -409,6 +425,208 @@ class StaleChecker:
             out[mem.id] = {"files": files, "evidence": evidence, "commits_since": len(commits),
                            "since": next(iter(moved))[:12]}
         return out
+
+
+# -- repo: evidence against the user's checkouts ------------------------------------------------------
+REPO_CACHE_PREFIX = "stale-repo-"
+
+
+def repo_refs(mem: Memory) -> list[EvidenceRef]:
+    """The well-formed ``repo:`` evidence refs, in order, each once."""
+    out: dict[str, EvidenceRef] = {}
+    for raw in mem.evidence:
+        if raw.startswith("repo:") and raw not in out:
+            with contextlib.suppress(ValueError):
+                out[raw] = parse_evidence(raw)
+    return list(out.values())
+
+
+class CheckoutDiffs(_WorkTreeDiffs):
+    """One configured checkout (``repos:`` in the user's config.yaml) of the repository a
+    ``repo:`` citation names. What git answers once about a commit stays true (a commit that
+    resolves keeps resolving, its tree never changes), so that is kept under the checkout's
+    HEAD with the diffs; a commit not found is asked again on every call, since a fetch makes
+    it known without moving HEAD."""
+
+    def __init__(self, worktree: Path, cache_path: Path | None) -> None:
+        super().__init__(worktree, cache_path)
+
+    def commit(self, rev: str) -> str | None:
+        key = f"commit\0{rev}"
+        if key not in self._cache:
+            assert self.worktree is not None
+            full = gitops.resolve_commit(rev, self.worktree)
+            if full is None:
+                return None
+            self._cache[key] = full
+            self._dirty = True
+        return str(self._cache[key])
+
+    def holds(self, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], bool]:
+        """Whether each (commit, path) names a file of that commit: the ones not known yet asked
+        of git at once (a process per citation would cost ~5 ms each)."""
+        ask = [(c, p) for c, p in dict.fromkeys(pairs) if f"path\0{c}\0{p}" not in self._cache]
+        if ask:
+            assert self.worktree is not None
+            for (commit, path), there in zip(ask, gitops.objects_exist([f"{c}:{p}" for c, p in ask], self.worktree),
+                                             strict=True):
+                self._cache[f"path\0{commit}\0{path}"] = there
+            self._dirty = True
+        return {(c, p): bool(self._cache[f"path\0{c}\0{p}"]) for c, p in pairs}
+
+    def commits_since(self, base: str, paths: list[str]) -> int:
+        assert self.worktree is not None
+        log = gitops.run(["--literal-pathspecs", "rev-list", f"{base}..HEAD", "--", *paths], self.worktree, check=False)
+        return len([line for line in log.stdout.split() if line])
+
+
+@dataclass
+class RepoCheck:
+    """What the user's checkouts say about one memory's ``repo:`` citations: ``stale`` as
+    ``check`` answers it (None: none moved on), and each citation that could not be checked
+    with the reason (a citation in neither was checked and still holds)."""
+
+    stale: dict[str, Any] | None = None
+    unverified: dict[str, str] = field(default_factory=dict)
+
+
+def _checkout(path: Path) -> Path | None:
+    """``path`` when it is the top of a git work tree, else None."""
+    with contextlib.suppress(OSError, ValueError):
+        if path.is_dir() and not path.is_symlink():
+            top = gitops.toplevel(path)
+            if top is not None and top.resolve() == path.resolve():
+                return path.resolve()
+    return None
+
+
+def check_repo_refs(mems: list[Memory], checkouts: Mapping[str, Path],
+                    cache_dir: Path | None) -> dict[str, RepoCheck]:
+    """Each memory's ``repo:NAME@SHA:path[#La-Lb]`` citations checked as a ``file:`` one is, in
+    the checkout ``checkouts`` names for NAME: the cited lines carried through the diff from SHA
+    to that checkout's work tree (HEAD and uncommitted edits). By memory id, for the memories
+    that cite another repository; ``cache_dir`` (the global store's ``.index/``) keeps the
+    answers per checkout under its HEAD, None keeps nothing."""
+    out: dict[str, RepoCheck] = {}
+    diffs: dict[str, CheckoutDiffs | None] = {}
+    plans: list[tuple[Memory, list[tuple[str, str, EvidenceRef]]]] = []
+    wanted: dict[tuple[str, str], set[str]] = {}
+    for mem in mems:
+        refs = repo_refs(mem)
+        if not refs:
+            continue
+        check = out[mem.id] = RepoCheck()
+        plan: list[tuple[str, str, EvidenceRef]] = []
+        for ref in refs:
+            name, rev = ref.repo or "", ref.rev or ""
+            if name not in checkouts:
+                check.unverified[ref.raw] = f"no checkout of {name} is configured (repos: in your config.yaml)"
+                continue
+            if name not in diffs:
+                top = _checkout(checkouts[name])
+                cache = cache_dir / f"{REPO_CACHE_PREFIX}{name}.json" if cache_dir is not None else None
+                diffs[name] = CheckoutDiffs(top, cache) if top is not None else None
+            repo = diffs[name]
+            if repo is None or repo.head is None:
+                check.unverified[ref.raw] = f"the checkout of {name} ({checkouts[name]}) is not a git work tree"
+                continue
+            full = repo.commit(rev)
+            if full is None:
+                check.unverified[ref.raw] = (f"commit {rev[:12]} is not in the checkout of {name} "
+                                             "(fetch it there)")
+                continue
+            plan.append((name, full, ref))
+        plans.append((mem, plan))
+    held: dict[tuple[str, str, str], bool] = {}
+    for name, repo in diffs.items():
+        pairs = [(full, ref.path or "") for _, plan in plans for n, full, ref in plan if n == name]
+        if repo is not None and pairs:
+            held.update({(name, c, p): there for (c, p), there in repo.holds(pairs).items()})
+    for mem, plan in plans:
+        kept = []
+        for name, full, ref in plan:
+            if held.get((name, full, ref.path or "")):
+                kept.append((name, full, ref))
+                wanted.setdefault((name, full), set()).add(ref.path or "")
+            else:
+                out[mem.id].unverified[ref.raw] = f"{ref.path} is not in commit {(ref.rev or '')[:12]} of {name}"
+        plan[:] = kept
+    found: dict[tuple[str, str], dict[str, FileDiff] | None] = {}
+    for (name, base), paths in wanted.items():
+        repo = diffs[name]
+        assert repo is not None
+        found[(name, base)] = repo._diffs(base, paths)
+    for mem, plan in plans:
+        check = out[mem.id]
+        moved: dict[tuple[str, str], list[str]] = {}
+        evidence: list[str] = []
+        for name, base, ref in plan:
+            got = found[(name, base)]
+            if got is None:
+                check.unverified[ref.raw] = f"git could not diff commit {base[:12]} in the checkout of {name}"
+                continue
+            diff = got.get(ref.path or "")
+            if diff is None or not diff.changed:
+                continue
+            lines = ref.lines
+            if lines is not None and diff.status == "M" and not diff.binary and not lines_moved_on(diff.hunks, lines):
+                continue
+            evidence.append(ref.raw)
+            moved.setdefault((name, base), []).append(ref.path or "")
+        if evidence:
+            since = 0
+            for (name, base), paths in moved.items():
+                repo = diffs[name]
+                since += repo.commits_since(base, paths) if repo is not None else 0
+            check.stale = {"files": [f"{name}:{p}" for (name, _), paths in moved.items() for p in paths],
+                           "evidence": evidence, "commits_since": since, "since": next(iter(moved))[1][:12]}
+    for repo in diffs.values():
+        if repo is not None:
+            repo.save()
+    return out
+
+
+def with_stale(found: dict[str, Any] | None, check: RepoCheck | None) -> dict[str, Any] | None:
+    """A memory's ``stale`` (its own repo's ``file:`` citations) joined with what its ``repo:``
+    citations' checkouts found."""
+    extra = check.stale if check is not None else None
+    if not extra:
+        return found
+    if not found:
+        return extra
+    return {"files": [*found.get("files", []), *extra["files"]], "evidence": [*found.get("evidence", []),
+            *extra["evidence"]], "commits_since": int(found.get("commits_since") or 0) + extra["commits_since"],
+            "since": found.get("since") or extra["since"]}
+
+
+def repo_stale(found: dict[str, Any], mems: list[Memory], checkouts: Mapping[str, Path],
+               cache_dir: Path | None) -> dict[str, dict[str, str]]:
+    """``found`` (memory id -> ``stale``, as ``stale_of`` answers) joined in place with what the
+    checkouts say of ``mems``' ``repo:`` citations; answers, by id, the citations they could not
+    check (``relations.doubts``' ``unverified``). Without a checkout configured, or on any git
+    trouble, nothing was checked: {} (every ``repo:`` citation stays unverified)."""
+    cited = [m for m in mems if repo_refs(m)]
+    if not cited or not checkouts:
+        return {}
+    try:
+        checks = check_repo_refs(cited, checkouts, cache_dir)
+    except Exception:  # a cue beside a memory must never fail what shows it
+        return {}
+    for mid, check in checks.items():
+        found[mid] = with_stale(found.get(mid), check)
+    return {mid: check.unverified for mid, check in checks.items()}
+
+
+def annotate_repo_refs(results: list[dict[str, Any]], memories: Mapping[str, Memory], checkouts: Mapping[str, Path],
+                       cache_dir: Path | None) -> dict[str, dict[str, str]]:
+    """``repo_stale`` for read results: their ``stale`` filled in place."""
+    mems = [m for r in results if (m := memories.get(r["id"])) is not None]
+    found = {r["id"]: r.get("stale") for r in results}
+    unverified = repo_stale(found, mems, checkouts, cache_dir)
+    for r in results:
+        if r["id"] in unverified:
+            r["stale"] = found[r["id"]]
+    return unverified
 
 
 def owning_worktree(store: Store) -> Path | None:

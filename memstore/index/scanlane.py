@@ -150,15 +150,21 @@ class ScanLane:
         self._words = _Memo(words)
         self._forms = _Memo(code_forms)
         self._tags = _Memo(lambda joined: [t.text for t in tags_analyzer(joined, mode="index")])
+        # One tags field per distinct tag list, shared by the documents that have it (never
+        # changed once made): a store repeats its tag lists.
+        self._tag_counts = _Memo(lambda joined: Counter(self._tags[joined]))
         self._by_key: dict[str, _Doc] = {}  # doc key -> document (reused across updates)
         self.docs: list[_Doc] = []
         self._cols: list[list[Counter[str]]] = [[], [], []]  # per field, every document's term counts
         self._postings: dict[tuple[str, str], tuple[np.ndarray, np.ndarray] | None] = {}
-        self._waiting: list[int] = []  # documents not analysed yet, in order
+        # Documents not analysed yet, in order (a dict: analysing some removes them in their
+        # own count, not the store's).
+        self._waiting: dict[int, None] = {}
         self._lowered: dict[int, str] = {}  # their texts lower-cased, searched for a term's source
         self._totals: tuple[float, float, float] | None = None
         self._estimated = False  # the totals come from a sample
         self._quantised: np.ndarray = np.zeros((0, 3))
+        self._quantised_memo: dict[int, float] = {}  # a field length -> its quantised length
 
     # -- documents ---------------------------------------------------------------------------------
     def set_docs(self, docs: Iterable[tuple[str, str, str, list[str], str]]) -> None:
@@ -168,7 +174,7 @@ class ScanLane:
         for mid, key, _kind, tags, text in docs:
             doc = self._by_key.get(key)
             if doc is None or doc.id != mid:
-                doc = _Doc(mid, Counter(self._tags[",".join(tags)]), text)
+                doc = _Doc(mid, self._tag_counts[",".join(tags)], text)
             by_key[key] = doc
             out.append(doc)
         self._by_key = by_key
@@ -177,33 +183,45 @@ class ScanLane:
         self._postings = {}
         self._totals = None
         self._lowered = {}
-        lengths, to_byte = self._bytes, self._length_to_byte
-        self._quantised = np.array([[lengths[to_byte(n)] for n in d.lengths] for d in out],
+        quantised = self._quantised_lengths
+        self._quantised = np.array([[quantised(n) for n in d.lengths] for d in out],
                                    dtype=np.float64).reshape(len(out), 3)
-        self._waiting = [i for i, d in enumerate(out) if d.fields is None]
+        self._waiting = {i: None for i, d in enumerate(out) if d.fields is None}
         if sum(len(out[i].text) for i in self._waiting) <= self.eager_chars:
             self._analyse_at(self._waiting)
 
     def _analyse_at(self, numbers: Iterable[int]) -> None:
         # Both analysers work token by token after one regular expression: each distinct token
         # is analysed once, and a document costs a few C-level look-ups per token.
-        done = set()
-        lengths, to_byte = self._bytes, self._length_to_byte
+        done: list[int] = []
+        cols, docs = self._cols, self.docs
+        words_of, forms_of = self._words.__getitem__, self._forms.__getitem__
         for i in numbers:
-            doc = self.docs[i]
+            doc = docs[i]
             if doc.fields is None:
                 tokens = _TOKENS.findall(doc.text)
-                words = Counter(chain.from_iterable(map(self._words.__getitem__, tokens)))
-                forms = Counter(chain.from_iterable(map(self._forms.__getitem__, tokens)))
+                words = Counter(chain.from_iterable(map(words_of, tokens)))
+                forms = Counter(chain.from_iterable(map(forms_of, tokens)))
                 doc.fields = (words, forms, doc.tags)
                 doc.lengths = (words.total(), forms.total(), doc.lengths[2])
-            self._cols[0][i], self._cols[1][i] = doc.fields[0], doc.fields[1]
-            self._quantised[i, :2] = (lengths[to_byte(doc.lengths[0])], lengths[to_byte(doc.lengths[1])])
-            done.add(i)
+            cols[0][i], cols[1][i] = doc.fields[0], doc.fields[1]
+            done.append(i)
         if done:
-            self._waiting = [i for i in self._waiting if i not in done]
+            # One numpy assignment for all (each has a fixed cost); a length's quantised form
+            # is memoised (lengths repeat).
+            quantised = self._quantised_lengths
+            self._quantised[done, 0] = [quantised(docs[i].lengths[0]) for i in done]
+            self._quantised[done, 1] = [quantised(docs[i].lengths[1]) for i in done]
+            waiting, lowered = self._waiting, self._lowered
             for i in done:
-                self._lowered.pop(i, None)
+                waiting.pop(i, None)
+                lowered.pop(i, None)
+
+    def _quantised_lengths(self, n: int) -> float:
+        got = self._quantised_memo.get(n)
+        if got is None:
+            got = self._quantised_memo[n] = float(self._bytes[self._length_to_byte(n)])
+        return got
 
     def _field_totals(self) -> tuple[float, float, float]:
         """Each field's summed length over the documents: exact once every document is analysed;
@@ -266,7 +284,7 @@ class ScanLane:
         """The documents not analysed yet whose text may hold the term."""
         needle = source(field_name, term)
         if needle is None:
-            return self._waiting
+            return list(self._waiting)
         lowered = self._lowered
         if len(lowered) != len(self._waiting):
             docs = self.docs

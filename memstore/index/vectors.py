@@ -170,7 +170,7 @@ class VectorIndex:
         n = len(self)
         if n == 0 or k <= 0:
             return []
-        if n >= self.approx_rows:
+        if self.approximate():
             return self._approx_search(np.asarray(q, dtype=np.float32).reshape(-1), k)
         # One matrix-vector product over faiss's own storage: faiss's search of a single query
         # on an id-mapped flat index costs ~25 ms at 100k rows, this ~3 ms.
@@ -181,16 +181,27 @@ class VectorIndex:
     def _approx_search(self, q: np.ndarray, k: int) -> list[tuple[str, float]]:
         """Candidates from the approximate index, scored exactly on the flat rows: the scores
         and their order are the flat search's; only a row the inverted lists miss is lost."""
-        ann = self.approx()
-        ann.nprobe = min(NPROBE, ann.nlist)
-        _, found = ann.search(q.reshape(1, -1), k * CANDIDATES)
-        labels = self.row_labels()
-        wanted = found[0][found[0] >= 0]
-        rows = np.minimum(np.searchsorted(labels, wanted), len(labels) - 1)  # labels only grow along the rows
-        rows = np.unique(rows[labels[rows] == wanted])
+        rows = self.candidates(q, k * CANDIDATES)
         sims = self.matrix()[rows] @ q
         ids = self.row_ids()
         return [(ids[int(rows[i])], s) for i, s in top_k(sims, k, floor=float("-inf"))]
+
+    def candidates(self, q: np.ndarray, k: int) -> np.ndarray:
+        """The rows (positions in ``matrix()``, ascending) of the ``k`` nearest to the unit
+        vector ``q`` by the approximate index's codes; the caller scores them on the flat rows."""
+        ann = self.approx()
+        ann.nprobe = min(NPROBE, ann.nlist)
+        _, found = ann.search(np.asarray(q, dtype=np.float32).reshape(1, -1), k)
+        labels = self.row_labels()
+        wanted = found[0][found[0] >= 0]
+        if not len(wanted):
+            return np.zeros(0, dtype=np.int64)
+        rows = np.minimum(np.searchsorted(labels, wanted), len(labels) - 1)  # labels only grow along the rows
+        return np.unique(rows[labels[rows] == wanted])
+
+    def approximate(self) -> bool:
+        """Whether searches here take the approximate index (the store is at its threshold)."""
+        return len(self) >= self.approx_rows
 
     def approx(self) -> faiss.Index:
         """The approximate index, trained now when there is none or the store has outgrown it."""

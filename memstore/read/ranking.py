@@ -206,6 +206,81 @@ def cosine_all(qvec: np.ndarray, matrix: np.ndarray) -> np.ndarray:
     return matrix @ qvec.astype(np.float32, copy=False)
 
 
+# The approximate vector lane (``rowspace.Nearest``): a query's candidate rows for its k nearest,
+# ascending, and which of them an approximate search chose (False: a store scored whole).
+Nearest = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
+WIDEN = 4  # the approximate lane asks this many times more candidates when its first cannot tell
+
+
+def similarities(qvec: np.ndarray, matrix: np.ndarray, ex: np.ndarray | None, blind: np.ndarray | None,
+                 nearest: Nearest | None, must: Sequence[int], params: RankingParams,
+                 offsets: np.ndarray | None, kinds: Sequence[str]) -> tuple[np.ndarray, np.ndarray | None]:
+    """The query's cosine per row, -inf for the rows out of scope or without a vector, and the
+    rows it was computed for (None: every row). With ``nearest`` (a store at its approximate
+    threshold) only for the approximate candidates and ``must`` (the keyword hits), -inf
+    elsewhere (``approximate_sims``); while memories wait for a vector, over every row."""
+    if nearest is not None and blind is None:
+        got = approximate_sims(qvec, matrix, nearest, ex, must, params, offsets, kinds)
+        if got is not None:
+            return got
+    sims = cosine_all(qvec, matrix)
+    if ex is not None:
+        sims[ex] = -np.inf
+    if blind is not None:
+        sims[blind] = -np.inf  # the gate, the semantic lane and the hops see only real vectors
+    return sims, None
+
+
+def approximate_sims(qvec: np.ndarray, matrix: np.ndarray, nearest: Nearest, ex: np.ndarray | None,
+                     must: Sequence[int], params: RankingParams, offsets: np.ndarray | None,
+                     kinds: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The similarities the gate, the semantic lane and the fusion read, from the approximate
+    candidates instead of a product over every row: exact on the candidates and on ``must``,
+    -inf elsewhere. A row the approximate search did not choose is taken to be no closer than
+    the least close one it chose (``bound``: what its recall measures); the candidates are
+    widened (``WIDEN``) until, under that bound, they hold the semantic pool's rows in scope
+    and the row of the gate's best margin (a kind offset can lift a less close row above the
+    closest). None: they would be every row; the caller then takes the flat pass."""
+    n = matrix.shape[0]
+    q = qvec.astype(np.float32, copy=False)
+    lift = max(0.0, -min(params.kind_offset.values(), default=0.0))
+    in_scope = n - (int(ex.sum()) if ex is not None else 0)
+    k = max(1, params.semantic_pool)
+    while True:
+        found, probed = nearest(q, k)
+        if len(found) >= n:
+            return None
+        found_sims = matrix[found] @ q
+        live = np.ones(len(found), dtype=bool) if ex is None else ~ex[found]
+        if not probed.any():
+            break  # every store was scored whole
+        bound = float(found_sims[probed].min())
+        if live.any():
+            offs = (offsets[found[live]] if offsets is not None
+                    else kind_offsets([kinds[i] for i in found[live]], params))
+            best = float((found_sims[live] - offs).max())
+            pool = int((found_sims[live] >= bound).sum())
+            if best > bound + lift and (pool >= params.semantic_pool or int(live.sum()) >= in_scope):
+                break
+        k *= WIDEN
+    sims = np.full(n, -np.inf, dtype=np.float32)
+    sims[found] = found_sims
+    extra = np.setdiff1d(np.asarray(must, dtype=np.int64), found)
+    if len(extra):
+        sims[extra] = matrix[extra] @ q
+    rows = np.union1d(found, extra)
+    if ex is not None:
+        sims[rows[ex[rows]]] = -np.inf
+    return sims, rows
+
+
+def _top(sims: np.ndarray, rows: np.ndarray | None, k: int) -> list[tuple[int, float]]:
+    """``top_k`` over the rows the similarities were computed for (None: every row)."""
+    if rows is None:
+        return top_k(sims, k)
+    return [(int(rows[i]), s) for i, s in top_k(sims[rows], k)]
+
+
 def expand_query(qvec: np.ndarray, matrix: np.ndarray, top: Sequence[int], weight: float) -> np.ndarray:
     """Pseudo-relevance feedback: pull the query towards the mean of its top hits."""
     if weight <= 0 or not len(top):
@@ -338,6 +413,7 @@ def association_chain(
     exclude: Collection[int] | np.ndarray = (),
     near: Neighbours | None = None,
     decay: float = 0.0,
+    nearest: Nearest | None = None,
 ) -> dict[int, tuple[float, str]]:
     """From each seed follow "most similar other memory" for len(bars) hops.
 
@@ -346,7 +422,8 @@ def association_chain(
     Returns {row: (relevance, reason)}, best per row.
     ``exclude``: rows never stepped on, as row numbers or a boolean mask over the rows.
     ``near``: the rows' kept nearest neighbours (synced to ``matrix``), which answer most hops
-    without reading the matrix; the answer is the same.
+    without reading the matrix; the answer is the same. ``nearest``: the approximate lane
+    (``rank``), which then answers every hop instead (``_approximate_hop``).
     """
     out: dict[int, tuple[float, str]] = {}
     if matrix.shape[0] < 2:
@@ -359,7 +436,8 @@ def association_chain(
             break
         moved = []
         for cur, cur_rel, visited in chains:
-            step = near.step if near is not None else _hop
+            step = (_approximate_hop(nearest) if nearest is not None else near.step if near is not None
+                    else _hop)
             hop = step(cur, matrix, bar, visited, mask)
             if hop is None:
                 continue
@@ -379,6 +457,38 @@ def _hop(cur: int, matrix: np.ndarray, bar: float, visited: Collection[int],
     # One matrix-vector product per chain: for a handful of rows BLAS's gemm reads the matrix
     # at a third of gemv's speed (12 vs 3 ms per 100k x 384 pass, 3 rows).
     return best_hop(matrix @ matrix[cur], bar, visited, mask)
+
+
+HOP_CANDIDATES = 8  # the approximate lane's first candidates for a hop (as many as a kept list holds)
+
+
+def _approximate_hop(nearest: Nearest) -> Callable[..., tuple[int, float] | None]:
+    """``_hop`` from the approximate lane's candidates for the row's own vector, scored exactly:
+    the best one neither visited nor masked is the hop when no row the search did not choose can
+    be closer (such a row is taken to be no closer than the least close chosen one, as in
+    ``approximate_sims``), or when even that one is under the bar; otherwise the candidates are
+    widened."""
+
+    def step(cur: int, matrix: np.ndarray, bar: float, visited: Collection[int],
+             mask: np.ndarray | None) -> tuple[int, float] | None:
+        q = matrix[cur]
+        k = HOP_CANDIDATES
+        while True:
+            found, probed = nearest(q, k)
+            if len(found) >= matrix.shape[0]:
+                return _hop(cur, matrix, bar, visited, mask)
+            sims = matrix[found] @ q
+            free = ~np.isin(found, np.fromiter(visited, dtype=np.int64, count=len(visited)))
+            if mask is not None:
+                free &= ~mask[found]
+            best = int(np.argmax(np.where(free, sims, -np.inf))) if free.any() else -1
+            top = float(sims[best]) if best >= 0 else float("-inf")
+            bound = float(sims[probed].min()) if probed.any() else float("-inf")
+            if top >= bound or bound < bar:
+                return (int(found[best]), top) if best >= 0 and top >= bar else None
+            k *= WIDEN
+
+    return step
 
 
 def select(
@@ -443,6 +553,7 @@ def rank(
     unembedded: np.ndarray | None = None,
     prose: bool = False,
     trace: dict[str, Any] | None = None,
+    nearest: Nearest | None = None,
 ) -> Ranking:
     """The whole scoring path for one scope: gate -> lanes -> association -> fuse -> select.
 
@@ -463,7 +574,10 @@ def rank(
     through the keyword lane alone, with a stand-in similarity (``_stand_in``). ``prose``: the
     query names no identifier (``prose_query``); its keyword hits are weighed by coverage too.
     ``trace``: when given (an explained read, ``read/explain``), what the ranking computed on
-    the way is noted in it; a plain read passes None and notes nothing.
+    the way is noted in it; a plain read passes None and notes nothing. ``nearest``: the
+    approximate vector lane of a row space with a store at its approximate threshold
+    (``rowspace.nearest``): the similarities are then computed for its candidates and the
+    keyword hits only (``approximate_sims``); None: for every row.
     """
     p = params or RankingParams()
     by_name: Ranking | None = None
@@ -480,10 +594,10 @@ def rank(
         holding = [i for i, _ in hits if i in kw and (ev.get(i, NO_EVIDENCE)[1] > 0
                                                         or ev.get(i, NO_EVIDENCE)[0] >= 1.0 - 1e-9)]
         if holding:
-            by_name = _by_name(qvec, matrix, holding, kw, kinds, p, mode, limit, ex, blind)
+            by_name = _by_name(qvec, matrix, holding, kw, kinds, p, mode, limit, ex, blind, nearest is not None)
     asked = _rank(qvec, matrix, keyword_hits, kinds, salient=salient, doc_freq=doc_freq, params=p, mode=mode,
                   limit=limit, ids=ids, exclude=exclude, offsets=offsets, near=near, evidence=evidence,
-                  named=named, unembedded=unembedded, prose=prose, trace=trace)
+                  named=named, unembedded=unembedded, prose=prose, trace=trace, nearest=nearest)
     if trace is not None and by_name is not None:
         trace["by_name"] = [r.index for r in by_name.results]
     if by_name is None:
@@ -527,6 +641,7 @@ def _rank(
     unembedded: np.ndarray | None = None,
     prose: bool = False,
     trace: dict[str, Any] | None = None,
+    nearest: Nearest | None = None,
 ) -> Ranking:
     """``rank`` for a question: gate -> lanes -> association -> fuse -> select."""
     p = params
@@ -555,18 +670,17 @@ def _rank(
         gate = GateDecision(bool(degraded), 0.0, 0.0, "keyword only (no embeddings)")
         return Ranking(select(degraded, kinds, p, mode, limit, trace), gate, len(degraded))
 
-    sims = cosine_all(qvec, matrix)
-    if ex is not None:
-        sims[ex] = -np.inf
-    if blind is not None:
-        sims[blind] = -np.inf  # the gate, the semantic lane and the hops see only real vectors
+    sims, scored_rows = similarities(qvec, matrix, ex, blind, nearest, kw_order, p, offsets, kinds)
     novel = novelty(salient, doc_freq)
-    gate = query_gate(sims, kinds, novel=novel, params=p, mode=mode, offsets=offsets)
+    gate = _gate(sims, scored_rows, kinds, novel, p, mode, offsets)
     if not gate.passed and p.for_mode(p.small_store_slope, mode) > 0 and (
             len(kinds) < p.small_store_size or ex is not None or blind is not None):
         holders = [i for i in kw_order if i in ev and (rare(ev[i][3], ev[i][2], p.rare_share)
                                                        or rare(ev[i][1], ev[i][2], p.rare_share))]
-        in_scope = int(np.isfinite(sims).sum())  # excluded rows and rows with no vector are -inf
+        # Excluded rows and rows with no vector are -inf; the approximate lane left the others
+        # -inf too, and has no row without a vector.
+        in_scope = (int(np.isfinite(sims).sum()) if scored_rows is None
+                    else len(kinds) - (int(ex.sum()) if ex is not None else 0))
         lower = small_store_lowering(in_scope, bool(holders), p, mode)
         if lower > 0 and p.small_store_holders:
             offs = offsets if offsets is not None else kind_offsets(kinds, p)
@@ -574,7 +688,7 @@ def _rank(
             if float((sims[held] - offs[held]).max()) >= gate.bar - lower:
                 gate = GateDecision(True, gate.top_similarity, gate.bar - lower, "ok")
         elif lower > 0:
-            gate = query_gate(sims, kinds, novel=novel, params=p, mode=mode, offsets=offsets, lower=lower)
+            gate = _gate(sims, scored_rows, kinds, novel, p, mode, offsets, lower)
     if not gate.passed:
         # Rows without a vector cannot be judged by the gate: they pass as the keyword-only
         # path would pass them (most of the query's rare words).
@@ -598,22 +712,19 @@ def _rank(
         if trace is not None:
             trace["kw"] = kw
     if p.prf_weight > 0:
-        first = fuse(_stand_in(sims, blind, kw), top_k(sims, p.semantic_pool), kw, kw_order, p)
+        first = fuse(_stand_in(sims, blind, kw), _top(sims, scored_rows, p.semantic_pool), kw, kw_order, p)
         top = sorted(first, key=lambda i: -first[i][0])[: p.prf_docs]
         qvec = expand_query(qvec, matrix, top, p.prf_weight)
-        sims = cosine_all(qvec, matrix)
-        if ex is not None:
-            sims[ex] = -np.inf
-        if blind is not None:
-            sims[blind] = -np.inf
+        sims, scored_rows = similarities(qvec, matrix, ex, blind, nearest, kw_order, p, offsets, kinds)
 
-    semantic = top_k(sims, p.semantic_pool)
+    semantic = _top(sims, scored_rows, p.semantic_pool)
     scored = fuse(_stand_in(sims, blind, kw), semantic, kw, kw_order, p, extra=verbatim)
     if p.semantic_hops > 0 and p.hop_seeds > 0:
         seeds = sorted(scored.items(), key=lambda kv: -kv[1][0])[: p.hop_seeds]
         hops = association_chain(
             [(i, s) for i, (s, _) in seeds], matrix, p.hop_bars[: p.semantic_hops], ids,
             exclude=ex if ex is not None else (), near=near, decay=p.hop_decay,
+            nearest=None if scored_rows is None else nearest,
         )
         for i, (rel, why) in hops.items():
             if i in scored:
@@ -626,9 +737,18 @@ def _rank(
     return Ranking(select(scored, kinds, p, mode, limit, trace), gate, len(scored))
 
 
+def _gate(sims: np.ndarray, rows: np.ndarray | None, kinds: Sequence[str], novel: bool, p: RankingParams,
+          mode: str, offsets: np.ndarray | None, lower: float = 0.0) -> GateDecision:
+    """``query_gate`` over the rows the similarities were computed for (None: every row)."""
+    if rows is None:
+        return query_gate(sims, kinds, novel=novel, params=p, mode=mode, offsets=offsets, lower=lower)
+    return query_gate(sims[rows], [kinds[i] for i in rows] if offsets is None else (), novel=novel, params=p,
+                      mode=mode, offsets=None if offsets is None else offsets[rows], lower=lower)
+
+
 def _by_name(qvec: np.ndarray | None, matrix: np.ndarray, holding: Sequence[int], kw: Mapping[int, float],
              kinds: Sequence[str], p: RankingParams, mode: str, limit: int | None,
-             ex: np.ndarray | None, blind: np.ndarray | None) -> Ranking:
+             ex: np.ndarray | None, blind: np.ndarray | None, approximate: bool = False) -> Ranking:
     """A query that is nothing but names of the store (``url_for``, ``Flask.url_for``,
     ``E1101``): the memories holding one verbatim, best first (the fused score), however many
     share it. The gate and the relative cuts are for questions: a name either occurs in a
@@ -636,6 +756,13 @@ def _by_name(qvec: np.ndarray | None, matrix: np.ndarray, holding: Sequence[int]
     is an answer."""
     if qvec is None or matrix.shape[0] == 0:
         sims = np.zeros(len(kinds), dtype=np.float32)
+    elif approximate and blind is None:
+        # Only the holders' similarities are read: those rows alone, not a pass over every row.
+        sims = np.full(len(kinds), -np.inf, dtype=np.float32)
+        held = np.asarray(holding, dtype=np.int64)
+        sims[held] = matrix[held] @ qvec.astype(np.float32, copy=False)
+        if ex is not None:
+            sims[held[ex[held]]] = -np.inf
     else:
         sims = cosine_all(qvec, matrix)
         if ex is not None:

@@ -44,7 +44,7 @@ from .links import (
 )
 from .longquery import condense
 from .neighbours import Neighbours
-from .rowspace import RowCache, Rows, build_rows, keyword_rows, partial_rows, update_rows
+from .rowspace import RowCache, Rows, build_rows, keyword_rows, nearest, partial_rows, update_rows
 from .scope import Scope, open_scope
 from .tuning import ReadParams, UtilityParams
 
@@ -288,13 +288,15 @@ def result_json(hit: Hit, sc: Scope, util: tuple[float, float, int],
     return data
 
 
-def add_doubts(results: list[ReadResult], sc: Scope, problem_id: str | None) -> None:
+def add_doubts(results: list[ReadResult], sc: Scope, problem_id: str | None,
+               unverified: Mapping[str, Mapping[str, str]] | None = None) -> None:
     """``doubts`` for each result, once ``stale`` is known (``relations.doubts``, the rule every
-    surface applies); a problem in hand is the problem whose down-votes count."""
+    surface applies); a problem in hand is the problem whose down-votes count; ``unverified``:
+    by id, the ``repo:`` citations no checkout confirmed (``git/stale.check_repo_refs``)."""
     config = config_of(sc)
     for r in results:
         r["doubts"] = relations.doubts(sc.memories[r["id"]], sc.graph, sc.memories, config, stale=r.get("stale"),
-                                       problem=problem_id)
+                                       problem=problem_id, unverified=(unverified or {}).get(r["id"]))
 
 
 # -- the verb ----------------------------------------------------------------------------------------
@@ -375,13 +377,18 @@ def answer_in(sc: Scope, request: dict[str, Any], started: float,
         rows, unembedded = partial_rows(rows, waiting, ok, sc.memories, get_embedder().dim)
     limit = int(request.get("limit") or rp.for_mode(rp.limit, mode))
     lane_b = keyword_lane(sc, query, rows, rp.keyword_pool)
+    # A store at its approximate threshold: the vector lane from its inverted file's candidates.
+    approx = None if waiting or qvec is None else nearest(
+        rows, [si.vectors for si in sc.indexes if si.vectors is not None])
     ranked = ranking.rank(
         qvec, rows.matrix, lane_b.hits, rows.kinds, evidence=lane_b.evidence, named=lane_b.named,
         salient=ranking.salient_terms(query), doc_freq=doc_freq_fn(sc),
         params=rp, mode=mode, limit=limit, ids=rows.ids, offsets=row_offsets(rows, rp),
         exclude=rows.excluded if rows.excluded is not None else (),
-        near=None if waiting else kept_neighbours(sc, rows, rp), unembedded=unembedded,
-        prose=ranking.prose_query(query), trace=trace,
+        # The approximate lane answers the hops too: no kept lists (each new row costs them a
+        # pass over every row).
+        near=None if waiting or approx is not None else kept_neighbours(sc, rows, rp), unembedded=unembedded,
+        prose=ranking.prose_query(query), trace=trace, nearest=approx,
     )
     hits = {rows.ids[r.index]: Hit(sc.memories[rows.ids[r.index]], r.score, list(r.reasons),
                                    group_key(sc.memories[rows.ids[r.index]])) for r in ranked.results}
@@ -430,13 +437,14 @@ def answer_in(sc: Scope, request: dict[str, Any], started: float,
     results = [result_json(by_id[mid], sc, utils[mid], predecessors, attachment(mid, attached, sc.graph))
                for mid in order]
     disputes = relations.disputes(order, sc.graph, sc.memories)
-    from ..git.stale import annotate  # fills "stale" for the returned results only
+    from ..git.stale import annotate, annotate_repo_refs  # fill "stale" for the returned results only
 
     for mid in annotate(sc.stores.get("repo"), results, sc.memories):
         warnings.append(f"{mid} is a committed memory edited in the work tree: this answer shows the edit, which "
                         "`memstore check` and the pre-commit hook refuse (undo it with git restore, or write a "
                         "new memory that supersedes it)")
-    add_doubts(results, sc, problem_id)
+    unverified = annotate_repo_refs(results, sc.memories, sc.checkouts, sc.checkout_cache)
+    add_doubts(results, sc, problem_id, unverified)
     answer: ReadAnswer = {
         "ok": True,
         "guidance": GUIDANCE + (" " + relations.DISPUTE_RULE if disputes else ""),
@@ -450,6 +458,10 @@ def answer_in(sc: Scope, request: dict[str, Any], started: float,
                      "bar": round(ranked.gate.bar, 4)},
         },
     }
+    if approx is not None:
+        # Which vector lane answered: inverted-file searches, and passes over every row (the
+        # candidates could not settle the gate or the pool, docs/decisions/approximate-index.md).
+        answer["stats"]["approximate"] = {"searches": approx.searches, "flat": approx.whole}
     if waiting:
         counts = [si.vector_counts() for si in sc.indexes]
         answer["partial"] = {"embedded": sum(c[0] for c in counts), "total": sum(c[1] for c in counts)}

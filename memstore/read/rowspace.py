@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..index.vectors import VectorIndex
+from ..index.vectors import CANDIDATES, VectorIndex
 from ..store.kinds import KINDS
 from ..store.model import Memory
 from .scopeview import ScopeView
@@ -40,16 +40,22 @@ class Rows:
     sizes: tuple[int, ...] = ()  # rows per store
     buffer: np.ndarray | None = None  # owns ``matrix`` when several stores' rows are joined
     tokens: np.ndarray | None = None  # per row: store position and faiss label (``row_tokens``)
+    _offsets: tuple[np.ndarray, np.ndarray] | None = None  # (kind table, offsets) of the last ``offsets``
 
     def is_excluded(self, row: int) -> bool:
         return self.excluded is not None and bool(self.excluded[row])
 
     def offsets(self, kind_offset: Mapping[str, float]) -> np.ndarray:
-        """Each row's kind offset (``ranking.kind_offsets``) without a Python loop over the rows."""
+        """Each row's kind offset (``ranking.kind_offsets``) without a Python loop over the rows;
+        kept for the next read with the same offsets (a pass over every row, 1 ms at 1M)."""
         table = np.array([kind_offset.get(k, 0.0) for k in KINDS] + [0.0], dtype=np.float32)
+        if self._offsets is not None and np.array_equal(self._offsets[0], table):
+            return self._offsets[1]
         if self.codes is None:
             self.codes = _codes(self.kinds)
-        return table[self.codes]
+        out = table[self.codes]
+        self._offsets = (table, out)
+        return out
 
 
 class RowCache(NamedTuple):
@@ -146,6 +152,58 @@ def update_rows(old: Rows, vectors: list[VectorIndex], ok: set[str], memories: M
     matrix, buffer = _join(vectors, old.buffer, keep, len(ids), dim)
     return Rows(ids, kinds, matrix, pos, excluded, codes, tuple(len(seg) for seg in segments), buffer,
                 row_tokens(vectors))
+
+
+class Nearest:
+    """The approximate vector lane over a row space (docs/decisions/approximate-index.md): for a
+    query, the candidate rows of every store whose vector index is at its approximate threshold,
+    found by its inverted file, and every row of the other stores (a store under its threshold
+    is small enough to score whole). The ranking scores the candidates exactly on the flat rows."""
+
+    def __init__(self, vectors: list[VectorIndex], sizes: tuple[int, ...]) -> None:
+        self.vectors = vectors
+        self.sizes = sizes
+        # What the lane did, for the read's stats: approximate searches asked of the stores'
+        # indexes, and calls answered with every row (the ranking then takes the flat pass).
+        self.searches = 0
+        self.whole = 0
+
+    def __call__(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, probed): the candidate rows for the ``k`` nearest to ``q``, ascending, and which
+        of them an approximate search chose (False: a store scored whole). A store asked for
+        at least as many candidates as it holds is scored whole."""
+        parts: list[np.ndarray] = []
+        probed: list[np.ndarray] = []
+        start = 0
+        for v, size in zip(self.vectors, self.sizes, strict=True):
+            if size and v.approximate() and k * CANDIDATES < size:
+                self.searches += 1
+                found = v.candidates(q, k * CANDIDATES) + start
+                parts.append(found)
+                probed.append(np.ones(len(found), dtype=bool))
+            elif size:
+                parts.append(np.arange(start, start + size))
+                probed.append(np.zeros(size, dtype=bool))
+            start += size
+        if not parts:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+        chosen = np.concatenate(probed)
+        if not chosen.any():
+            self.whole += 1
+        return np.concatenate(parts), chosen
+
+
+def nearest(rows: Rows, vectors: list[VectorIndex]) -> Nearest | None:
+    """The approximate lane for ``rows`` (taken from ``vectors``), or None when no store is at
+    its approximate threshold: the ranking then takes one product over every row, as below it
+    that is both exact and cheap."""
+    if not any(v.approximate() for v in vectors):
+        return None
+    if len(rows.sizes) != len(vectors) or any(len(v) != size for v, size in zip(vectors, rows.sizes, strict=True)):
+        return None  # rows not taken from these indexes as they stand
+    if sum(rows.sizes) != len(rows.ids) or rows.matrix.shape[0] != len(rows.ids):
+        return None
+    return Nearest(vectors, rows.sizes)
 
 
 def current_matrix(rows: Rows, vectors: list[VectorIndex]) -> np.ndarray | None:

@@ -9,7 +9,8 @@ alone, never the workspace (the stale check and the episode log are the verb's).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..index.store_index import StoreIndex
@@ -36,6 +37,10 @@ class Scope:
     # Stores the read leaves out but whose ids it may be given (a repo vote's problem may be
     # global, and a --no-global read still weighs votes by it): looked up, never read.
     elsewhere: tuple[Catalog, ...] = ()
+    # The user's checkouts of other repositories (``repos:``), for ``repo:`` evidence, and where
+    # their answers are cached (the global store's .index/; None: not kept).
+    checkouts: Mapping[str, Path] = field(default_factory=dict)
+    checkout_cache: Path | None = None
 
     @property
     def memories(self) -> dict[str, Memory]:
@@ -80,4 +85,11 @@ def open_scope(ws: Workspace, include_global: bool = True, params: ReadParams | 
     view = scope_view(ws.read_cache, [merged[s] for s in view_order(list(merged))]) if indexes else ScopeView([])
     elsewhere = (tuple(ws.catalog(s) for s in ws.scopes(include_shared=True) if s not in stores)
                  if find_anywhere else ())
-    return Scope(stores, indexes, view, p, warnings, ws.read_cache, elsewhere)
+    return Scope(stores, indexes, view, p, warnings, ws.read_cache, elsewhere, ws.checkouts, checkout_cache(ws))
+
+
+def checkout_cache(ws: Workspace) -> Path | None:
+    """Where answers about the user's checkouts are kept: the global store's ``.index/``, when
+    it is there (a read never creates a store)."""
+    folder = ws.global_.index_dir
+    return folder if folder.is_dir() and not folder.is_symlink() else None

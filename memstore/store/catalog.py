@@ -249,9 +249,9 @@ class Catalog:
         entry = _Entry(st.st_mtime_ns, st.st_size)
         try:
             if is_memory:
-                entry.memory = self.store.load_memory(rel)
+                entry.memory = self.store.load_memory(rel, st)
             else:
-                entry.event = self.store.load_event(rel)
+                entry.event = self.store.load_event(rel, st)
         except InvalidFile as exc:
             entry.error, entry.code = exc.message, exc.code
         except OSError as exc:

@@ -21,8 +21,9 @@ DEFAULTS: dict[str, Any] = {
     "write_mode": "review",  # review | autonomous
     "git": {"stage": True, "commit": False},
     # max_session_events: events one agent session's episode keeps (the hooks' capture); past it
-    # they are counted in the episode, not kept
-    "episodes": {"local_only": False, "max_event_chars": 8000, "max_session_events": 2000},
+    # they are counted in the episode, not kept. idle_end_minutes: a hook session's episode idle that
+    # long is ended when another session of the repo opens one (Codex sends no session end); 0: never
+    "episodes": {"local_only": False, "max_event_chars": 8000, "max_session_events": 2000, "idle_end_minutes": 120},
     "limits": {"max_text_chars": 4000, "max_rationale_chars": 2000, "max_evidence": 50,
                "max_file_bytes": 256 * 1024, "max_files": 200_000, "max_listed_invalid": 50},
     "daemon": {"autostart": True, "idle_seconds": 1800, "evict_seconds": 600, "read_wait_seconds": 1.0},
@@ -66,6 +67,7 @@ LIMITS: dict[tuple[str, str], tuple[int | float, int | float]] = {
     # spell a character in up to 6.
     ("episodes", "max_event_chars"): (100, 100_000),
     ("episodes", "max_session_events"): (10, 100_000),
+    ("episodes", "idle_end_minutes"): (0, 7 * 24 * 60),
     ("daemon", "idle_seconds"): (1, 7 * 24 * 3600),
     ("daemon", "evict_seconds"): (1, 7 * 24 * 3600),
     ("daemon", "read_wait_seconds"): (0, 60),
@@ -310,4 +312,25 @@ def shared_settings(global_store: Path) -> dict[str, list[str]]:
         repos = entry.get("repos") if isinstance(entry, dict) else None
         ok = isinstance(repos, list) and all(isinstance(g, str) for g in repos)
         out[str(name)] = list(repos) if ok and isinstance(repos, list) else []
+    return out
+
+
+def repo_checkouts(global_store: Path) -> dict[str, Path]:
+    """``repos:`` of the user's own config.yaml (the global store's; a repo's or a shared store's
+    never counts: both arrive from elsewhere, and this names folders of this machine that reads
+    then run git in): repository name -> the local checkout ``repo:NAME@SHA:path`` evidence is
+    checked against. An entry that is not an absolute path (``~`` expanded) is left out."""
+    try:
+        data = load_config_file(global_store / "config.yaml")
+    except ConfigError:
+        return {}
+    section = data.get("repos")
+    if not isinstance(section, dict):
+        return {}
+    out: dict[str, Path] = {}
+    for name, value in section.items():
+        if isinstance(name, str) and isinstance(value, str) and value.strip():
+            path = Path(value.strip()).expanduser()
+            if path.is_absolute():
+                out[name] = path
     return out

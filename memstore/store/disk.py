@@ -30,6 +30,7 @@ from .files import (
     parse_markdown,
     private_dir,
     read_untrusted,
+    read_walked,
     real_dir,
     safe_yaml,
 )
@@ -96,6 +97,11 @@ def slugify(text: str, max_len: int = 40) -> str:
 def _str_list(value: Any, what: str) -> list[str]:
     if value is None:
         return []
+    # A list of short strings, as memstore writes them (the lists of every file a first load
+    # parses): judged by C-level passes over it.
+    if (type(value) is list and len(value) <= MAX_LIST_ITEMS and {*map(type, value)} <= _JUST_STR
+            and max(map(len, value), default=0) <= MAX_FIELD_CHARS):
+        return list(value)
     if isinstance(value, str):
         return [value]
     if not isinstance(value, list) or not all(isinstance(v, str | int | float) for v in value):
@@ -106,6 +112,9 @@ def _str_list(value: Any, what: str) -> list[str]:
     if any(len(v) > MAX_FIELD_CHARS for v in out):
         raise InvalidFile(f"an item of {what} is over {MAX_FIELD_CHARS} characters", code="too_large")
     return out
+
+
+_JUST_STR = {str}
 
 
 def _capped(value: Any, what: str) -> str:
@@ -461,11 +470,17 @@ class Store:
         """A store file's text, bounded and never through a link (``files.read_untrusted``)."""
         return read_untrusted(self.root / relpath, self.max_file_bytes)
 
-    def load_memory(self, relpath: str) -> Memory:
-        return memory_from_file(relpath, self.read_file(relpath), self.scope)
+    def load_memory(self, relpath: str, st: os.stat_result | None = None) -> Memory:
+        """``st``: the file's lstat from the walk that found it (``read_walked``)."""
+        return memory_from_file(relpath, self._read_walked(relpath, st), self.scope)
 
-    def load_event(self, relpath: str) -> Event:
-        return event_from_file(relpath, self.read_file(relpath), self.scope)
+    def load_event(self, relpath: str, st: os.stat_result | None = None) -> Event:
+        return event_from_file(relpath, self._read_walked(relpath, st), self.scope)
+
+    def _read_walked(self, relpath: str, st: os.stat_result | None) -> str:
+        if st is None:
+            return self.read_file(relpath)
+        return read_walked(f"{self.root}/{relpath}", st, self.max_file_bytes)
 
     # -- episodes (read side; evidence refs point here) ---------------------------------------
     def episode_path(self, episode_id: str) -> Path | None:

@@ -159,6 +159,37 @@ def read_untrusted(path: Path, max_bytes: int = MAX_FILE_BYTES) -> str:
         raise InvalidFile(f"is not UTF-8 text ({exc.reason} at byte {exc.start})", code="unreadable") from None
 
 
+def read_walked(path: str, st: os.stat_result, max_bytes: int = MAX_FILE_BYTES) -> str:
+    """``read_untrusted`` for a file a walk has just lstat-ed (``st``): the type and the size
+    cap are judged from ``st`` before anything is opened, and the file is read in one call
+    (a store's first load reads every file: with the fstat, the path object and the read that
+    finds the end, reading 10k small files took ~3x as long). Anything but a regular file within
+    the cap goes through ``read_untrusted``, which says what it is. Replaced after the lstat:
+    the open still refuses a link (O_NOFOLLOW), a FIFO answers nothing (O_NONBLOCK), a
+    directory fails to read, and no more than ``max_bytes`` + 1 bytes are ever read."""
+    if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
+        return read_untrusted(Path(path), max_bytes)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return read_untrusted(Path(path), max_bytes)
+    try:
+        # A regular file's read is short only at its end; one that grew since the lstat is read
+        # on, to the cap.
+        data = os.read(fd, st.st_size + 1)
+        if len(data) > st.st_size:
+            data += _read_capped(fd, max_bytes - len(data))
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise InvalidFile(f"is over the {max_bytes}-byte cap on a store file (limits.max_file_bytes); not read",
+                          code="too_large")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidFile(f"is not UTF-8 text ({exc.reason} at byte {exc.start})", code="unreadable") from None
+
+
 # The cap on a file a person names for ``import`` (a few MB per 10,000 memories); a request
 # file's cap is the wire's (``surfaces.wire.MAX_REQUEST_BYTES``).
 MAX_IMPORT_BYTES = 64 * 1024 * 1024

@@ -68,6 +68,14 @@ def parse(text: str, *, normalise: bool = False) -> dict[str, Any] | None:
         while at < n:
             line = lines[at]
             at += 1
+            seen = _LINES.get(line)
+            if seen is not None and (at == n or lines[at][:1] != " "):
+                # A whole line read before, its value on it alone: most lines of a store's
+                # files repeat (kind, scope, author, rationale, tags, a date).
+                if seen[0] in out:
+                    raise _Unknown
+                out[seen[0]] = _built(seen[1], normalise)
+                continue
             if not line.strip(" "):
                 continue
             m = _KEY.match(line)
@@ -83,6 +91,9 @@ def parse(text: str, *, normalise: bool = False) -> dict[str, Any] | None:
                 value, at = _inline(rest, lines, at, 0)
             else:
                 out[key] = _one_line(rest, normalise)
+                if len(_LINES) >= _SEEN_MAX:
+                    _LINES.clear()
+                _LINES[line] = (key, _SEEN[rest])
                 continue
             out[key] = _norm(value) if normalise else value
     except _Unknown:
@@ -94,6 +105,9 @@ def parse(text: str, *, normalise: bool = False) -> dict[str, Any] | None:
 # frontmatter values (kinds, scopes, authors, dates, tag lists). Bounded; cleared when full.
 _SEEN: dict[str, tuple[int, Any, Any]] = {}  # value text -> (kind, value, normalised value)
 _KEYS: dict[str, bool] = {}
+# A top-level line whose value was read on it alone -> (key, its entry in _SEEN); only lines
+# read without fault get here (``_one_line`` raised otherwise).
+_LINES: dict[str, tuple[str, tuple[int, Any, Any]]] = {}
 _SEEN_MAX = 1 << 16
 _FAILED, _SCALAR, _LIST, _MAP = 0, 1, 2, 3
 
@@ -122,6 +136,11 @@ def _one_line(rest: str, normalise: bool) -> Any:
         if len(_SEEN) >= _SEEN_MAX:
             _SEEN.clear()
         _SEEN[rest] = got
+    return _built(got, normalise)
+
+
+def _built(got: tuple[int, Any, Any], normalise: bool) -> Any:
+    """The value of a ``_SEEN`` entry, as ``parse`` hands it on (a fresh list or mapping)."""
     kind, value, norm = got
     if normalise:
         value = norm

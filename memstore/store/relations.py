@@ -149,7 +149,8 @@ DOUBT_WORDS = {"disputed": "disputed", "unconfirmed": "unconfirmed", "stale": "s
 
 
 def doubts(mem: Memory, graph: Graph, memories: Mapping[str, Memory], config: Config, *,
-           stale: Mapping[str, Any] | None = None, problem: str | None = None) -> list[dict[str, str]]:
+           stale: Mapping[str, Any] | None = None, problem: str | None = None,
+           unverified: Mapping[str, str] | None = None) -> list[dict[str, str]]:
     """The doubts a memory carries wherever it is shown, as ``[{"doubt", "why"}]`` in ``DOUBTS``
     order (empty: none). The one rule read results, ``context``, ``snapshot``, the agent hooks
     and ``review`` apply:
@@ -159,8 +160,10 @@ def doubts(mem: Memory, graph: Graph, memories: Mapping[str, Memory], config: Co
     - ``unconfirmed``: written less sure than ``review.confidence_below`` and not confirmed
       since by a positive vote (``graph.needs_review``: the write's ``review: true``);
     - ``stale``: ``stale`` is what ``git/stale`` found for it (cited lines, or files, changed);
-    - ``unverified``: it cites ``repo:NAME@SHA:path``, code of another repository, which no
-      checkout here can confirm (a promoted memory's citations, read from a shared store);
+    - ``unverified``: it cites ``repo:NAME@SHA:path``, code of another repository, and no
+      checkout here confirmed it. ``unverified`` is what ``git/stale.check_repo_refs`` found:
+      the citations it could not check, with why (one it checked is either fine or in
+      ``stale``); None, when nothing was checked, leaves every ``repo:`` citation unverified;
     - ``voted_down``: its votes for ``problem`` (the problem in hand, else the one it is an
       attempt at) add up below zero; such a solution is never listed as the best."""
     out: list[dict[str, str]] = []
@@ -174,12 +177,16 @@ def doubts(mem: Memory, graph: Graph, memories: Mapping[str, Memory], config: Co
     if stale:
         cited = stale.get("evidence") or stale.get("files") or []
         out.append({"doubt": "stale", "why": "the code it cites changed since: " + ", ".join(map(str, cited))})
-    # A repo: citation names a file of another repository at one commit: no checkout of it here
-    # to tell whether those lines still say what the memory claims.
-    elsewhere = [raw for raw in mem.evidence if raw.startswith("repo:")]
-    if elsewhere:
+    # A repo: citation names a file of another repository at one commit: unless a checkout of it
+    # here said so, nothing tells whether those lines still say what the memory claims.
+    if unverified is None:
+        unchecked = [raw for raw in dict.fromkeys(mem.evidence) if raw.startswith("repo:")]
+        if unchecked:
+            out.append({"doubt": "unverified", "why": "cites code of another repository, not checked here: "
+                        + ", ".join(unchecked)})
+    elif unverified:
         out.append({"doubt": "unverified", "why": "cites code of another repository, not checked here: "
-                    + ", ".join(elsewhere)})
+                    + "; ".join(f"{raw} ({why})" for raw, why in unverified.items())})
     problem = problem or mem.problem
     if problem is not None and graph.problem_votes(mem.id, problem) < 0:
         out.append({"doubt": "voted_down", "why": f"voted down for problem {problem}"})

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from .. import gitops
 from ..errors import NoStore
 from .catalog import Catalog, find
-from .config import Config, load_config, shared_settings
+from .config import Config, load_config, repo_checkouts, shared_settings
 from .disk import SHARED_PREFIX, STORE_DIRNAME, Store
 from .model import Memory
 from .paths import check_path
@@ -88,6 +88,9 @@ class Workspace:
     # The shared stores this workspace sees (name -> store, scope "shared:NAME"): clones under
     # the global store's .shared/, filtered by the user's own ``shared:`` setting. Read-only.
     shared_stores: dict[str, Store] = field(default_factory=dict)
+    # repository name -> the user's checkout of it (``repos:`` of the user's own config.yaml),
+    # against which ``repo:`` evidence is checked (git/stale.check_repo_refs).
+    checkouts: dict[str, Path] = field(default_factory=dict)
 
     def store(self, scope: str) -> Store:
         if scope == "global":
@@ -281,7 +284,8 @@ def open_workspace(
     own = load_config(None, global_root, env).write_mode if repo is not None else config.write_mode
     return Workspace(repo=repo, global_=Store.at(global_root, "global", config), config=config,
                      key=projection_key(env), global_write_mode=own,
-                     shared_stores=shared_in_scope(global_root, repo, config))
+                     shared_stores=shared_in_scope(global_root, repo, config),
+                     checkouts=repo_checkouts(global_root))
 
 
 def view_order(scopes: list[str]) -> list[str]:

@@ -91,6 +91,13 @@ class UsageParser(argparse.ArgumentParser):
         raise UsageError(message, hint=f"`{self.prog} --help` lists the options")
 
 
+def write_scope(text: str) -> str:
+    """A write's ``--scope``: repo, global, or shared:NAME (an attached store's name, checked by the verb)."""
+    if text in SCOPES or text.startswith("shared:"):
+        return text
+    raise argparse.ArgumentTypeError(f"invalid scope: {text!r} (choose repo, global or shared:NAME)")
+
+
 def finite_float(text: str) -> float:
     """argparse's float accepts nan and inf, which no field means and JSON cannot carry."""
     try:
@@ -283,7 +290,8 @@ def build_parser(only: str | None = None, parser_class: type[argparse.ArgumentPa
         s.add_argument("--json", metavar="FILE", help="the request as JSON from FILE, or - for stdin")
         s.add_argument("--kind", choices=KINDS)
         s.add_argument("--text", help="the memory's text (- reads stdin)")
-        s.add_argument("--scope", choices=SCOPES, default="repo")
+        s.add_argument("--scope", type=write_scope, default="repo", metavar="repo|global|shared:NAME",
+                       help="shared:NAME pushes the memory as a branch of that attached store's remote, for review")
         s.add_argument("--confidence", type=finite_float)
         s.add_argument("--rationale")
         s.add_argument("--author")
@@ -475,7 +483,17 @@ def remote_call(argv: list[str], src: Inputs) -> RemoteCall:
         raise ArgvError(f"{verb!r} is not run by the daemon")
     a = _remote_parser(verb).parse_args(argv)
     request, args = forward_spec(a, src)
+    if shared_write(request):
+        raise ArgvError("a write to a shared store runs in the caller's process")
     return RemoteCall(FORWARDED[a.cmd][0], request, args, a.store, bool(a.json_out), render_of(a))
+
+
+def shared_write(request: object) -> bool:
+    """Whether ``request`` writes to a shared store: it pushes a branch with git, which must run
+    with the caller's own environment (ssh agent, credential helper), so the daemon never runs it."""
+    memory = request.get("memory") if isinstance(request, dict) else None
+    scope = memory.get("scope") if isinstance(memory, dict) else None
+    return isinstance(scope, str) and scope.startswith("shared:")
 
 
 def render_of(a: argparse.Namespace) -> str | None:

@@ -179,7 +179,8 @@ class Workspaces:
         # The settings in force, and what the config files held that could not be used (the
         # read warnings name it): an edit that only adds or fixes a bad value changes no setting.
         key = (str(ws.repo.root) if ws.repo else "", str(ws.global_.root),
-               json.dumps([ws.config.data, ws.config.problems, sorted(ws.shared_stores)], sort_keys=True, default=str))
+               json.dumps([ws.config.data, ws.config.problems, sorted(ws.shared_stores), sorted(ws.checkouts.items())],
+                          sort_keys=True, default=str))
         stale = False
         with self.lock:
             entry = self.entries.get(key)

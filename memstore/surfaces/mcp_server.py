@@ -458,12 +458,31 @@ def _tool_list(backend: Backend) -> list[mcp_types.Tool]:
             for t in TOOLS]
 
 
+def _visible_surrogates(value: Any) -> Any:
+    """``value`` with each lone surrogate in its strings (keys too) written as ``\\udce9``."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_visible_surrogates(k): _visible_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_visible_surrogates(v) for v in value]
+    return value
+
+
 def _result(tool: Tool | None, answer: dict[str, Any], is_error: bool) -> mcp_types.CallToolResult:
     import mcp_types as types
 
+    try:
+        dumped = json.dumps(answer, ensure_ascii=False)
+        dumped.encode("utf-8")
+    except UnicodeEncodeError:
+        # A file name that is not UTF-8 (``caf\\udce9``): the SDK's JSON writer refuses a lone
+        # surrogate and the whole call would fail. It is shown as its escape, in words.
+        answer = _visible_surrogates(answer)
+        dumped = json.dumps(answer, ensure_ascii=False)
     text = answer.get(tool.text_key) if tool is not None and tool.text_key and not is_error else None
     if not isinstance(text, str):
-        text = json.dumps(answer, ensure_ascii=False)
+        text = dumped
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=answer,
                                 is_error=is_error)
 

@@ -39,9 +39,27 @@ def json_text(answer: dict[str, Any], indent: int | None = None) -> str:
     """One answer as JSON whose text carries no raw control or bidi character (the parsed data is
     unchanged: those characters are \\u escapes)."""
     text = json.dumps(answer, ensure_ascii=False, indent=indent)
-    if (text.isascii() and "\x7f" not in text) or not any(c in text for c in _RAW_JSON):
+    if text.isascii() and "\x7f" not in text:
+        return text
+    text = escape_surrogates(text)
+    if not any(c in text for c in _RAW_JSON):
         return text
     return text.translate(_JSON_ESCAPES)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def escape_surrogates(text: str) -> str:
+    """JSON ``text`` with each lone surrogate written as its ``\\u`` escape. A file name that
+    is not UTF-8 reaches an answer as surrogate escapes (``caf\\udce9`` for the byte 0xE9); raw,
+    they would leave the output as bytes no JSON reader takes. Escaped, the answer is valid
+    UTF-8 and ``os.fsencode`` of the parsed path gives the name's bytes back."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return text
 
 
 # Colour on a terminal: a few SGR codes, nothing else (no cursor movement, no hyperlinks). They

@@ -19,6 +19,15 @@ class WriteAnswer(TypedDict, total=False):
     similar: list[dict[str, Any]]  # the closest existing memories; may_contradict on same-kind claims
     review: bool  # confidence below review.confidence_below: stored, flagged for review
     pending: bool  # a global memory in review mode: proposed, committed once approved
+    # scope shared:NAME: the branch pushed to the shared store's remote for review (docs/shared.md)
+    url: str
+    branch: str
+    base: str
+    commit: str
+    evidence: list[str]
+    dropped_links: list[str]
+    next: str
+    gh: str
 
 
 class UpdateAnswer(TypedDict, total=False):

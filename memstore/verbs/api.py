@@ -15,7 +15,7 @@ from ..errors import Conflict, InvalidFile, InvalidRequest, MemstoreError, NoSto
 from ..errors import IntegrityError as LinkError
 from ..read.scopeview import ScopeView, scope_view
 from ..store import ids
-from ..store.disk import Store, event_from_file, memory_from_file
+from ..store.disk import SHARED_PREFIX, Store, event_from_file, memory_from_file
 from ..store.episodes import default_author
 from ..store.files import read_untrusted
 from ..store.graph import Graph, LinkIndex, build_graph, needs_review
@@ -99,6 +99,11 @@ def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None,
     mem_req = req["memory"]
     mode = req.get("mode", "commit")
     commit = mode == "commit"
+    shared = mem_req["scope"].removeprefix(SHARED_PREFIX) if mem_req["scope"].startswith(SHARED_PREFIX) else None
+    if shared is not None:
+        from .promote import attached_url
+
+        shared_url = attached_url(ws, shared, "memory.scope")  # an unknown store before any other gate
     refs = check_write_semantics(mem_req, ws.config)
     writer = mem_req.get("author") or author or default_author(ws) or DEFAULT_AUTHOR  # as the CLI's
     check_chars({"author": writer})  # MEMSTORE_AUTHOR and the MCP client's name are stored too
@@ -107,6 +112,17 @@ def write(ws: Workspace, request: dict[str, Any], *, author: str | None = None,
     # leaves no trace (not even an empty global store). They read immutable files: no lock needed.
     links = resolve_write_links(ws, mem_req)
     evidence = check_evidence_exists(ws, refs, mem_req["scope"], "memory.evidence_refs")
+    if shared is not None:
+        from .promote import write_shared
+
+        mem = Memory(id=fixed or ids.new_id(), kind=mem_req["kind"], text=mem_req["text"].strip(),
+                     scope=mem_req["scope"], created=utc_now(), author=writer, confidence=mem_req.get("confidence"),
+                     rationale=(mem_req.get("rationale") or "").strip(), links=links, evidence=evidence,
+                     tags=list(dict.fromkeys(mem_req.get("tags") or [])))
+        answer = write_shared(ws, mem, shared, shared_url, dry_run=not commit)
+        if needs_review(mem, ws.config):
+            answer["review"] = True
+        return answer
     store = _target_store(ws, mem_req["scope"], commit=commit)
     # A global memory reaches every repo of this user: in review mode (the user's own setting,
     # never a cloned repo's) it waits, proposed, until the user approves it (`memstore

@@ -49,10 +49,13 @@ from typing import Any
 from .. import gitops
 from ..errors import Conflict, InvalidFile, InvalidRequest
 from ..git import hooks
+from ..git.check import CONFIG_NAME
+from ..store.disk import STORE_DIRNAME
 from ..store.files import atomic_write, read_untrusted
 from ..store.kinds import AGENTS
 from . import workflow
 from .guide import guide_text, marked_section, portable_argv, section
+from .shared import store_at_root
 
 SERVER = "memstore"
 PLACE_VARS = frozenset({"MEMSTORE_REPO", "MEMSTORE_HOME", "MEMSTORE_STORE", "MEMSTORE_RUNTIME_DIR"})
@@ -79,6 +82,7 @@ class Setup:
     repo: Path
     write_mode: str
     github_install: object = ""  # config github.install: how the review workflows install memstore
+    store_root: bool = False  # the repository is a store itself (a shared store's), not a repo with .memory/
 
     def mcp_entry(self) -> dict[str, Any]:
         argv = portable_argv("mcp")
@@ -430,6 +434,13 @@ TARGETS: dict[str, tuple[Target, ...]] = {
                Target(workflow.POST_REL, "workflow: posts the review comment (workflow_run)",
                       workflow.add_post, workflow.strip)),
 }
+# A shared store's repository gates its pull requests on `check --base` too (docs/shared.md).
+STORE_ROOT_TARGETS = {"github": (Target(workflow.CHECK_REL, "workflow: memstore check --base on each pull "
+                                        "request (read-only)", workflow.add_check, workflow.strip),)}
+
+
+def targets(agent: str, store_root: bool) -> tuple[Target, ...]:
+    return (*TARGETS[agent], *(STORE_ROOT_TARGETS.get(agent, ()) if store_root else ()))
 
 
 def _our_mcp_entry(entry: Any) -> bool:
@@ -511,12 +522,22 @@ def integrate(ws: Any, agent: str, *, remove: bool = False, hooks_path_ok: bool 
     if agent not in AGENTS:
         raise InvalidRequest(f"unknown agent {agent!r} (one of {', '.join(AGENTS)})", code="usage")
     repo = _repo(cwd)
+    # A shared store's repository (its CI is the github target's): the store is the repository's
+    # root, as `memstore --store . init` lays it out (config.yaml and the kind folders at the top),
+    # no .memory/ is made, and its settings are that config.yaml. A kind folder's name alone
+    # (a towncrier `changes/`) does not make a repository a store.
+    store_root = (agent == "github" and not (repo / STORE_DIRNAME).exists() and store_at_root(repo)
+                  and (repo / CONFIG_NAME).is_file() and not (repo / CONFIG_NAME).is_symlink())
+    if store_root and (ws.repo is None or ws.repo.root != repo.resolve()):
+        from ..store.workspace import open_workspace
+
+        ws = open_workspace(cwd=repo, store_dir=repo)
     setup = Setup(agent, python or sys.executable, repo, ws.config.write_mode,
-                  ws.config.get("github", "install", ""))
+                  ws.config.get("github", "install", ""), store_root)
     manifest_path = _manifest_path(repo)
     manifest = _load_manifest(manifest_path)
     if remove:
-        return _remove(agent, repo, manifest, manifest_path)
+        return _remove(agent, repo, manifest, manifest_path, store_root)
     return _install(ws, agent, repo, setup, manifest, manifest_path, hooks_path_ok)
 
 
@@ -524,7 +545,7 @@ def _install(ws: Any, agent: str, repo: Path, setup: Setup, manifest: dict[str, 
              hooks_path_ok: bool) -> dict[str, Any]:
     # Every file is read and merged before anything is written: a refusal leaves the repo as it was.
     plan = []
-    for target in TARGETS[agent]:
+    for target in targets(agent, setup.store_root):
         path = _checked_path(repo, target.rel)
         old = _read(path, target.rel)
         plan.append((target, path, old, target.add(old, setup, target.rel)))
@@ -535,7 +556,7 @@ def _install(ws: Any, agent: str, repo: Path, setup: Setup, manifest: dict[str, 
     gitops.run(["config", "--local", PYTHON_KEY, setup.python], repo)
     from .api import init
 
-    store = init(ws)
+    store = {"created": False} if setup.store_root else init(ws)
     files = []
     for target, path, old, new in plan:
         state = "unchanged" if new == old else "created" if old is None else "updated"
@@ -561,14 +582,16 @@ def _install(ws: Any, agent: str, repo: Path, setup: Setup, manifest: dict[str, 
     manifest.setdefault("hooks_were_installed", was_installed)
     _save_manifest(manifest_path, manifest)
     return {"ok": True, "agent": agent, "action": "install", "repo": str(repo), "files": files,
-            "store": {"path": ".memory/", "state": "created" if store.get("created") else "unchanged"},
+            "store": {"path": "./" if setup.store_root else ".memory/",
+                      "state": "created" if store.get("created") else "unchanged"},
             "git_hooks": _hooks_summary(git_hooks), "command": [setup.python, "-P", "-m", "memstore"],
             "undo": f"memstore integrate {agent} --remove"}
 
 
-def _remove(agent: str, repo: Path, manifest: dict[str, Any], manifest_path: Path) -> dict[str, Any]:
+def _remove(agent: str, repo: Path, manifest: dict[str, Any], manifest_path: Path,
+            store_root: bool = False) -> dict[str, Any]:
     plan = []
-    for target in TARGETS[agent]:
+    for target in targets(agent, store_root):
         path = _checked_path(repo, target.rel)
         entry = manifest["files"].get(target.rel)
         others = [a for a in (entry or {}).get("agents", []) if a != agent and a in manifest["agents"]]

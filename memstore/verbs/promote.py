@@ -16,7 +16,7 @@ import shlex
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .. import gitops
 from ..errors import Conflict, GitError, InvalidRequest, NotFound
@@ -27,9 +27,9 @@ from ..store.kinds import KIND_DIRS
 from ..store.model import Memory, parse_evidence
 from ..store.validate import check_file_text, check_schema, check_write_semantics
 from ..store.workspace import Workspace, attached_names, shared_root, valid_shared_name
+from .answers import WriteAnswer
 from .shared import NAME_RULE
 
-BRANCH_PREFIX = "memstore/promote-"
 # Link keys whose values name memories (all of LINK_KEYS but relations, which holds {type, id}).
 _ID_LINKS = ("problem", "related", "change_targets", "supersedes", "via_change")
 
@@ -37,19 +37,58 @@ _ID_LINKS = ("problem", "related", "change_targets", "supersedes", "via_change")
 def promote(ws: Workspace, prefix: str, name: str, cwd: Path) -> dict[str, Any]:
     """Push memory ``prefix`` (repo or global store) to a new branch of shared store ``name``'s
     remote. Every write gate runs on the file first; a refusal writes nothing anywhere."""
-    if not valid_shared_name(name):
-        raise InvalidRequest(f"{name!r} is not a shared store name ({NAME_RULE})", code="bad_name", field="to")
-    if name not in attached_names(ws.global_.root):
-        raise NotFound(f"no shared store named {name!r} is attached", code="not_attached", field="to",
-                       hint="see `memstore attached`, or `memstore attach URL --name NAME` first")
+    url = attached_url(ws, name, "to")
     mem = ws.find(prefix, ws.scopes(include_shared=False), field_name="id")
-    clone = shared_root(ws.global_.root) / name
-    url = gitops.config_get(f"remote.{REMOTE}.url", clone)
-    if url is None:
-        raise GitError(f"the clone of shared store {name!r} has no {REMOTE} remote to push to", field="to")
     source = ws.store(mem.scope).worktree
-    evidence = [_cross_repo(raw, source, i) for i, raw in enumerate(mem.evidence)]
-    tmp = Path(tempfile.mkdtemp(prefix=f"memstore-promote-{name}-"))
+    proposal = propose(ws, mem, name, url, source, cwd, verb="promote", field="to", evidence_field="evidence")
+    answer: dict[str, Any] = {"ok": True, "id": mem.id, "from": mem.scope, "to": SHARED_PREFIX + name}
+    answer.update(proposal)
+    answer["next"] = f"open a pull request of {answer['branch']} into {answer['base']} in the shared store's repository"
+    _gh(answer, url, mem, f"Promotes {mem.kind} {mem.id} from {mem.scope}.")
+    return answer
+
+
+def write_shared(ws: Workspace, mem: Memory, name: str, url: str, *, dry_run: bool = False) -> WriteAnswer:
+    """``write --scope shared:NAME``: the new memory ``mem`` (through the write's gates already)
+    goes straight to review in shared store ``name``, as a promoted one does; nothing is written
+    on this machine, not in the attached clone, not in the repo or global store."""
+    source = ws.repo.worktree if ws.repo is not None else None
+    proposal = propose(ws, mem, name, url, source, source or Path.cwd(), verb="write", field="memory.scope",
+                       evidence_field="memory.evidence_refs", dry_run=dry_run)
+    answer: dict[str, Any] = {"ok": True, "id": mem.id, "kind": mem.kind, "scope": mem.scope,
+                              "mode": "dry_run" if dry_run else "review", **proposal}
+    if not dry_run:
+        answer["next"] = (f"open a pull request of {answer['branch']} into {answer['base']} "
+                          "in the shared store's repository")
+        _gh(answer, url, mem, f"Adds {mem.kind} {mem.id}, written for shared store {name}.")
+    return cast("WriteAnswer", answer)
+
+
+def attached_url(ws: Workspace, name: str, field: str) -> str:
+    """The remote of attached shared store ``name``: where a proposal for it is pushed."""
+    if not valid_shared_name(name):
+        raise InvalidRequest(f"{name!r} is not a shared store name ({NAME_RULE})", code="bad_name", field=field)
+    if name not in attached_names(ws.global_.root):
+        raise NotFound(f"no shared store named {name!r} is attached", code="not_attached", field=field,
+                       hint="see `memstore attached`, or `memstore attach URL --name NAME` first")
+    url = gitops.config_get(f"remote.{REMOTE}.url", shared_root(ws.global_.root) / name)
+    if url is None:
+        raise GitError(f"the clone of shared store {name!r} has no {REMOTE} remote to push to", field=field)
+    return url
+
+
+def propose(ws: Workspace, mem: Memory, name: str, url: str, source: Path | None, cwd: Path, *, verb: str,
+            field: str, evidence_field: str, dry_run: bool = False) -> dict[str, Any]:
+    """Put ``mem`` on a new branch ``memstore/<verb>-<id tail>`` of shared store ``name``'s remote
+    ``url``, made from its default branch in a temporary clone: ``file:`` evidence (of the
+    repository at ``source``) named in ``repo:`` form, links to memories the store lacks dropped,
+    every write gate run on the file as the store will hold it. ``dry_run`` stops before the
+    branch. A refusal leaves no branch on the remote and no clone here.
+
+    Answers ``url`` (redacted), ``branch``, ``base``, ``commit``, ``path``, ``evidence`` and
+    ``dropped_links`` (and ``content`` instead of ``branch``/``commit`` when ``dry_run``)."""
+    evidence = [_cross_repo(raw, source, f"{evidence_field}[{i}]") for i, raw in enumerate(mem.evidence)]
+    tmp = Path(tempfile.mkdtemp(prefix=f"memstore-{verb}-{name}-"))
     try:
         work = tmp / "store"
         gitops.clone(url, work, None, cwd)
@@ -62,41 +101,44 @@ def promote(ws: Workspace, prefix: str, name: str, cwd: Path) -> dict[str, Any]:
             raise Conflict(f"shared store {name!r} already holds memory {mem.id}", code="already_shared",
                            field="id", hint="it is there: read it with `memstore read` in a repo that sees it")
         _gates(ws, mem, evidence, links, text)
-        branch = BRANCH_PREFIX + mem.id[-10:].lower()
+        answer: dict[str, Any] = {"url": redact_url(url), "base": base, "path": rel, "evidence": evidence,
+                                  "dropped_links": dropped}
+        if dry_run:
+            return {**answer, "content": text}
+        branch = f"memstore/{verb}-{mem.id[-10:].lower()}"
         gitops.run(["switch", "--quiet", "-c", branch], work)
         _write_new(work, rel, text)
         gitops.run(["--literal-pathspecs", "add", "--", rel], work)
-        message = f"memstore: promote {mem.kind} {mem.id[:10]} ({_title(mem.text)})"
+        message = f"memstore: {verb} {mem.kind} {mem.id[:10]} ({_title(mem.text)})"
         gitops.run([*_identity(source or cwd, work), "commit", "--quiet", "--no-verify", "-m", message], work)
         commit = gitops.resolve_commit("HEAD", work)
         pushed = gitops.push(REMOTE, branch, work)
         if pushed.status != "ok":
             raise Conflict(f"the push of branch {branch} to shared store {name!r} was refused "
-                           f"({pushed.status}: {pushed.message})", code="push_rejected", field="to",
+                           f"({pushed.status}: {pushed.message})", code="push_rejected", field=field,
                            hint="a branch of that name may already be there: delete it, or check your access")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    answer: dict[str, Any] = {
-        "ok": True, "id": mem.id, "from": mem.scope, "to": SHARED_PREFIX + name, "url": redact_url(url),
-        "branch": branch, "base": base, "commit": commit, "path": rel, "evidence": evidence,
-        "dropped_links": dropped,
-        "next": f"open a pull request of {branch} into {base} in the shared store's repository",
-    }
-    if shutil.which("gh"):
-        repo = _github_repo(url)
-        if repo is not None:
-            answer["gh"] = shlex.join(["gh", "pr", "create", "--repo", repo, "--head", branch, "--base", base,
-                                       "--title", f"memstore: {_title(mem.text)}",
-                                       "--body", f"Promotes {mem.kind} {mem.id} from {mem.scope}."])
-    return answer
+    return {**answer, "branch": branch, "commit": commit}
 
 
-def _cross_repo(raw: str, source: Path | None, i: int) -> str:
+def _gh(answer: dict[str, Any], url: str, mem: Memory, body: str) -> None:
+    """The exact ``gh pr create`` for the pushed branch, when ``gh`` is here and the remote is on
+    GitHub; memstore never runs it (opening a pull request is the person's step)."""
+    if not shutil.which("gh") or "branch" not in answer:
+        return
+    repo = _github_repo(url)
+    if repo is not None:
+        answer["gh"] = shlex.join(["gh", "pr", "create", "--repo", repo, "--head", answer["branch"],
+                                   "--base", answer["base"], "--title", f"memstore: {_title(mem.text)}",
+                                   "--body", body])
+
+
+def _cross_repo(raw: str, source: Path | None, where: str) -> str:
     """A ``file:`` evidence of the source repository in the form that names it: ``repo:`` with
     its name and the commit (its ``@rev``, else HEAD); any other evidence as it is."""
     if not raw.startswith("file:"):
         return raw
-    where = f"evidence[{i}]"
     try:
         ref = parse_evidence(raw)
     except ValueError as exc:

@@ -258,12 +258,15 @@ def file_recall(ws: Workspace, payload: dict[str, Any], *, session: Any = None, 
     mems.sort(key=order)
     mems = mems[:FILE_LIMIT * 3]
     # The same doubts a read gives, stale by cited lines included (the prompt's come with its read).
-    from ..git.stale import stale_of
+    from ..git.stale import repo_stale, stale_of
+    from ..read.scope import checkout_cache
 
     found = stale_of(ws.repo, mems)
+    unverified = repo_stale(found, mems, ws.checkouts, checkout_cache(ws))
     items = [{"id": m.id, "kind": m.kind, "scope": m.scope, "text": m.text, "created": m.created,
               "stale": found.get(m.id),
-              "doubts": relations.doubts(m, view.graph, view.memories, ws.config, stale=found.get(m.id))}
+              "doubts": relations.doubts(m, view.graph, view.memories, ws.config, stale=found.get(m.id),
+                                         unverified=unverified.get(m.id))}
              for m in mems]
     return _answer(ws, "file", items, session, cwd)
 

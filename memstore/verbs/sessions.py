@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..errors import MemstoreError
 from ..store import episodes
 from ..store.disk import episode_rows, episode_tail
 from ..store.files import file_lock
@@ -39,6 +41,8 @@ MAX_COMMAND = 1000  # characters of a tool call's command kept in its event
 MAX_OUTPUT = 1500  # characters of a tool call's output kept (its tail: where errors are)
 MAX_FILES = 20
 MAX_SESSION_CHARS = 200
+OPEN_LIST = "open-episodes"  # beside it: the episodes the hooks opened and saw no end of
+MAX_LISTED = 200
 OPEN_LOCK = "open.lock"  # in the notes' folder: one session's episode is opened once
 AGENT_NAMES = {"claude": "claude-code", "codex": "codex", "cursor": "cursor"}
 # Tools that change files: their calls are the "edits" of reflect's heuristics.
@@ -133,6 +137,38 @@ def _hook_owned(path: Path | None) -> bool:
     return path is not None and bool(next(episode_rows(path), {}).get("session"))
 
 
+def _end_idle_sessions(ws: Workspace, listed: Path) -> list[str]:
+    """The hook sessions' episodes still open, after ending each idle one (``_end_if_idle``).
+    ``listed`` names the episodes the hooks opened in this checkout (not ``*.json``: the notes'
+    pruning leaves it), so a session's start reads a few episode tails, not every episode."""
+    still: list[str] = []
+    for episode in (recall.load_note(listed) or {}).get("episodes", []):
+        path = _open_episode(ws, episode)
+        if path is not None and _hook_owned(path) and not _end_if_idle(ws, path, episode):
+            still.append(episode)
+    return still[-MAX_LISTED:]
+
+
+def _end_if_idle(ws: Workspace, path: Path | None, episode: str) -> bool:
+    """End a hook session's episode that has logged nothing for ``episodes.idle_end_minutes``
+    when another session opens one. Codex sends no session end: without this its episodes would
+    all stay open and out of git. A session that comes back after it finds its episode ended and
+    opens a new one: nothing is lost."""
+    minutes = float(ws.config.number("episodes", "idle_end_minutes"))
+    if path is None or minutes <= 0:
+        return False
+    try:
+        idle = time.time() - path.stat().st_mtime
+    except OSError:
+        return False
+    if idle < minutes * 60:
+        return False
+    with contextlib.suppress(MemstoreError):
+        episodes.end(ws, outcome=f"unknown: no session end, idle {int(idle // 60)} min", episode_id=episode)
+        return True
+    return False
+
+
 def session(ws: Workspace, cwd: Path, payload: dict[str, Any], agent: str) -> Session | None:
     """The episode of the session ``payload`` belongs to, opened at its first hook call; None
     without a session id, outside git, or in a repository without a store (the hooks never create
@@ -153,14 +189,16 @@ def session(ws: Workspace, cwd: Path, payload: dict[str, Any], agent: str) -> Se
             note = recall.load_note(note_file) or {}
             path = _open_episode(ws, note.get("episode"))
             if path is None:
-                current = episodes.current_id(store)
+                still_open = _end_idle_sessions(ws, note_file.parent / OPEN_LIST)
                 # An episode another hook session opened gives way: each hook session finds its own
                 # through its note. One an agent opened itself (`episode start`) stays the current one.
+                current = episodes.current_id(store)
                 replace = current is not None and _hook_owned(store.episode_path(current))
                 started = episodes.start(ws, agent=AGENT_NAMES.get(agent, agent), task="", session=sid,
                                          replace=replace)
                 note = {**note, "episode": started["episode"]}
                 recall.save_note(note_file, note)
+                recall.save_note(note_file.parent / OPEN_LIST, {"episodes": [*still_open, started["episode"]]})
                 path = store.episode_path(started["episode"])
         if path is None:
             return None

@@ -20,8 +20,9 @@ from typing import Any
 from .. import gitops
 from ..errors import Conflict, GitError, InvalidRequest, NotFound
 from ..git.sync import REMOTE, _checked_url, redact_url
+from ..store.catalog import Catalog
 from ..store.config import shared_settings
-from ..store.disk import INDEX_DIRNAME, LOCAL_DIRNAME, SHARED_PREFIX
+from ..store.disk import INDEX_DIRNAME, LOCAL_DIRNAME, SHARED_PREFIX, Store
 from ..store.files import private_dir
 from ..store.model import KIND_DIRS
 from ..store.workspace import SHARED_DIRNAME, Workspace, attached_names, shared_root, valid_shared_name
@@ -49,8 +50,7 @@ def attach(ws: Workspace, url: str, name: str | None, cwd: Path) -> dict[str, An
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=base))
     try:
         gitops.clone(source, tmp / "store", None, cwd)
-        missing = not any((tmp / "store" / folder).is_dir() for folder in KIND_DIRS.values())
-        if missing or (tmp / "store").is_symlink():
+        if not store_at_root(tmp / "store"):
             raise InvalidRequest(f"{redact_url(url)} is not a memstore store: none of the kind folders "
                                  f"({', '.join(KIND_DIRS.values())}) is at its root", code="not_a_store",
                                  field="url", hint="make one with `memstore --store DIR init`, commit and push it")
@@ -82,7 +82,8 @@ def detach(ws: Workspace, name: str) -> dict[str, Any]:
 
 def attached(ws: Workspace) -> dict[str, Any]:
     """Every attached shared store: its remote, its commit, whether this repo sees it (the
-    ``shared:`` setting of the user's config.yaml) and the globs that decide it."""
+    ``shared:`` setting of the user's config.yaml), the globs that decide it and the files its
+    catalog set aside."""
     rules = shared_settings(ws.global_.root)
     out = []
     for name in attached_names(ws.global_.root):
@@ -92,9 +93,37 @@ def attached(ws: Workspace) -> dict[str, Any]:
             url = gitops.config_get(f"remote.{REMOTE}.url", root) or ""
         except GitError:
             head, url = None, ""
+        invalid, count = _set_aside(ws, name, root)
         out.append({"name": name, "scope": SHARED_PREFIX + name, "url": redact_url(url), "root": str(root),
-                    "head": head, "in_scope": name in ws.shared_stores, "repos": rules.get(name)})
+                    "head": head, "in_scope": name in ws.shared_stores, "repos": rules.get(name),
+                    "invalid": invalid, "invalid_count": count})
     return {"ok": True, "stores": out}
+
+
+def _set_aside(ws: Workspace, name: str, root: Path) -> tuple[list[dict[str, str]], int]:
+    """The files of a shared store that reads leave out (a link, a file past the caps, one that
+    does not parse), as ``list`` names them for the user's own stores: ``list`` never walks a
+    shared store, so this is where its are named. (the first ``max_listed_invalid``, the count)"""
+    scope = SHARED_PREFIX + name
+    if name in ws.shared_stores:
+        cat = ws.catalog(scope)
+    else:
+        resolved = root.resolve()
+        store = Store(root=resolved, scope=scope, config=ws.config, worktree=resolved)
+        if not store.exists():
+            return [], 0
+        cat = Catalog(store, ws.key)
+        cat.refresh()
+    shown = ws.config.cap("max_listed_invalid", 50)
+    invalid = [{"path": cat.store.display_path(p), "error": cat.invalid[p]} for p in sorted(cat.invalid)[:shown]]
+    return invalid, len(cat.invalid) + cat.over_cap
+
+
+def store_at_root(root: Path) -> bool:
+    """Whether the repository at ``root`` is a store itself, as a shared store's is: a kind
+    folder at its top (and the top no link)."""
+    return not root.is_symlink() and any(
+        (root / folder).is_dir() and not (root / folder).is_symlink() for folder in KIND_DIRS.values())
 
 
 def _name_from(url: str) -> str:

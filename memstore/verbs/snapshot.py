@@ -40,16 +40,20 @@ def with_doubts(ws: Workspace, items: list[dict[str, Any]], memories: dict[str, 
     """``stale``, ``review`` and ``doubts`` for each of ``items`` (memories as ``context`` and
     ``snapshot`` list them), in place: one stale check for them all, then the one rule
     (``relations.doubts``) the reads apply."""
-    from ..git.stale import stale_of
+    from ..git.stale import repo_stale, stale_of
+    from ..read.scope import checkout_cache
 
-    found = stale_of(ws.repo, [memories[i["id"]] for i in items if i["id"] in memories])
+    mems = [memories[i["id"]] for i in items if i["id"] in memories]
+    found = stale_of(ws.repo, mems)
+    unverified = repo_stale(found, mems, ws.checkouts, checkout_cache(ws))
     for item in items:
         mem = memories.get(item["id"])
         if mem is None:
             continue
         item["stale"] = found.get(mem.id)
         item["review"] = needs_review(mem, ws.config, graph)
-        item["doubts"] = relations.doubts(mem, graph, memories, ws.config, stale=item["stale"])
+        item["doubts"] = relations.doubts(mem, graph, memories, ws.config, stale=item["stale"],
+                                          unverified=unverified.get(mem.id))
         if (solution := graph.superseded_tactic(mem, memories)) is not None:
             item["superseded_by"] = solution
 

@@ -107,7 +107,13 @@ def _install_steps(version: str, *, model: bool, spec: str = "", base_ref: str |
 """
 
 
-def review_workflow(version: str, branch: str = "main", spec: str = "") -> str:
+def _store_env(store_root: bool) -> str:
+    # A shared store's repository is a store at its root, with no .memory/ folder: say so.
+    return '          MEMSTORE_STORE: "."\n' if store_root else ""
+
+
+def review_workflow(version: str, branch: str = "main", spec: str = "", store_root: bool = False) -> str:
+    env = _store_env(store_root)
     return f"""{HEADER}# What the repository's memory says about each pull request: memories the change may make
 # stale, past problems and failed tactics like it, memories it adds. This job runs the PR's
 # checkout read-only and hands its result to memstore-review-post.yml, which posts the comment.
@@ -142,7 +148,7 @@ jobs:
 {_install_steps(version, model=True, spec=spec)}      - name: Export the model (and index the memories)
         env:
           MEMSTORE_DAEMON: "0"
-        run: memstore reindex
+{env}        run: memstore reindex
 
   review:
     name: Review the pull request against memory
@@ -163,7 +169,7 @@ jobs:
           PR_BODY: ${{{{ github.event.pull_request.body }}}}
           PR_NUMBER: ${{{{ github.event.pull_request.number }}}}
           MEMSTORE_DAEMON: "0"
-        run: |
+{env}        run: |
           mkdir -p "$RUNNER_TEMP/memstore-review"
           out="$RUNNER_TEMP/memstore-review"
           printf '%s' "$PR_BODY" > "$RUNNER_TEMP/pr-body.txt"
@@ -177,6 +183,48 @@ jobs:
           name: memstore-review
           path: ${{{{ runner.temp }}}}/memstore-review/
           retention-days: 3
+"""
+
+
+CHECK_REL = ".github/workflows/memstore-check.yml"
+
+
+def check_workflow(version: str, spec: str = "") -> str:
+    """The gate of a shared store's repository: ``memstore check --base`` on the pull request's
+    memory files, failing the check when one is invalid, holds a secret or edits a committed
+    file. Its own workflow, so that a refusal never keeps the review comment from being posted
+    (memstore-review-post.yml posts after a successful review run only)."""
+    return f"""{HEADER}# The memory files a pull request adds to this shared store, checked as every memstore
+# pre-commit hook checks them: valid, no secret, no committed memory edited or deleted.
+name: memstore check
+
+on:
+  pull_request:
+    types: [opened, synchronize, reopened]
+
+permissions: {{}}
+
+concurrency:
+  group: memstore-check-${{{{ github.event.pull_request.number }}}}
+  cancel-in-progress: true
+
+jobs:
+  check:
+    name: Check the memories the pull request adds
+    runs-on: ubuntu-latest
+    timeout-minutes: 10
+    permissions:
+      contents: read  # check out the store; nothing is written
+    steps:
+      - uses: {CHECKOUT}
+        with:
+          fetch-depth: 0
+          persist-credentials: false
+{_install_steps(version, model=False, spec=spec, base_ref=PR_BASE)}      - name: Check
+        env:
+          BASE_SHA: ${{{{ github.event.pull_request.base.sha }}}}
+          MEMSTORE_DAEMON: "0"
+{_store_env(True)}        run: memstore check --base="$BASE_SHA"
 """
 
 
@@ -273,7 +321,12 @@ def default_branch(repo: Path) -> str:
 def add_review(old: str | None, setup: Any, rel: str) -> str:
     branch = default_branch(setup.repo)
     spec = install_spec(setup.github_install)
-    return _add(lambda v: review_workflow(v, branch, spec), rel, old)
+    return _add(lambda v: review_workflow(v, branch, spec, setup.store_root), rel, old)
+
+
+def add_check(old: str | None, setup: Any, rel: str) -> str:
+    spec = install_spec(setup.github_install)
+    return _add(lambda v: check_workflow(v, spec), rel, old)
 
 
 def add_post(old: str | None, setup: Any, rel: str) -> str:

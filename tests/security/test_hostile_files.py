@@ -15,6 +15,7 @@ import pytest
 from conftest import CliResult, git, make_git_repo, run_cli, store_files, write_req
 
 from memstore import gitops
+from memstore.errors import InvalidFile
 from memstore.store import ids
 from memstore.store.model import utc_now
 from memstore.store.workspace import open_workspace
@@ -153,6 +154,47 @@ def test_a_fifo_in_the_store_is_reported_and_never_opened_for_a_blocking_read(ho
     assert rc == 2
     assert set(_findings(out, "not_regular")) == {".memory/facts/pipe.md",
                                                   ".memory/events/01m8bbbbbbbbbbbbbbbbbbbbbb.yaml"}
+
+
+def test_a_file_changed_between_the_walk_and_its_read_is_never_followed_blocked_on_or_read_past_the_cap(
+        hostile: Hostile) -> None:
+    """The catalog reads a file with the lstat its walk took (one open and one read, no fstat):
+    a file replaced or grown after that lstat is still read as the cap and the link rules say."""
+    hostile.pull()
+    store = open_workspace(cwd=hostile.clone).store("repo")
+    facts = hostile.clone / ".memory" / "facts"
+    (facts / "grows.md").write_text(memory_file("fact", "A fact that grows."))
+    (facts / "linked.md").write_text(memory_file("fact", "A fact replaced by a link."))
+    (facts / "piped.md").write_text(memory_file("fact", "A fact replaced by a FIFO."))
+    walked = dict(store.memory_files())
+    cap = 4096
+    with (facts / "grows.md").open("a") as fh:
+        fh.write("x" * cap)
+    secret = hostile.clone.parent / "outside.md"
+    secret.write_text(memory_file("fact", OUTSIDE))
+    (facts / "linked.md").unlink()
+    os.symlink(secret, facts / "linked.md")
+    (facts / "piped.md").unlink()
+    os.mkfifo(facts / "piped.md")
+    store.config = store.config.with_overrides({"limits": {"max_file_bytes": cap}})
+
+    with pytest.raises(InvalidFile) as grown:
+        store.load_memory("facts/grows.md", walked["facts/grows.md"])
+    assert grown.value.code == "too_large"
+    with pytest.raises(InvalidFile) as linked:
+        store.load_memory("facts/linked.md", walked["facts/linked.md"])
+    assert linked.value.code == "not_regular"
+    with pytest.raises(InvalidFile):  # a FIFO answers nothing at once: no frontmatter, no hang
+        store.load_memory("facts/piped.md", walked["facts/piped.md"])
+    # The walk's own view of them, read afresh, says the same.
+    fresh = dict(store.memory_files())
+    for rel, code in (("facts/grows.md", "too_large"), ("facts/linked.md", "not_regular"),
+                      ("facts/piped.md", "not_regular")):
+        with pytest.raises(InvalidFile) as exc:
+            store.load_memory(rel, fresh[rel])
+        assert exc.value.code == code, rel
+    genuine = store.load_memory(hostile.genuine_path, fresh[hostile.genuine_path])
+    assert genuine.id == hostile.genuine and genuine.text == GENUINE
 
 
 def test_oversized_files_and_fields_are_refused_unread(hostile: Hostile, cli: Callable[..., CliResult]) -> None:

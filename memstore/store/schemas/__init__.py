@@ -23,11 +23,13 @@ SCHEMA_NAMES = ("read", "write", "update")
 
 _ID_PATTERN = "^[0-9A-Za-z]{6,26}$"
 _TAG_PATTERN = "^[A-Za-z0-9][A-Za-z0-9_.:/+-]{0,63}$"
+_SCOPE_PATTERN = "^(repo|global|shared:[a-z0-9][a-z0-9_-]{0,39})$"
 # Patterns are what an agent least understands from a regex, so each one gets a sentence.
 _PATTERN_MESSAGES = {
     _ID_PATTERN: "must be a memory id: 6-26 letters or digits (a ULID or a unique prefix of one)",
     _TAG_PATTERN: "must be a short tag: 1-64 letters, digits or _ . : / + -, starting with a letter or digit",
     "\\S": "must not be blank",
+    _SCOPE_PATTERN: 'must be "repo", "global" or "shared:NAME" (NAME an attached shared store)',
 }
 _DATE_HINT = "must be a date YYYY-MM-DD or a datetime YYYY-MM-DDTHH:MM:SSZ"
 _TYPE_WORDS = {
