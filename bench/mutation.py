@@ -69,7 +69,9 @@ prreview.py's 229 took 839 s with the machine quieter: test_prreview_rules.py re
 output first (no repo needed), so most mutants die in a few seconds; the four equivalent ones
 ran both files to the end. Both were measured before the store-prefix helpers moved to
 git/staged.py (``in_store``, ``repo_path``): check.py has 285 mutants since (one fewer in
-``_changed_paths``), and the equivalent ids above still name the same changes.
+``_changed_paths``), and the equivalent ids above still name the same changes. The mutants of
+the functions that move touched, rerun with ``--ids`` since, are all killed: check's
+``_changed_paths`` and ``_committed_projections`` (13, 199 s) and prreview's ``change`` (4, 45 s).
 """
 
 from __future__ import annotations
