@@ -4,6 +4,7 @@ store and read by every repo of the user that the ``shared:`` setting lets see i
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Callable
@@ -306,3 +307,28 @@ def test_a_repo_memory_linking_a_shared_memory_is_written_and_committed_through_
     proc = subprocess.run(["git", "commit", "-q", "-m", "memory"], cwd=a, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     assert git(a, "status", "--porcelain", ".memory") == ""
+
+
+def test_reflect_offers_no_vote_on_a_shared_memory_so_the_votes_it_offers_all_land(
+        world: dict[str, Path], cli: Cli) -> None:
+    """A shared store is read-only here: reflect's vote request for one of its memories would
+    make `memstore vote` refuse the whole batch. It is listed without one, saying why, and every
+    vote reflect does offer is recorded."""
+    a = world["a"]
+    own = "Repo A pins its Dockerfile base image by digest through the deploy script's --pin flag."
+    code, wrote, err = cli("write", "--kind", "fact", "--text", own, "--evidence", "user:ops", cwd=a)
+    assert code == 0, err
+    assert cli("episode", "start", "--agent", "claude-code", "--task", "pin the base image", cwd=a)[0] == 0
+    results = found(cli, a, "base image digest Dockerfile pin")
+    assert results[DIGEST]["scope"] == "shared:team" and own in results
+    code, out, err = cli("reflect", "--json-out", cwd=a)
+    assert code == 0, err
+    offered = {r["id"]: r for r in out["reads"]}
+    shared = offered[results[DIGEST]["id"]]
+    assert shared["vote"] is None and "read-only" in shared["vote_note"]
+    votes = [{**r["vote"], "vote": 1, "rationale": "it named the fix"} for r in offered.values() if r["vote"]]
+    assert [v["memory_id"] for v in votes] == [wrote["id"]]
+    code, _, err = cli("vote", "--json-out", cwd=a, input=json.dumps({"votes": votes}))
+    assert code == 0, err
+    code, shown, err = cli("show", wrote["id"], "--json-out", cwd=a)
+    assert code == 0 and shown["memory"]["derived"]["utility"]["votes"] == 1, shown

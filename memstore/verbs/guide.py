@@ -16,6 +16,7 @@ from typing import Any
 from .. import gitops
 from ..errors import InvalidRequest, NotFound
 from ..store import relations
+from ..store.disk import SHARED_PREFIX
 from ..store.files import BAD_CHARS, given_text, read_given
 from ..store.graph import Graph
 from ..store.model import Memory
@@ -439,9 +440,25 @@ def _injected_memory(mid: str, group: dict[str, Any], memories: dict[str, Memory
     if problem_id == mid or (problem_id is not None and (mem is None or (
             mem.scope == "global" and memories[problem_id].scope == "repo"))):
         problem_id = None
-    item["vote"] = {"op": "update", "type": "utility_vote", "memory_id": mid, "problem_id": problem_id,
-                    "vote": None, "rationale": "", "evidence_refs": group["injected_at"][-1:]}
+    item["vote"] = _vote_request(mid, mem, problem_id, group["injected_at"][-1:])
+    if item["vote"] is None:
+        item["vote_note"] = SHARED_VOTE_NOTE
     return item
+
+
+# A shared store is read-only here (`read_only_store`): a vote request for one of its memories
+# would make the whole `memstore vote` batch refused.
+SHARED_VOTE_NOTE = ("a shared store's memory: read-only here, so not offered for a vote; what it holds changes "
+                    "through a pull request in its own repository")
+
+
+def _vote_request(mid: str, mem: Memory | None, problem_id: str | None, refs: list[str]) -> dict[str, Any] | None:
+    """A ready utility_vote for ``mid`` (its ``vote`` left for the agent), or None for a memory
+    of a shared store, which takes no vote here."""
+    if mem is not None and mem.scope.startswith(SHARED_PREFIX):
+        return None
+    return {"op": "update", "type": "utility_vote", "memory_id": mid, "problem_id": problem_id,
+            "vote": None, "rationale": "", "evidence_refs": refs}
 
 
 _FAILURE_RE = re.compile(r"error|fail|exception|traceback|refused|denied", re.I)
@@ -556,8 +573,9 @@ def reflect(ws: Workspace, episode_id: str | None = None, *, session: str | None
         if problem_id is not None and mem is not None and mem.scope == "global" \
                 and memories[problem_id].scope == "repo":
             problem_id = None  # a vote on a global memory cannot name a repo problem
-        info["vote"] = {"op": "update", "type": "utility_vote", "memory_id": mid, "problem_id": problem_id,
-                        "vote": None, "rationale": "", "evidence_refs": info["read_at"][-1:]}
+        info["vote"] = _vote_request(mid, mem, problem_id, info["read_at"][-1:])
+        if info["vote"] is None:
+            info["vote_note"] = SHARED_VOTE_NOTE
         reads.append(info)
     injected = injections(events, ep)
     if session is not None:
