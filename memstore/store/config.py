@@ -293,16 +293,21 @@ def load_config(
     return Config(data, tuple(problems))
 
 
-def shared_settings(global_store: Path) -> dict[str, list[str]]:
-    """``shared:`` of the user's own config.yaml (the global store's; a repo's never counts):
+def own_settings(global_store: Path) -> dict[str, Any]:
+    """The user's own config.yaml (the global store's) as parsed, {} when it cannot be: what
+    ``shared_settings`` and ``repo_checkouts`` read, parsed once for both."""
+    try:
+        return load_config_file(global_store / "config.yaml")
+    except ConfigError:
+        return {}
+
+
+def shared_settings(own: Mapping[str, Any]) -> dict[str, list[str]]:
+    """``shared:`` of the user's own config.yaml (``own_settings``; a repo's never counts):
     for each shared store it names, the globs of the repos (origin URL or work tree path) that
     see it. A store left out is seen everywhere; an entry memstore cannot use (not a list of
     strings) shows the store nowhere rather than everywhere."""
-    try:
-        data = load_config_file(global_store / "config.yaml")
-    except ConfigError:
-        return {}
-    section = data.get("shared")
+    section = own.get("shared")
     if not isinstance(section, dict):
         return {}
     out: dict[str, list[str]] = {}
@@ -315,16 +320,12 @@ def shared_settings(global_store: Path) -> dict[str, list[str]]:
     return out
 
 
-def repo_checkouts(global_store: Path) -> dict[str, Path]:
-    """``repos:`` of the user's own config.yaml (the global store's; a repo's or a shared store's
+def repo_checkouts(own: Mapping[str, Any]) -> dict[str, Path]:
+    """``repos:`` of the user's own config.yaml (``own_settings``; a repo's or a shared store's
     never counts: both arrive from elsewhere, and this names folders of this machine that reads
     then run git in): repository name -> the local checkout ``repo:NAME@SHA:path`` evidence is
     checked against. An entry that is not an absolute path (``~`` expanded) is left out."""
-    try:
-        data = load_config_file(global_store / "config.yaml")
-    except ConfigError:
-        return {}
-    section = data.get("repos")
+    section = own.get("repos")
     if not isinstance(section, dict):
         return {}
     out: dict[str, Path] = {}

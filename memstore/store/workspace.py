@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from .. import gitops
 from ..errors import NoStore
 from .catalog import Catalog, find
-from .config import Config, load_config, repo_checkouts, shared_settings
+from .config import Config, load_config, own_settings, repo_checkouts, shared_settings
 from .disk import SHARED_PREFIX, STORE_DIRNAME, Store
 from .model import Memory
 from .paths import check_path
@@ -282,10 +282,11 @@ def open_workspace(
     if repo is not None and repo.root == global_root:
         repo = None  # --store pointing at the global store: treat it as the global store only
     own = load_config(None, global_root, env).write_mode if repo is not None else config.write_mode
+    own_file = own_settings(global_root)
     return Workspace(repo=repo, global_=Store.at(global_root, "global", config), config=config,
                      key=projection_key(env), global_write_mode=own,
-                     shared_stores=shared_in_scope(global_root, repo, config),
-                     checkouts=repo_checkouts(global_root))
+                     shared_stores=shared_in_scope(global_root, repo, config, own_file),
+                     checkouts=repo_checkouts(own_file))
 
 
 def view_order(scopes: list[str]) -> list[str]:
@@ -309,15 +310,16 @@ def attached_names(global_root: Path) -> list[str]:
                   if valid_shared_name(p.name) and not p.is_symlink() and p.is_dir())
 
 
-def shared_in_scope(global_root: Path, repo: Store | None, config: Config) -> dict[str, Store]:
+def shared_in_scope(global_root: Path, repo: Store | None, config: Config,
+                    own: Mapping[str, Any]) -> dict[str, Store]:
     """The attached shared stores whose ``repos`` globs (the user's own ``shared:`` setting)
     match the repo's origin URL or its work tree path; a store the setting does not name is
     seen everywhere. Each parses under the user's settings (``config``): its own config.yaml is
-    never read."""
+    never read. ``own``: the user's config.yaml as ``own_settings`` parsed it."""
     names = attached_names(global_root)
     if not names:
         return {}
-    rules = shared_settings(global_root)
+    rules = shared_settings(own)
     keys: list[str] | None = None
     out: dict[str, Store] = {}
     for name in names:

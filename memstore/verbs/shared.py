@@ -21,7 +21,7 @@ from .. import gitops
 from ..errors import Conflict, GitError, InvalidRequest, NotFound
 from ..git.sync import REMOTE, _checked_url, redact_url
 from ..store.catalog import Catalog
-from ..store.config import shared_settings
+from ..store.config import own_settings, shared_settings
 from ..store.disk import INDEX_DIRNAME, LOCAL_DIRNAME, SHARED_PREFIX, Store
 from ..store.files import private_dir
 from ..store.model import KIND_DIRS
@@ -84,7 +84,7 @@ def attached(ws: Workspace) -> dict[str, Any]:
     """Every attached shared store: its remote, its commit, whether this repo sees it (the
     ``shared:`` setting of the user's config.yaml), the globs that decide it and the files its
     catalog set aside."""
-    rules = shared_settings(ws.global_.root)
+    rules = shared_settings(own_settings(ws.global_.root))
     out = []
     for name in attached_names(ws.global_.root):
         root = shared_root(ws.global_.root) / name
