@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import git, make_git_repo
+from moduleworld import hermetic_env
 
 from memstore import gitops
 from memstore.errors import InvalidFile, NoStore, NotFound
@@ -40,16 +41,7 @@ EPISODE = _id("h", 1)
 def base_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A repo with memstore's layout committed, made once: each test gets a copy (``work``)."""
     root = tmp_path_factory.mktemp("check-rules")
-    with pytest.MonkeyPatch.context() as mp:
-        for name in list(os.environ):
-            if name.startswith(("GIT_", "MEMSTORE_")):
-                mp.delenv(name)
-        (root / "gitconfig").write_text("")
-        for key, value in {"HOME": str(root / "home"), "MEMSTORE_HOME": str(root / "home" / ".memory"),
-                           "MEMSTORE_DAEMON": "0", "GIT_CONFIG_GLOBAL": str(root / "gitconfig"),
-                           "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "A", "GIT_AUTHOR_EMAIL": "a@example.com",
-                           "GIT_COMMITTER_NAME": "C", "GIT_COMMITTER_EMAIL": "c@example.com"}.items():
-            mp.setenv(key, value)
+    with hermetic_env(root):
         repo = make_git_repo(root / "repo")
         gitops.toplevel.cache_clear()
         api.init(open_workspace(cwd=repo))

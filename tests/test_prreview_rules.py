@@ -7,13 +7,13 @@ first line of bench/mutation.py for git/prreview.py."""
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import git, make_git_repo
+from moduleworld import hermetic_env
 
 from memstore import gitops
 from memstore.errors import NotFound, StoreError
@@ -73,16 +73,7 @@ def base_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     f9 rewritten. Branch ``pr`` rewrites f5's, f6's and f8's returns, deletes gone.py, adds
     new.py, a memory and a file whose name starts like the store's folder."""
     root = tmp_path_factory.mktemp("prreview-rules")
-    with pytest.MonkeyPatch.context() as mp:
-        for name in list(os.environ):
-            if name.startswith(("GIT_", "MEMSTORE_")):
-                mp.delenv(name)
-        (root / "gitconfig").write_text("")
-        for key, value in {"HOME": str(root / "home"), "MEMSTORE_HOME": str(root / "home" / ".memory"),
-                           "MEMSTORE_DAEMON": "0", "GIT_CONFIG_GLOBAL": str(root / "gitconfig"),
-                           "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "A", "GIT_AUTHOR_EMAIL": "a@example.com",
-                           "GIT_COMMITTER_NAME": "C", "GIT_COMMITTER_EMAIL": "c@example.com"}.items():
-            mp.setenv(key, value)
+    with hermetic_env(root):
         repo = make_git_repo(root / "repo")
         gitops.toplevel.cache_clear()
         api.init(open_workspace(cwd=repo))
