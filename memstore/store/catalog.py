@@ -42,7 +42,7 @@ class Delta:
         return bool(self.added or self.changed or self.removed or self.events_changed)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Entry:
     mtime_ns: int
     size: int
@@ -125,26 +125,15 @@ class Catalog:
             data = read_projection(path, cap, tail=looks_sealed)
             self._saved = _stat(path)
             body = unseal(data, self._key)
+            del data  # at 100k memories each copy of the file is ~70 MB: hold one at a time
             if body is None:
                 # Not sealed by this user (a clone brought it): parse the files, and write ours.
                 set_aside(path, "is not sealed by this user")
                 return
-            raw = json.loads(body)
-        except (NotOurs, OSError, ValueError):
-            return
-        if not isinstance(raw, dict):
-            return
-        if (raw.get("version"), raw.get("root")) != (CATALOG_VERSION, str(self.store.root)):
-            return
-        try:
-            for rel, item in raw["files"].items():
-                entry = _Entry(item["m"], item["s"], error=item.get("e"), code=item.get("c"))
-                if "mem" in item:
-                    entry.memory = Memory(**item["mem"])
-                elif "ev" in item:
-                    entry.event = Event(**item["ev"])
-                self._entries[rel] = entry
-        except (KeyError, TypeError, AttributeError):
+            text = body.decode("utf-8")
+            del body
+            self._entries = _read_records(text, str(self.store.root))
+        except (NotOurs, OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
             self._entries = {}
 
     def _save_cache(self, items: list[tuple[str, _Entry]] | None = None) -> None:
@@ -439,3 +428,105 @@ def _stat(path: os.PathLike[str]) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+# catalog.json's records are read one at a time, each turned into its _Entry at once: parsing the
+# whole document first (json.loads) held every record twice at 100k memories, as dicts and as
+# memories, and the dicts' freed blocks stayed spread between the memories' (~100 MB of RSS).
+_DECODE = json.JSONDecoder().raw_decode
+
+
+def _read_records(text: str, root: str) -> dict[str, _Entry]:
+    """The records of catalog.json's ``text`` (as ``_cache_chunks`` writes it: no whitespace, the
+    version and root before the files); {} when the version or root is not this store's.
+    ValueError, KeyError, TypeError, AttributeError or IndexError: not such a document."""
+    if not text.startswith("{"):
+        raise ValueError("catalog.json is not an object")
+    head: dict[str, Any] = {}
+    entries: dict[str, _Entry] = {}
+    share = _Share()
+    at = 1
+    while text[at] != "}":
+        key, at = _DECODE(text, at)
+        at = _expect(text, at, ":")
+        if key != "files":
+            head[key], at = _DECODE(text, at)
+        elif (head.get("version"), head.get("root")) != (CATALOG_VERSION, root):
+            return {}
+        else:
+            at = _expect(text, at, "{")
+            while text[at] != "}":
+                rel, at = _DECODE(text, at)
+                if not isinstance(rel, str):
+                    raise TypeError("catalog.json: a file's key is not a path")
+                at = _expect(text, at, ":")
+                item, at = _DECODE(text, at)
+                entries[rel] = share.entry(rel, item)
+                at = _after_member(text, at)
+            at += 1
+        at = _after_member(text, at)
+    return entries
+
+
+def _expect(text: str, at: int, char: str) -> int:
+    if text[at] != char:
+        raise ValueError(f"catalog.json: expected {char!r} at {at}")
+    return at + 1
+
+
+def _after_member(text: str, at: int) -> int:
+    """Past the comma after an object's member; at the brace that closes the object."""
+    if text[at] == ",":
+        return at + 1
+    if text[at] != "}":
+        raise ValueError(f"catalog.json: expected ',' or '}}' at {at}")
+    return at
+
+
+class _Share:
+    """One object for each repeated value of a load's records: the kinds, scopes, authors,
+    dates, tags, evidence refs and link targets of 100k memories are a few thousand distinct
+    strings, and the JSON decoder makes a new one each time (~500 bytes a memory). Only
+    immutable values are shared; every memory keeps its own lists and dicts."""
+
+    def __init__(self) -> None:
+        self._strings: dict[str, str] = {}
+        self._numbers: dict[tuple[type, Any], Any] = {}
+
+    def text(self, value: Any) -> Any:
+        return self._strings.setdefault(value, value) if isinstance(value, str) else value
+
+    def number(self, value: Any) -> Any:
+        # keyed by type too: 1 == 1.0 == True, and a memory's confidence keeps the type it had
+        return self._numbers.setdefault((type(value), value), value) if value is not None else None
+
+    def value(self, value: Any) -> Any:
+        """A link's value: a target id, a list of them, or a list of typed links' dicts."""
+        if isinstance(value, list):
+            return [self.value(v) for v in value]
+        if isinstance(value, dict):
+            return {self.text(k): self.value(v) for k, v in value.items()}
+        return self.text(value)
+
+    def entry(self, rel: str, item: dict[str, Any]) -> _Entry:
+        entry = _Entry(item["m"], item["s"], error=item.get("e"), code=self.text(item.get("c")))
+        if "mem" in item:
+            entry.memory = self.memory(rel, item["mem"])
+        elif "ev" in item:
+            entry.event = Event(**item["ev"])
+        return entry
+
+    def memory(self, rel: str, fields: dict[str, Any]) -> Memory:
+        for name in ("id", "kind", "scope", "created", "author", "rationale"):
+            if name in fields:
+                fields[name] = self.text(fields[name])
+        if fields.get("path") == rel:
+            fields["path"] = rel  # the same string as the entry's key
+        if "confidence" in fields:
+            fields["confidence"] = self.number(fields["confidence"])
+        for name in ("evidence", "tags"):
+            if isinstance(fields.get(name), list):
+                fields[name] = [self.text(v) for v in fields[name]]
+        if isinstance(fields.get("links"), dict):
+            fields["links"] = self.value(fields["links"])
+        return Memory(**fields)

@@ -121,7 +121,9 @@ def _repo_path(raw: str, m: re.Match[str]) -> tuple[str, tuple[int, int] | None]
     return path.replace("\\", "/"), lines
 
 
-@dataclass
+# Slotted: a daemon holds every memory of a store (100k and more); a __dict__ per memory cost
+# ~100 bytes each beside its fields.
+@dataclass(slots=True)
 class Memory:
     id: str
     kind: str
@@ -203,7 +205,7 @@ class Memory:
         return data
 
 
-@dataclass
+@dataclass(slots=True)
 class Event:
     id: str
     type: str

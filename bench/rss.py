@@ -1,0 +1,360 @@
+"""Where a warm process's resident memory goes at 100k memories, step by step.
+
+Run (from the repo root, venv active), on an indexed store such as ``perf.py noisy``'s:
+
+    python bench/rss.py library --store bench/.cache/perf/store-100000-noisy
+    python bench/rss.py daemon --store bench/.cache/perf/store-100000-noisy
+    python bench/rss.py catalog --store bench/.cache/perf/store-100000-noisy
+
+``library``: one process, its RSS (VmRSS) and peak (VmHWM) after each step: the imports, the
+model, the catalog, the first read (the indexes loaded), three more reads, five writes through
+the library, five hand edits each followed by a read; then what ``malloc_trim(0)`` hands back.
+``daemon``: the same steps through a daemon (``memstore serve``, the CLI for reads and writes),
+its ``daemon status`` figures after each. ``catalog``: what the catalog's objects hold per part
+(each object counted once, by ``sys.getsizeof``), per memory.
+
+The store is written to (the writes and the hand-written notes stay in it): use a copy.
+The machine's load average is printed with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+CACHE = ROOT / "bench" / ".cache" / "perf"
+QUERIES = [
+    "sqlite migration fails with duplicate column name",
+    "auth service timeout connecting to db-primary",
+    "Too many open files in the websocket hub",
+    "how do we configure the billing worker",
+]
+
+
+def vm() -> tuple[float, float]:
+    """(VmRSS, VmHWM) of this process in MiB."""
+    out = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(("VmRSS:", "VmHWM:")):
+            out[line[:5]] = int(line.split()[1]) / 1024
+    return out["VmRSS"], out["VmHWM"]
+
+
+class Steps:
+    """Prints one row per step: RSS now, its growth over the last step, the peak so far."""
+
+    def __init__(self, measure: Callable[[], tuple[float, float]]) -> None:
+        self.measure = measure
+        self.last = 0.0
+        self.rows: list[dict[str, Any]] = []
+        print("| step | RSS MB | added MB | peak MB | s |\n|---|---|---|---|---|", flush=True)
+
+    def run(self, name: str, work: Callable[[], object]) -> None:
+        t0 = time.perf_counter()
+        work()
+        took = time.perf_counter() - t0
+        rss, peak = self.measure()
+        print(f"| {name} | {rss:.1f} | {rss - self.last:+.1f} | {peak:.1f} | {took:.1f} |", flush=True)
+        self.rows.append({"step": name, "rss_mb": round(rss, 1), "peak_rss_mb": round(peak, 1), "s": round(took, 2)})
+        self.last = rss
+
+
+WORDS = [
+    "quartz",
+    "vellum",
+    "harbor",
+    "copper",
+    "lantern",
+    "meadow",
+    "orbit",
+    "saffron",
+    "tundra",
+    "walnut",
+    "zephyr",
+    "bramble",
+    "cinder",
+    "dune",
+    "ember",
+    "fjord",
+    "garnet",
+    "hollow",
+    "ivory",
+    "juniper",
+    "kestrel",
+    "lagoon",
+    "marble",
+    "nectar",
+    "opal",
+    "pepper",
+    "quiver",
+    "rust",
+    "sable",
+    "thistle",
+    "umber",
+    "velvet",
+    "willow",
+    "yarrow",
+]
+
+
+def write_request(i: int) -> dict[str, Any]:
+    # Unlike every generated memory and each other: a refused duplicate would take a cheaper path.
+    rnd = random.Random(time.time_ns())
+    words = " ".join(rnd.sample(WORDS, 12))
+    return {
+        "op": "write",
+        "memory": {
+            "kind": "fact",
+            "scope": "repo",
+            "evidence_refs": ["user:bench"],
+            "text": f"RSS probe {i}: {words} ({rnd.randrange(10**9)})",
+        },
+    }
+
+
+def hand_edit(root: Path, i: int) -> str:
+    marker = f"zq{time.time_ns() % 10**9}x{i}"
+    (root / "facts" / f"hand-{marker}.md").write_text(f"---\nkind: fact\n---\nHand written note {marker}\n")
+    return marker
+
+
+def library_main(a: argparse.Namespace) -> None:
+    root = a.store.resolve()
+    env = {
+        "MEMSTORE_STORE": str(root),
+        "MEMSTORE_HOME": str(CACHE / "global"),
+        "MEMSTORE_DAEMON": "0",
+        "MEMSTORE_GIT_STAGE": "0",
+        "MEMSTORE_AUTHOR": "bench",
+    }
+    steps = Steps(vm)
+    held: dict[str, Any] = {}
+
+    def imports() -> None:
+        from threadpoolctl import threadpool_limits
+
+        import memstore
+        from memstore.read import retrieve  # noqa: F401
+
+        threadpool_limits(1, user_api="blas")  # as the daemon runs its reads
+        held["memstore"] = memstore
+
+    def model() -> None:
+        from memstore.index.embedder import get_embedder
+
+        get_embedder().encode(["warm up"])
+
+    def catalog() -> None:
+        from memstore.store.workspace import open_workspace
+
+        held["ws"] = ws = open_workspace(cwd=root, env=env)
+        ws.watch()
+        ws.catalog("repo")
+
+    def read(i: int = 0) -> Callable[[], None]:
+        from memstore.read import retrieve
+
+        return lambda: retrieve.read(held["ws"], {"query": QUERIES[i % len(QUERIES)]}, log_episode=False)
+
+    def writes() -> None:
+        from memstore.verbs import api
+
+        for i in range(5):
+            api.write(held["ws"], write_request(i))
+
+    def edits() -> None:
+        for i in range(5):
+            hand_edit(root, i)
+            time.sleep(0.2)  # the watcher's report
+            read(i)()
+
+    steps.run("interpreter and imports", imports)
+    steps.run("the model (one encode)", model)
+    steps.run("the catalog", catalog)
+    steps.run("first read (indexes loaded)", read())
+    steps.run("three more reads", lambda: [read(i)() for i in range(1, 4)])
+    steps.run("five writes", writes)
+    steps.run("five hand edits, a read after each", edits)
+    steps.run("malloc_trim(0)", lambda: ctypes.CDLL("libc.so.6").malloc_trim(0))
+    summary(steps, a)
+
+
+def daemon_main(a: argparse.Namespace) -> None:
+    from memstore.surfaces import client
+
+    root = a.store.resolve()
+    rdir = Path(tempfile.mkdtemp(prefix="msrss-", dir="/tmp"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
+    env.update(
+        {
+            "MEMSTORE_STORE": str(root),
+            "MEMSTORE_HOME": str(CACHE / "global"),
+            "MEMSTORE_RUNTIME_DIR": str(rdir),
+            "MEMSTORE_DAEMON": "1",
+            "MEMSTORE_AUTHOR": "bench",
+            "MEMSTORE_GIT_STAGE": "0",
+            "MEMSTORE_CODE_VERSION": client.code_version(),
+            "PYTHONPATH": str(ROOT),
+        }
+    )
+    cli = [sys.executable, "-m", "memstore"]
+
+    def run(*args: str, stdin: str | None = None) -> str:
+        return subprocess.run(
+            [*cli, *args], env=env, cwd=root, input=stdin, capture_output=True, text=True, check=True, timeout=600
+        ).stdout
+
+    def measure() -> tuple[float, float]:
+        st = client.status(env)
+        return st["rss_mb"], st["peak_rss_mb"]
+
+    log = open(rdir / "serve.out", "ab")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [*cli, "serve", "--idle", "600"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
+    log.close()
+    try:
+        if not client.wait_until_up(120, env=env):
+            raise RuntimeError("daemon did not start")
+        steps = Steps(measure)
+
+        def edits() -> None:
+            for i in range(5):
+                marker = hand_edit(root, i)
+                time.sleep(0.2)
+                run("read", "Hand", "written", "note", marker)
+
+        steps.run("started (model loaded)", lambda: time.sleep(5))
+        steps.run("first read (catalog and indexes loaded)", lambda: run("read", *QUERIES[0].split()))
+        steps.run("three more reads", lambda: [run("read", *q.split()) for q in QUERIES[1:4]])
+        steps.run("five context calls", lambda: [run("context", "--task", QUERIES[i % 4]) for i in range(5)])
+        steps.run(
+            "five writes", lambda: [run("write", "--json", "-", stdin=json.dumps(write_request(i))) for i in range(5)]
+        )
+        steps.run("five hand edits, a read after each", edits)
+        steps.run(f"idle {a.settle:.0f} s (background work, saves)", lambda: time.sleep(a.settle))
+        steps.run("twenty more reads", lambda: [run("read", *QUERIES[i % 4].split()) for i in range(20)])
+        summary(steps, a)
+    finally:
+        with contextlib.suppress(Exception):
+            client.call({"verb": "stop", "version": client.code_version()}, env=env, timeout=10)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def catalog_main(a: argparse.Namespace) -> None:
+    """Each part of the catalog's objects, counted once (by identity) in the part that first
+    reaches it, in the order below; then the bytes per memory."""
+    from memstore.store.workspace import open_workspace
+
+    root = a.store.resolve()
+    ws = open_workspace(
+        cwd=root, env={"MEMSTORE_STORE": str(root), "MEMSTORE_HOME": str(CACHE / "global"), "MEMSTORE_DAEMON": "0"}
+    )
+    before = vm()[0]
+    cat = ws.catalog("repo")
+    after = vm()[0]
+    seen: set[int] = set()
+
+    def size(obj: object) -> int:
+        if id(obj) in seen:
+            return 0
+        seen.add(id(obj))
+        return sys.getsizeof(obj)
+
+    def deep(obj: object) -> int:
+        """The object and what it holds (str, numbers, lists, tuples, dicts), each once."""
+        total = size(obj)
+        if isinstance(obj, dict):
+            total += sum(deep(k) + deep(v) for k, v in obj.items())
+        elif isinstance(obj, list | tuple | set):
+            total += sum(deep(v) for v in obj)
+        return total
+
+    mems = list(cat.memories.values())
+    parts: dict[str, int] = {}
+    parts["catalog dicts (memories, _entries, events: tables)"] = sum(
+        size(d) for d in (cat.memories, cat._entries, cat.events)
+    )
+    parts["path keys of _entries"] = sum(deep(rel) for rel in cat._entries)
+    parts["_Entry objects (and their __dict__)"] = sum(
+        size(e) + (size(e.__dict__) if hasattr(e, "__dict__") else 0) for e in cat._entries.values()
+    )
+    parts["Memory objects (and their __dict__)"] = sum(
+        size(m) + (size(m.__dict__) if hasattr(m, "__dict__") else 0) for m in mems
+    )
+    for name in (
+        "text",
+        "id",
+        "path",
+        "kind",
+        "scope",
+        "created",
+        "author",
+        "rationale",
+        "confidence",
+        "links",
+        "evidence",
+        "tags",
+    ):
+        parts[f"Memory.{name}"] = sum(deep(getattr(m, name)) for m in mems)
+    parts["events (their objects and fields)"] = sum(
+        size(e) + deep(getattr(e, "__dict__", {})) for e in cat.events.values()
+    )
+    total = sum(parts.values())
+    n = len(mems)
+    print(f"{n} memories, {len(cat.events)} events; RSS added by the catalog's load: {after - before:.1f} MB")
+    print("| part | MB | bytes per memory |\n|---|---|---|")
+    for name, b in parts.items():
+        print(f"| {name} | {b / 2**20:.1f} | {b / max(n, 1):.0f} |")
+    print(f"| total counted | {total / 2**20:.1f} | {total / max(n, 1):.0f} |")
+    print(
+        json.dumps(
+            {
+                "load_avg": os.getloadavg()[0],
+                "n": n,
+                "rss_added_mb": round(after - before, 1),
+                "parts_mb": {k: round(v / 2**20, 1) for k, v in parts.items()},
+            }
+        )
+    )
+
+
+def summary(steps: Steps, a: argparse.Namespace) -> None:
+    out = {"mode": a.mode, "store": a.store.name, "load_avg": os.getloadavg()[0], "steps": steps.rows}
+    print(json.dumps(out, separators=(",", ":")))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="rss.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("mode", choices=("library", "daemon", "catalog"))
+    ap.add_argument("--store", type=Path, default=CACHE / "store-100000-noisy")
+    ap.add_argument("--settle", type=float, default=30.0,
+                    help="seconds the daemon is left idle: its flush and neighbour fill (daemon mode)")
+    a = ap.parse_args(argv)
+    {"library": library_main, "daemon": daemon_main, "catalog": catalog_main}[a.mode](a)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
