@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import os
 import re
 import shutil
@@ -38,6 +39,32 @@ from .terms import (
 # 4: the code field and the identifier-splitting text analyser; 5: analysers in index.terms;
 # 6: no positions in ``text`` and no ``kind`` (nothing read them), one writer process
 SCHEMA_VERSION = "6"
+
+
+class _SegmentFile(io.FileIO):
+    """A keyword index file Whoosh reads: closed when no reader holds it any more, as the map
+    Whoosh would otherwise make of it was, without the ResourceWarning of a file left to the
+    collector (a workspace dropped without ``close``)."""
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def _dealloc_warn(self, source: object) -> None:  # the buffer over it asks, when collected
+        return
+
+
+@functools.cache
+def _file_reads() -> type:
+    """Whoosh's FileStorage with its files opened as ``_SegmentFile``s (and no maps)."""
+    from whoosh.filedb.filestore import FileStorage
+    from whoosh.filedb.structfile import StructFile
+
+    class FileReads(FileStorage):  # type: ignore[misc]
+        def open_file(self, name: str, **kwargs: Any) -> Any:
+            return StructFile(io.BufferedReader(_SegmentFile(self._fpath(name), "rb")), name=name, **kwargs)
+
+    return FileReads
 
 
 class BM25Params(Protocol):
@@ -180,16 +207,17 @@ class KeywordIndex:
         self._scorer: ArrayScorer | None = ArrayScorer(self.params.bm25_b, self.params.bm25_k1)
 
     def _open(self, fresh: bool) -> None:
-        from whoosh import index
-
         harden()  # before Whoosh reads a byte of the folder
 
         folder = self.folder
         marker = folder / "VERSION"
+        # Read through the file, not a map of it: Whoosh copies every part of a mapped segment
+        # it opens into a buffer of its own (BytesIO over the map), and the map's pages count
+        # as resident too: 118 MB of RSS for 100k memories against 2 MB, reads no slower.
         if not fresh and folder.is_dir() and marker.is_file() and marker.read_text().strip() == SCHEMA_VERSION:
             try:
                 # Our schema, not the pickled one the folder holds (see safepickle).
-                self.ix = index.open_dir(str(folder), schema=_schema())
+                self.ix = _file_reads()(str(folder), supports_mmap=False).open_index(schema=_schema())
             except Exception:  # a corrupt projection is rebuilt, never trusted
                 fresh = True
         else:
@@ -200,7 +228,7 @@ class KeywordIndex:
             shutil.rmtree(folder, ignore_errors=True)
             try:
                 folder.mkdir(parents=True, exist_ok=True)
-                self.ix = index.create_in(str(folder), _schema())
+                self.ix = _file_reads()(str(folder), supports_mmap=False).create_index(_schema())
                 marker.write_text(SCHEMA_VERSION)
             except OSError as exc:
                 if not isinstance(exc, DiskFull) and disk_full(exc, "the keyword index") is None:
