@@ -38,7 +38,7 @@ from . import client, daemon_status
 from .daemon_requests import Requests
 from .daemon_stores import Workspaces
 from .daemon_work import Background, replying, warm_up
-from .loadgc import LoadGC
+from .loadgc import LoadGC, tune_heap
 from .wire import peer_uid
 
 log = logging.getLogger("memstore.surfaces.daemon")
@@ -69,6 +69,7 @@ class Daemon:
         self.requests = 0
         self._stop = threading.Event()
         self._state = threading.Lock()  # guards active, last_activity, requests
+        tune_heap()  # before the first thread starts: the watcher's, below
         self._gc = LoadGC()
         self._lock_fd: int | None = None
         self._sock: socket.socket | None = None

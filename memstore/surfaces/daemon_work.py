@@ -21,6 +21,7 @@ from typing import Any
 
 from . import client
 from .daemon_stores import Entry, Workspaces
+from .loadgc import give_back_heap
 
 log = logging.getLogger("memstore.surfaces.daemon")
 
@@ -271,6 +272,7 @@ class Background:
                         save()
                     except Exception:
                         log.exception("flush failed")
+            give_back_heap()  # the records serialised for the saves
 
     def fill_all(self) -> None:
         """Idle work: fill the association chain's neighbour lists of every workspace a slice at
