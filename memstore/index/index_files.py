@@ -202,19 +202,22 @@ class IndexFiles:
             keyword = KeywordIndex(self.dir / "keyword", params, fresh=kw_bad)
         return keyword, meta, kw_state
 
-    def saved_vectors(self, meta: dict[str, Any], dim: int) -> tuple[VectorIndex, dict[str, str]]:
-        """The vectors and their manifest as ``meta`` records them. ValueError, RuntimeError,
-        OSError or KeyError: the file is not the one saved, or unreadable."""
+    def saved_vectors(self, meta: dict[str, Any], dim: int,
+                      own: Callable[[str], str] | None = None) -> tuple[VectorIndex, dict[str, str]]:
+        """The vectors and their manifest as ``meta`` records them, every id as ``own`` gives it
+        (the catalog's string for it). ValueError, RuntimeError, OSError or KeyError: the file
+        is not the one saved, or unreadable."""
         saved, now = meta.get("files", {}).get("vectors.faiss"), stat(self.dir / "vectors.faiss")
         if saved is None or now is None or [now[0], now[1]] != list(saved):
             raise ValueError("vectors.faiss is not the file that was saved")
-        labels = {int(k): v for k, v in meta.get("labels", {}).items()}
+        own = own if own is not None else _same
+        labels = {int(k): own(v) for k, v in meta.get("labels", {}).items()}
         # The approximate index is read only when it is the file saved with these vectors; any
         # other is left to be built again from them.
         ann_saved, ann_now = meta.get("files", {}).get("vectors.ann"), stat(ann_path(self.dir / "vectors.faiss"))
         with_ann = ann_saved is not None and ann_now is not None and [ann_now[0], ann_now[1]] == list(ann_saved)
         return (VectorIndex.load(self.dir / "vectors.faiss", dim, labels, with_ann=with_ann),
-                dict(meta.get("vec_manifest", {})))
+                {own(k): v for k, v in dict(meta.get("vec_manifest", {})).items()})
 
     def save_vectors(self, vectors: VectorIndex) -> None:
         vectors.save(clear_way(self.dir / "vectors.faiss"))
@@ -312,3 +315,7 @@ def valid_meta(meta: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(meta.get("generation", 0), int):
         raise ValueError("meta.json: generation is not a number")
     return meta
+
+
+def _same(mid: str) -> str:
+    return mid
