@@ -88,3 +88,22 @@ def test_the_keyword_index_is_read_through_its_files_not_mapped(cli: Callable[..
     folder = str(repo / ".memory" / ".index" / "keyword")
     assert list(Path(folder).glob("*.seg"))
     assert [line for line in Path("/proc/self/maps").read_text().splitlines() if folder in line] == []
+
+
+def test_the_loaded_index_keys_its_manifests_by_the_catalogs_own_ids(cli: Callable[..., CliResult],
+                                                                    repo: Path) -> None:
+    # meta.json decoded held three more copies of every id, and the read hashed every memory into
+    # two more copies of the manifests' keys: ~38 MB at 100k memories.
+    _write_some(cli, repo)
+    code, out, err = cli("read", "billing worker host", cwd=repo)  # builds and saves the index
+    assert code == 0, (out, err)
+    ws = reopen(repo)
+    retrieve.read(ws, {"query": "billing worker host"}, log_episode=False)
+    si = ws.indexes["repo"]
+    mems = ws.catalog("repo").memories
+    assert si.vectors is not None and len(si.vectors) == len(mems) == 3
+    for manifest in (si.state.kw_manifest, si.state.vec_manifest, si.vectors.label_of):
+        assert sorted(manifest) == sorted(mems)
+        assert all(any(mid is mem.id for mem in mems.values()) for mid in manifest)
+    for mid, (_, doc, text) in si._keys.items():
+        assert doc is si.state.kw_manifest[mid] and text is si.state.vec_manifest[mid]
