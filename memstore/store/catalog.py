@@ -483,6 +483,9 @@ def _after_member(text: str, at: int) -> int:
     return at
 
 
+_SHARED_FIELDS = ("kind", "scope", "created", "author", "rationale")
+
+
 class _Share:
     """One object for each repeated value of a load's records: the kinds, scopes, authors,
     dates, tags, evidence refs and link targets of 100k memories are a few thousand distinct
@@ -491,10 +494,11 @@ class _Share:
 
     def __init__(self) -> None:
         self._strings: dict[str, str] = {}
+        self._share = self._strings.setdefault  # bound once: called ~10 times a memory
         self._numbers: dict[tuple[type, Any], Any] = {}
 
     def text(self, value: Any) -> Any:
-        return self._strings.setdefault(value, value) if isinstance(value, str) else value
+        return self._share(value, value) if type(value) is str else value
 
     def number(self, value: Any) -> Any:
         # keyed by type too: 1 == 1.0 == True, and a memory's confidence keeps the type it had
@@ -502,11 +506,13 @@ class _Share:
 
     def value(self, value: Any) -> Any:
         """A link's value: a target id, a list of them, or a list of typed links' dicts."""
+        if type(value) is str:
+            return self._share(value, value)
         if isinstance(value, list):
             return [self.value(v) for v in value]
         if isinstance(value, dict):
             return {self.text(k): self.value(v) for k, v in value.items()}
-        return self.text(value)
+        return value
 
     def entry(self, rel: str, item: dict[str, Any]) -> _Entry:
         entry = _Entry(item["m"], item["s"], error=item.get("e"), code=self.text(item.get("c")))
@@ -517,16 +523,20 @@ class _Share:
         return entry
 
     def memory(self, rel: str, fields: dict[str, Any]) -> Memory:
-        for name in ("id", "kind", "scope", "created", "author", "rationale"):
-            if name in fields:
-                fields[name] = self.text(fields[name])
+        share = self._share
+        for name in _SHARED_FIELDS:
+            value = fields.get(name)
+            if type(value) is str:
+                fields[name] = share(value, value)
         if fields.get("path") == rel:
             fields["path"] = rel  # the same string as the entry's key
-        if "confidence" in fields:
+        if fields.get("confidence") is not None:
             fields["confidence"] = self.number(fields["confidence"])
         for name in ("evidence", "tags"):
-            if isinstance(fields.get(name), list):
-                fields[name] = [self.text(v) for v in fields[name]]
-        if isinstance(fields.get("links"), dict):
-            fields["links"] = self.value(fields["links"])
+            values = fields.get(name)
+            if type(values) is list:
+                fields[name] = [share(v, v) if type(v) is str else v for v in values]
+        links = fields.get("links")
+        if type(links) is dict and links:
+            fields["links"] = self.value(links)
         return Memory(**fields)
