@@ -1,5 +1,6 @@
 """The cyclic garbage collector around loading a store, for the long-lived surfaces (the daemon,
-the MCP server); the CLI, which exits after its answer, simply turns the collector off.
+the MCP server); the CLI, which exits after its answer, simply turns the collector off. Beside it,
+the daemon's C heap (``tune_heap``, ``give_back_heap``: glibc's malloc settings and trim).
 
 Loading a store makes ~13 tracked objects a memory, all long-lived. The collector runs a full
 collection each time the long-lived objects grow by a quarter, so a load rescans what it has
