@@ -78,6 +78,27 @@ def source(field_name: str, term: str) -> str | None:
     return got if got and "σ" not in got and "ς" not in got else None
 
 
+_QUERY_ANALYZER: list[Any] = []
+
+
+def wanted(query: str) -> tuple[list[str], list[str]] | None:
+    """What a store's files must hold to be a hit of ``query`` in this lane: (strings, tags).
+    A document holds a term of the query only if its lower-cased text contains that term's
+    ``source``, or one of its tags is a text term; None when some term has no source (every
+    text could hold it)."""
+    if not _QUERY_ANALYZER:
+        _QUERY_ANALYZER.append(keyword_analyzer())
+    analyzer = _QUERY_ANALYZER[0]
+    terms = list(dict.fromkeys(t.text for word in keyword_terms(query) for t in analyzer(word)))
+    texts: list[str] = []
+    for field_name, term in [*(("code", t) for t in code_terms(query)), *(("text", t) for t in terms)]:
+        got = source(field_name, term)
+        if got is None:
+            return None
+        texts.append(got)
+    return list(dict.fromkeys(texts)), terms
+
+
 class _Memo(dict[str, Any]):
     """A token's terms, computed once: looked up from C (``map(memo.__getitem__, tokens)``)."""
 

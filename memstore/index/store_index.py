@@ -325,7 +325,7 @@ class StoreIndex:
         mems = self.catalog.memories
         changed = False
         if kw and not self.kw_builder.later(kw, self.params, long_lived=self.defer_saves,
-                                            hands_over=self.embed_wait is not None):
+                                            hands_over=self.embed_wait is not None, partial=self.catalog.partial):
             upsert = [m for m, key in kw.items() if key is not None]
             try:
                 self.keyword.apply(
