@@ -207,9 +207,7 @@ def walked_text(data: bytes, max_bytes: int = MAX_FILE_BYTES) -> str:
 # tags, if any, are one flow list of plain words on one line.
 _SCAN_HEAD = re.compile(rb"---\nid: ([0-9a-hjkmnp-tv-z]{26})\n(?=[a-z_-])")
 _SCAN_ODD_LINE = re.compile(rb"^(?! |$|[a-z_][a-z0-9_]*:(?: |$))", re.MULTILINE)
-_SCAN_KEY = re.compile(rb"^(id|tags):", re.MULTILINE)
-_SCAN_TAGS = re.compile(rb"^tags: \[([^\]\n]*)\]$", re.MULTILINE)
-_SCAN_TAG = re.compile(r"[a-z][a-z0-9_-]*")
+_SCAN_TAGS = re.compile(rb" \[([A-Za-z][A-Za-z0-9_-]*(?:, [A-Za-z][A-Za-z0-9_-]*)*)?\]")
 # Plain words YAML 1.1 reads as something else than the word (a bool or null): a tag list
 # holding one is parsed, never guessed.
 _SCAN_NOT_WORDS = frozenset({"yes", "no", "true", "false", "on", "off", "null"})
@@ -222,9 +220,9 @@ def scan_memory(data: bytes) -> tuple[str, list[str], int] | None:
     carriage return, the id not the first line, any other line of the frontmatter at column 0
     that is not a plain ``key:`` (a second ``id``, a quoted key, a flow mapping, ``? id``, an
     anchor, a comment), the closing line not exactly ``---``, a ``tags:`` that is not one flow
-    list of plain words. What it accepts, ``parse_markdown`` reads with the same id and tags and
-    the body from the same byte on (``tests/test_files.py`` holds the two to each other); a file
-    it accepts may still be invalid, which only the parse says."""
+    list of plain words on its line. What it accepts, ``parse_markdown`` reads with the same id
+    and tags and the body from the same byte on (``tests/test_partial_load.py`` holds the two to
+    each other); a file it accepts may still be invalid, which only the parse says."""
     head = _SCAN_HEAD.match(data)
     if head is None or not data.isascii() or b"\r" in data:
         return None
@@ -232,21 +230,19 @@ def scan_memory(data: bytes) -> tuple[str, list[str], int] | None:
     end = data.find(b"\n---", start - 1)
     if end < 0 or data[end + 4:end + 5] != b"\n":
         return None
-    front = data[start:end + 1]
-    if _SCAN_ODD_LINE.search(front) is not None:
+    front = data[start - 1:end + 1]  # from the id line's newline: every line follows a newline
+    if _SCAN_ODD_LINE.search(front, 1) is not None or b"\nid:" in front:
         return None
-    keys = _SCAN_KEY.findall(front)
-    tags: list[str] = []
-    if keys:
-        if keys != [b"tags"]:
-            return None
-        listed = _SCAN_TAGS.search(front)
-        if listed is None:
-            return None
-        raw = listed.group(1).decode("ascii").lower()
-        tags = [t.strip() for t in raw.split(",")] if raw.strip() else []
-        if any(not _SCAN_TAG.fullmatch(t) or t in _SCAN_NOT_WORDS for t in tags):
-            return None
+    at = front.find(b"\ntags:")
+    if at < 0:
+        return head.group(1).decode("ascii"), [], end + 5
+    line_end = front.index(b"\n", at + 1)
+    listed = _SCAN_TAGS.fullmatch(front, at + 6, line_end)
+    if listed is None or front.find(b"\ntags:", line_end) >= 0:
+        return None
+    tags = listed.group(1).decode("ascii").lower().split(", ") if listed.group(1) else []
+    if not _SCAN_NOT_WORDS.isdisjoint(tags):
+        return None
     return head.group(1).decode("ascii"), tags, end + 5
 
 
