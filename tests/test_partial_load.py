@@ -70,6 +70,7 @@ def _hiding(mid: str, other: str, text: str) -> dict[str, str]:
 HIDDEN = list(_hiding("x", "y", "t"))
 GENUINE_HIDDEN = {name: _id(200 + i) for i, name in enumerate(HIDDEN)}
 REUSED = _id(300)
+QUOKKA = _id(600)  # a memory only a second read looks for
 
 
 def _origin(base: Path) -> Path:
@@ -91,6 +92,7 @@ def _origin(base: Path) -> Path:
         (facts / f"{mid}.md").write_text(memory_text(mid, f"The {HIDDEN_QUERY} number {i} is tuned to A440."))
         (facts / f"hides-{name}.md").write_bytes(
             _hiding(mid, _id(400 + i), _filler(rng, 400 + i))[name].encode("utf-8"))
+    (facts / f"{QUOKKA}.md").write_text(memory_text(QUOKKA, "The quokka feeder refills at noon."))
     (facts / "latin1.md").write_bytes(memory_text(_id(500), "caf\xe9 worker queue").encode("latin-1"))
     outside = base / "outside.md"
     outside.write_text(memory_text(_id(501), f"A {HIDDEN_QUERY} that lies outside the repo."))
@@ -179,8 +181,9 @@ def test_a_first_read_answers_from_part_of_the_store_and_then_as_a_full_read(tmp
 def test_a_write_and_an_update_during_the_partial_phase_see_every_file(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A watched workspace (as the daemon's: its walk skipped while nothing changes) whose first
-    read left files unread: the write's duplicate judgment and an update of an id not parsed
-    yet see the whole store, and the write lands in a catalog that is complete."""
+    read left files unread: a second read parses what it looks for and is partial still; the
+    write's duplicate judgment and an update of an id not parsed yet see the whole store, and
+    the write lands in a catalog that is complete."""
     world = Env(tmp_path / "during")
     with world.environ():
         origin = _origin(world.base)
@@ -196,7 +199,11 @@ def test_a_write_and_an_update_during_the_partial_phase_see_every_file(
         cat = ws._catalogs["repo"]
         assert cat.partial
         unread_id = _id(N - 1)
-        assert unread_id not in cat.memories
+        assert unread_id not in cat.memories and QUOKKA not in cat.memories
+        # A second read while files wait parses those that may hold what it looks for.
+        second = read(ws, {"query": "quokka feeder"}, log_episode=False)
+        assert second["results"][0]["id"] == QUOKKA
+        assert 0 < second["partial"]["unread"] < first["partial"]["unread"] and cat.partial
         unread_text = (repo / ".memory" / "facts" / f"{unread_id}.md").read_text().split("---\n", 2)[2].strip()
 
         ws.embed_wait = None  # a write embeds what it judges against

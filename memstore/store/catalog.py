@@ -115,6 +115,49 @@ class _Unread(NamedTuple):
     size: int
     id: str
     data: bytes
+    body: int  # where the body starts in ``data``
+    tags: list[str]  # lower-cased, as the scan read them
+
+
+class _Needles:
+    """``Wanted`` as bytes to look for in a scanned file, and how many files hold each.
+
+    Of the wanted strings, the rarest among the files looked at are honoured first, while the
+    files they are in stay within a budget (the rarest always): a query's common words (in half
+    the store) would otherwise have most files parsed before the answer, and a memory that holds
+    only common query words scores little in the keyword lane."""
+
+    def __init__(self, wanted: Wanted) -> None:
+        texts = [t.encode("utf-8") for t in dict.fromkeys(wanted.texts)]
+        # A string that holds another is found wherever that one is looked for.
+        self.texts = [t for t in texts if not any(o != t and o in t for o in texts)]
+        self.tags = sorted(wanted.tags)
+        self.counts = [0] * (len(self.texts) + len(self.tags))
+
+    def mask(self, held: _Unread) -> int:
+        """Which wanted strings the file holds (a bit each), counted."""
+        low = held.data[held.body:].lower()
+        mask = 0
+        counts = self.counts
+        for i, text in enumerate(self.texts):
+            if text in low:
+                mask |= 1 << i
+                counts[i] += 1
+        for j, tag in enumerate(self.tags, len(self.texts)):
+            if tag in held.tags:
+                mask |= 1 << j
+                counts[j] += 1
+        return mask
+
+    def choose(self, budget: int) -> int:
+        """The strings honoured: rarest first, while their files stay within ``budget``."""
+        chosen = total = 0
+        for i in sorted(range(len(self.counts)), key=self.counts.__getitem__):
+            if chosen and total + self.counts[i] > budget:
+                break
+            chosen |= 1 << i
+            total += self.counts[i]
+        return chosen
 
 
 class Catalog:
@@ -286,18 +329,9 @@ class Catalog:
                      touched: dict[str, _Entry | None], budget: int) -> None:
         """Parse of ``todo`` the files that may hold what ``wanted`` names and those the strict
         scan cannot read; leave the rest unread, each with the id its scan found (a file that
-        claims the id of a parsed one keeps that one from being served, as a parsed file would).
-
-        Of the wanted strings, the rarest among these files are honoured first, while the files
-        they are in stay within ``budget`` files (the rarest always): a query's common words (in
-        half the store) would otherwise have every other file parsed before the answer, and a
-        memory that holds only common query words scores little in the keyword lane."""
-        texts = [t.encode("utf-8") for t in dict.fromkeys(wanted.texts)]
-        # A string that holds another is found wherever that one is looked for.
-        texts = [t for t in texts if not any(o != t and o in t for o in texts)]
-        tags = sorted(wanted.tags)
-        counts = [0] * (len(texts) + len(tags))
-        maybe: list[tuple[str, os.stat_result, bytes, str, int]] = []
+        claims the id of a parsed one keeps that one from being served, as a parsed file would)."""
+        needles = _Needles(wanted)
+        maybe: list[tuple[str, os.stat_result, _Unread, int]] = []
         for rel, st, is_memory in todo:
             touched[rel] = self._entries.pop(rel, None)
             if not is_memory:
@@ -315,29 +349,39 @@ class Catalog:
             if got is None:
                 self._entries[rel] = self._parse_data(rel, st, data)
                 continue
-            mid, file_tags, body = got
-            low = data[body:].lower()
-            mask = 0
-            for i, text in enumerate(texts):
-                if text in low:
-                    mask |= 1 << i
-                    counts[i] += 1
-            for j, tag in enumerate(tags, len(texts)):
-                if tag in file_tags:
-                    mask |= 1 << j
-                    counts[j] += 1
-            maybe.append((rel, st, data, mid, mask))
-        chosen = total = 0
-        for i in sorted(range(len(counts)), key=counts.__getitem__):
-            if chosen and total + counts[i] > budget:
-                break
-            chosen |= 1 << i
-            total += counts[i]
-        for rel, st, data, mid, mask in maybe:
+            held = _Unread(st.st_mtime_ns, st.st_size, got[0], data, got[2], got[1])  # type: ignore[arg-type]
+            maybe.append((rel, st, held, needles.mask(held)))
+        chosen = needles.choose(budget)
+        for rel, st, held, mask in maybe:
             if mask & chosen:
-                self._entries[rel] = self._parse_data(rel, st, data)
+                self._entries[rel] = self._parse_data(rel, st, held.data)
             else:
-                self._unread[rel] = _Unread(st.st_mtime_ns, st.st_size, mid, data)
+                self._unread[rel] = held
+
+    def read_wanted(self, wanted: Wanted, *, persist: bool = True) -> Delta:
+        """A read while a partial load's files wait: parse the unread files that may hold what
+        it looks for (from the bytes held, within the same budget as a first load), and leave
+        the rest unread."""
+        needles = _Needles(wanted)
+        masks = [(rel, mask) for rel, held in self._unread.items() if (mask := needles.mask(held))]
+        chosen = needles.choose(first_parse_setting())
+        touched: dict[str, _Entry | None] = {}
+        for rel, mask in masks:
+            if mask & chosen:
+                touched[rel] = self._entries.get(rel)
+                self._entries[rel] = self._parse_unread(rel, self._unread.pop(rel))
+        return self._settle(touched, False, persist, rebuild=bool(touched))
+
+    def _parse_unread(self, rel: str, held: _Unread) -> _Entry:
+        """The entry of a file left unread: parsed from the bytes held while its lstat is the
+        same, read again when it changed since (gone: an error entry the next walk drops)."""
+        try:
+            st = os.lstat(self.store.root / rel)
+        except FileNotFoundError:
+            return _Entry(held.mtime_ns, held.size, error="was removed", code="unreadable")
+        if held.mtime_ns == st.st_mtime_ns and held.size == st.st_size:
+            return self._parse_data(rel, st, held.data)
+        return self._parse(rel, st, True)
 
     @property
     def partial(self) -> bool:
@@ -360,15 +404,10 @@ class Catalog:
         rels = list(self._unread)[:limit] if limit is not None else list(self._unread)
         for rel in rels:
             held = self._unread.pop(rel)
-            try:
-                st = os.lstat(self.store.root / rel)
-            except FileNotFoundError:
+            if not os.path.lexists(self.store.root / rel):
                 continue
             self._unsettled[rel] = self._entries.get(rel)
-            if held.mtime_ns == st.st_mtime_ns and held.size == st.st_size:
-                self._entries[rel] = self._parse_data(rel, st, held.data)
-            else:
-                self._entries[rel] = self._parse(rel, st, True)
+            self._entries[rel] = self._parse_unread(rel, held)
         if self._unread:
             return None
         return self._settle({}, False, persist, rebuild=True)

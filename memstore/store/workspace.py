@@ -121,9 +121,10 @@ class Workspace:
 
     def catalog(self, scope: str, *, refresh: bool = True, wanted: Wanted | None = None) -> Catalog:
         """The catalog of ``scope``'s store, brought up to date unless ``refresh`` is false.
-        ``wanted``: a read's (``Catalog.refresh``), whose first load may leave files unread;
-        any other call finds the catalog complete: a load a read left partial is completed
-        first, since a write's judgment, ``check``, links and ids need every file."""
+        ``wanted``: a read's (``Catalog.refresh``), whose first load may leave files unread
+        (and which, while some are, parses those that may hold what it looks for); any other
+        call finds the catalog complete: a load a read left partial is completed first, since a
+        write's judgment, ``check``, links and ids need every file."""
         store = self.store(scope)
         cat = self._catalogs.get(scope)
         if cat is None or cat.store.root != store.root:
@@ -134,7 +135,9 @@ class Workspace:
         if self.defer_saves:
             cat.hold_saves()
         if cat.partial:
-            cat.complete()
+            # Another read parses what it looks for and leaves the rest to the daemon's work
+            # after the reply; anything else needs every file.
+            cat.read_wanted(wanted) if wanted is not None else cat.complete()
         if refresh and store.exists():
             own = self._written.pop(scope, set())
             counter = self.change_counter(store) if self.change_counter is not None else None
