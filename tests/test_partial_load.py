@@ -285,3 +285,25 @@ def test_the_strict_scan_refuses_anything_unusual_in_the_frontmatter(odd: str) -
 ])
 def test_the_strict_scan_refuses_an_unusual_head_or_boundary(data: bytes) -> None:
     assert scan_memory(data) is None
+
+
+def test_the_scan_lane_weighs_a_term_by_the_whole_store_while_files_wait() -> None:
+    """A partial catalog's lane holds every document of the query's rarer term and a few others:
+    with the unread documents counted (``outside``, and the holders of the term's string among
+    them), its scores are the whole store's; without, its idf would be of the few it holds."""
+    from memstore.index.scanlane import ScanLane
+    from memstore.read.ranking import RankingParams
+
+    words = ["alpha", "bravo", "delta", "gamma", "omega", "sigma", "theta"]
+    docs = [(f"m{i}", f"k{i}", "fact", ["x"], f"{words[i % 7]} {words[(i + 1) % 7]} {words[(i + 2) % 7]} queue")
+            for i in range(60)]
+    docs += [(f"z{i}", f"kz{i}", "fact", ["x"], f"zanzibar {words[i]} {words[i + 1]} queue") for i in range(3)]
+    full = ScanLane(RankingParams())
+    full.set_docs(docs)
+    part = ScanLane(RankingParams())
+    part.set_docs(docs[-3:] + docs[:7])
+    part.outside = len(docs) - 10
+    part.outside_holding = {"queu": len(docs) - 10}  # "queue" is in every text; "zanzibar" only in those held
+    for query in ("zanzibar", "zanzibar queue"):
+        want = {(h.id, round(h.score, 9)) for h in full.hits(query, 3)}
+        assert {(h.id, round(h.score, 9)) for h in part.hits(query, 3)} == want, query

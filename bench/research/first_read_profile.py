@@ -55,6 +55,7 @@ def main() -> int:
                     help="as perf.py cold's (mixed: made by a perf.py cold --corpus mixed run first)")
     ap.add_argument("--clone", type=Path, help="clone here once; later runs reuse it without its .index/")
     ap.add_argument("--overlap", action="store_true", help="top-10 of a partial first answer against a full one")
+    ap.add_argument("--queries", type=int, default=len(QUERIES), help="--overlap: the first N of perf.py's queries")
     a = ap.parse_args()
     from memstore.index.embedder import get_embedder
     from memstore.index.store_index import StoreIndex
@@ -72,7 +73,7 @@ def main() -> int:
         else:
             subprocess.run(["git", "clone", "-q", str(git_origin(a.n, a.corpus)), str(clone)], check=True)
         if a.overlap:
-            return overlap(clone)
+            return overlap(clone, QUERIES[:a.queries])
         ws = open_workspace(cwd=clone)
         ws.defer_saves = True  # as the daemon opens a workspace
         ws.embed_wait = ws.config.read_wait
@@ -136,7 +137,7 @@ def timed(cls: Any, name: str, into: list[float]) -> None:
     setattr(cls, name, wrapper)
 
 
-def overlap(clone: Path) -> int:
+def overlap(clone: Path, queries: list[str]) -> int:
     """Each query's first answer from a partial load against the same first read with every
     file parsed first: the share of the full answer's top 10 the partial one holds."""
     from memstore.read.retrieve import read
@@ -145,7 +146,7 @@ def overlap(clone: Path) -> int:
 
     gc.enable()  # two loads per query: what one leaves is collected before the next
     shares = []
-    for query in QUERIES:
+    for query in queries:
         got = {}
         for label, first_parse in (("partial", catalog.FIRST_PARSE), ("full", 10**9)):
             shutil.rmtree(clone / ".memory" / ".index", ignore_errors=True)

@@ -186,6 +186,11 @@ class ScanLane:
         self._estimated = False  # the totals come from a sample
         self._quantised: np.ndarray = np.zeros((0, 3))
         self._quantised_memo: dict[int, float] = {}  # a field length -> its quantised length
+        # Documents of the store not in ``docs`` yet (a partial load's unread files) and, by a
+        # term's ``source``, how many of them may hold it: counted in a term's idf, so that a
+        # partial store's scores weigh its terms as the whole store's do.
+        self.outside = 0
+        self.outside_holding: dict[str, int] = {}
 
     # -- documents ---------------------------------------------------------------------------------
     def set_docs(self, docs: Iterable[tuple[str, str, str, list[str], str]]) -> None:
@@ -319,6 +324,14 @@ class ScanLane:
             found = [i for i in found if alone.search(lowered[i])]
         return found
 
+    def _outside_df(self, field_name: str, term: str) -> int:
+        """How many documents not in ``docs`` yet may hold the term: the fewest holders among the
+        strings counted that its ``source`` contains (a string's holders include the term's)."""
+        needle = source(field_name, term)
+        if needle is None:
+            return self.outside
+        return min((n for text, n in self.outside_holding.items() if text in needle), default=0)
+
     def doc_frequency(self, field_name: str, term: str) -> int:
         got = self._term(field_name, term)
         return 0 if got is None else len(got[0])
@@ -352,9 +365,12 @@ class ScanLane:
             return []
         stats: dict[tuple[str, str], tuple[float, float]] = {}
         totals = self._field_totals()
+        store = n + self.outside
         for field_name, text in pairs:
             df = self.doc_frequency(field_name, text)
-            idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+            if self.outside and field_name != "tags":
+                df += self._outside_df(field_name, text)
+            idf = math.log(1.0 + (store - df + 0.5) / (df + 0.5))
             stats[field_name, text] = (idf, (totals[FIELDS.index(field_name)] / n) or 1)
         b, k1 = self.b, self.k1
         text_idf = sum(stats[p][0] for p in stats if p[0] == "text") or 1.0

@@ -256,6 +256,7 @@ class StoreIndex:
         if not kw and (not vec or self.embedder is None or self.semantic_error):
             self._synced_catalog_gen = self.catalog.generation
             self.pending = carry
+            self._lane_outside()
             return False
         with self.files.lock():
             if self.files.moved_ahead():
@@ -268,7 +269,15 @@ class StoreIndex:
             if changed:
                 self._changed_on_disk()
         self._synced_catalog_gen = self.catalog.generation
+        self._lane_outside()
         return changed
+
+    def _lane_outside(self) -> None:
+        """Tell the scan lane what of the store a partial catalog has not read yet."""
+        lane = self.scan
+        if lane is not None:
+            lane.outside = self.catalog.unread
+            lane.outside_holding = self.catalog.unread_holding if lane.outside else {}
 
     @property
     def embedding_pending(self) -> bool:

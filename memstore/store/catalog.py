@@ -159,6 +159,17 @@ class _Needles:
             total += self.counts[i]
         return chosen
 
+    def left(self, parsed_masks: Iterable[int]) -> dict[str, int]:
+        """Of each text string, how many of the files counted were left unread (the counted
+        ones minus those of ``parsed_masks``): what the keyword lane adds to a term's document
+        frequency until they are read."""
+        left = self.counts[:len(self.texts)]
+        for mask in parsed_masks:
+            for i in range(len(left)):
+                if mask >> i & 1:
+                    left[i] -= 1
+        return {text.decode("utf-8"): n for text, n in zip(self.texts, left, strict=True) if n}
+
 
 class Catalog:
     def __init__(self, store: Store, key: bytes = b"") -> None:
@@ -178,6 +189,10 @@ class Catalog:
         self._unread: dict[str, _Unread] = {}
         # Files ``complete`` parsed a slice at a time, not in the views yet (the next settle).
         self._unsettled: dict[str, _Entry | None] = {}
+        # Of the strings the last partial read looked for, how many unread files hold each: the
+        # keyword lane counts them in a term's document frequency, so that its idf is the whole
+        # store's while those files wait (``unread`` counts them in the number of documents).
+        self.unread_holding: dict[str, int] = {}
         self.generation = 0
         # The memory and event ids each change of the views touched: what a derived view built
         # at an older generation needs to catch up.
@@ -352,11 +367,14 @@ class Catalog:
             held = _Unread(st.st_mtime_ns, st.st_size, got[0], data, got[2], got[1])  # type: ignore[arg-type]
             maybe.append((rel, st, held, needles.mask(held)))
         chosen = needles.choose(budget)
+        parsed: list[int] = []
         for rel, st, held, mask in maybe:
             if mask & chosen:
                 self._entries[rel] = self._parse_data(rel, st, held.data)
+                parsed.append(mask)
             else:
                 self._unread[rel] = held
+        self.unread_holding = needles.left(parsed)
 
     def read_wanted(self, wanted: Wanted, *, persist: bool = True) -> Delta:
         """A read while a partial load's files wait: parse the unread files that may hold what
@@ -370,6 +388,7 @@ class Catalog:
             if mask & chosen:
                 touched[rel] = self._entries.get(rel)
                 self._entries[rel] = self._parse_unread(rel, self._unread.pop(rel))
+        self.unread_holding = needles.left(mask for _, mask in masks if mask & chosen)
         return self._settle(touched, False, persist, rebuild=bool(touched))
 
     def _parse_unread(self, rel: str, held: _Unread) -> _Entry:
@@ -410,6 +429,7 @@ class Catalog:
             self._entries[rel] = self._parse_unread(rel, held)
         if self._unread:
             return None
+        self.unread_holding = {}
         return self._settle({}, False, persist, rebuild=True)
 
     def refresh_paths(self, rels: set[str] | list[str], *, persist: bool = True,
