@@ -52,6 +52,7 @@ FIELDS = ("text", "code", "tags")
 EAGER_CHARS = 1_000_000
 LENGTH_SAMPLE = 300  # documents (at most a tenth) whose terms per character stand for all until all are analysed
 _NOTHING: Counter[str] = Counter()  # the text and code fields of a document not analysed yet
+OUTSIDE_TAG = "\x00tag:"  # a tag's key in ``ScanLane.outside_holding`` (the catalog's ``TAG_KEY``)
 
 
 def source(field_name: str, term: str) -> str | None:
@@ -191,6 +192,7 @@ class ScanLane:
         # partial store's scores weigh its terms as the whole store's do.
         self.outside = 0
         self.outside_holding: dict[str, int] = {}
+        self.outside_chars = 0  # the characters of their texts: BM25's mean lengths are the whole store's
 
     # -- documents ---------------------------------------------------------------------------------
     def set_docs(self, docs: Iterable[tuple[str, str, str, list[str], str]]) -> None:
@@ -325,8 +327,11 @@ class ScanLane:
         return found
 
     def _outside_df(self, field_name: str, term: str) -> int:
-        """How many documents not in ``docs`` yet may hold the term: the fewest holders among the
-        strings counted that its ``source`` contains (a string's holders include the term's)."""
+        """How many documents not in ``docs`` yet may hold the term: a tag's holders, or the
+        fewest holders among the strings counted that its ``source`` contains (a string's
+        holders include the term's)."""
+        if field_name == "tags":
+            return self.outside_holding.get(OUTSIDE_TAG + term, 0)
         needle = source(field_name, term)
         if needle is None:
             return self.outside
@@ -366,12 +371,19 @@ class ScanLane:
         stats: dict[tuple[str, str], tuple[float, float]] = {}
         totals = self._field_totals()
         store = n + self.outside
+        scale = 1.0
+        if self.outside:
+            # The text and code fields' terms per character of the documents held, over the
+            # characters of all (as ``_field_totals`` estimates them from a sample).
+            chars = sum(len(d.text) for d in self.docs) or 1
+            scale = (chars + self.outside_chars) / chars * n / store
         for field_name, text in pairs:
             df = self.doc_frequency(field_name, text)
-            if self.outside and field_name != "tags":
+            if self.outside:
                 df += self._outside_df(field_name, text)
             idf = math.log(1.0 + (store - df + 0.5) / (df + 0.5))
-            stats[field_name, text] = (idf, (totals[FIELDS.index(field_name)] / n) or 1)
+            mean = totals[FIELDS.index(field_name)] / n * (scale if field_name != "tags" else 1.0)
+            stats[field_name, text] = (idf, mean or 1)
         b, k1 = self.b, self.k1
         text_idf = sum(stats[p][0] for p in stats if p[0] == "text") or 1.0
         scores = np.zeros(n)

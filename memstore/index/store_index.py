@@ -278,6 +278,7 @@ class StoreIndex:
         if lane is not None:
             lane.outside = self.catalog.unread
             lane.outside_holding = self.catalog.unread_holding if lane.outside else {}
+            lane.outside_chars = self.catalog.unread_chars if lane.outside else 0
 
     @property
     def embedding_pending(self) -> bool:

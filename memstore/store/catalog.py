@@ -107,6 +107,9 @@ class Wanted:
     tags: frozenset[str] = frozenset()
 
 
+TAG_KEY = "\x00tag:"  # in ``Catalog.unread_holding``, before a tag (no string looked for holds a NUL)
+
+
 class _Unread(NamedTuple):
     """A memory file a partial load scanned and did not parse: its lstat, the id its strict
     scan found, and its bytes (parsed from these when the load completes)."""
@@ -160,15 +163,16 @@ class _Needles:
         return chosen
 
     def left(self, parsed_masks: Iterable[int]) -> dict[str, int]:
-        """Of each text string, how many of the files counted were left unread (the counted
+        """Of each string and tag, how many of the files counted were left unread (the counted
         ones minus those of ``parsed_masks``): what the keyword lane adds to a term's document
-        frequency until they are read."""
-        left = self.counts[:len(self.texts)]
+        frequency until they are read. A tag's key is ``TAG_KEY`` and the tag."""
+        left = list(self.counts)
         for mask in parsed_masks:
             for i in range(len(left)):
                 if mask >> i & 1:
                     left[i] -= 1
-        return {text.decode("utf-8"): n for text, n in zip(self.texts, left, strict=True) if n}
+        keys = [text.decode("utf-8") for text in self.texts] + [TAG_KEY + tag for tag in self.tags]
+        return dict(zip(keys, left, strict=True))
 
 
 class Catalog:
@@ -412,6 +416,12 @@ class Catalog:
     def unread(self) -> int:
         """How many memory files a partial load has not read yet."""
         return len(self._unread) + len(self._unsettled)
+
+    @property
+    def unread_chars(self) -> int:
+        """About how many characters the bodies of the files not read yet hold (ASCII, as the
+        strict scan accepts them: one a byte)."""
+        return sum(len(held.data) - held.body for held in self._unread.values())
 
     def complete(self, *, persist: bool = True, limit: int | None = None) -> Delta | None:
         """Parse the files a partial load left unread (from the bytes it read, when the file's
