@@ -342,12 +342,18 @@ class ScanLane:
         return 0 if got is None else len(got[0])
 
     def doc_freq(self, word: str) -> int:
+        """How many of the store's documents hold ``word`` (the unread ones a partial catalog
+        counted included: the ranking judges a word's rarity by the whole store)."""
         if code_shaped(word):
-            return self.doc_frequency("code", word.lower())
+            return self._store_df("code", word.lower())
         terms = self.analyse([word])
         if not terms:
             return 0
-        return max(self.doc_frequency("text", t) for t in terms)
+        return max(self._store_df("text", t) for t in terms)
+
+    def _store_df(self, field_name: str, term: str) -> int:
+        df = self.doc_frequency(field_name, term)
+        return df + self._outside_df(field_name, term) if self.outside else df
 
     def search(self, query: str, limit: int) -> list[tuple[str, float]]:
         return [(h.id, h.score) for h in self.hits(query, limit)]
@@ -378,9 +384,7 @@ class ScanLane:
             chars = sum(len(d.text) for d in self.docs) or 1
             scale = (chars + self.outside_chars) / chars * n / store
         for field_name, text in pairs:
-            df = self.doc_frequency(field_name, text)
-            if self.outside:
-                df += self._outside_df(field_name, text)
+            df = self._store_df(field_name, text)
             idf = math.log(1.0 + (store - df + 0.5) / (df + 0.5))
             mean = totals[FIELDS.index(field_name)] / n * (scale if field_name != "tags" else 1.0)
             stats[field_name, text] = (idf, mean or 1)
@@ -402,7 +406,7 @@ class ScanLane:
             if field_name == "text":
                 cover[ids] += idf
             if field_name == "text" or (field_name == "code" and text in identifiers):
-                held[field_name].append((len(ids), ids))
+                held[field_name].append((len(ids) + (self._outside_df(field_name, text) if self.outside else 0), ids))
         docs = np.flatnonzero(matched)
         if not len(docs):
             return []
@@ -415,6 +419,6 @@ class ScanLane:
             scores, docs, covers, codes, words = scores[keep], docs[keep], covers[keep], codes[keep], words[keep]
         order = np.lexsort((docs, -scores))[:limit]
         return [KeywordHit(self.docs[int(docs[i])].id, float(scores[i]), min(float(covers[i]), 1.0),
-                           int(codes[i]), n, word_df=int(words[i]))
+                           int(codes[i]), store, word_df=int(words[i]))
                 for i in order]
 
