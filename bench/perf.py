@@ -748,11 +748,18 @@ def first_read_once(origin: Path, workers: int) -> float:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def first_read_reused(clone: Path, workers: int, tree: Path | None = None) -> tuple[float, dict[str, Any]]:
-    """Seconds and answer of the first CLI read in ``clone`` with its ``.memory/.index/`` removed
-    (what a fresh clone's first read finds, without a clone of 100k files per run), against a
-    daemon of its own that has loaded the model; ``tree``: the memstore package of that checkout
-    is imported instead (on ``PYTHONPATH``), to measure a base commit beside this one."""
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def first_read_reused(clone: Path, workers: int, tree: Path | None = None) -> tuple[float, float, dict[str, Any]]:
+    """Seconds, the daemon's CPU seconds and the answer of the first CLI read in ``clone`` with
+    its ``.memory/.index/`` removed (what a fresh clone's first read finds, without a clone of
+    100k files per run), against a daemon of its own that has loaded the model; ``tree``: the
+    memstore package of that checkout is imported instead (on ``PYTHONPATH``; run from a folder
+    without a ``memstore/``), to measure a base commit beside this one."""
     work = Path(tempfile.mkdtemp(prefix="msreused-", dir="/tmp"))
     env = cold_env(work, workers)
     if tree is not None:
@@ -761,8 +768,9 @@ def first_read_reused(clone: Path, workers: int, tree: Path | None = None) -> tu
     shutil.rmtree(clone / ".memory" / ".index", ignore_errors=True)
     proc = start_daemon(work, env)
     try:
+        cpu = process_cpu(proc.pid)
         took, out = timed_cli(["read", *QUERIES[0].split()], env, clone)
-        return took, json.loads(out)
+        return took, process_cpu(proc.pid) - cpu, json.loads(out)
     finally:
         stop_daemon(proc, env)
         shutil.rmtree(work, ignore_errors=True)
@@ -783,10 +791,11 @@ def firstread_main(argv: list[str]) -> int:
         for _ in range(a.rounds):
             for name, tree in trees:
                 load = os.getloadavg()[0]
-                took, answer = first_read_reused(clone.resolve(), a.workers, tree)
+                took, cpu, answer = first_read_reused(clone.resolve(), a.workers, tree)
                 got[name].append(took)
                 part = answer.get("partial", {})
-                print(f"{clone.name} {name}: {ms(took)} ms (load {load:.1f}; {len(answer['results'])} results, "
+                print(f"{clone.name} {name}: {ms(took)} ms, daemon cpu {ms(cpu)} ms (load {load:.1f}; "
+                      f"{len(answer['results'])} results, "
                       f"unread {part.get('unread', 0)}, total {part.get('total', '-')})", flush=True)
         print(f"{clone.name}: " + ", ".join(f"{name} p50 {ms(pct(v, 50))} ms" for name, v in got.items()), flush=True)
     return 0
