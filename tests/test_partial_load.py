@@ -223,6 +223,19 @@ def test_a_write_and_an_update_during_the_partial_phase_see_every_file(
         ws.close()
 
 
+@pytest.mark.model
+def test_a_query_of_stop_words_alone_reads_every_file_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing in it for the keyword lane: only the vectors answer it, from any file."""
+    world = Env(tmp_path / "stop")
+    with world.environ():
+        origin = _origin(world.base)
+    monkeypatch.setenv(FIRST_PARSE_ENV, str(FIRST))
+    ws = open_workspace(cwd=clone(origin, "cold"))
+    ws.embed_wait = 0.0
+    answer = read(ws, {"query": "what is it that we have"}, log_episode=False)
+    assert "unread" not in answer.get("partial", {}) and not ws._catalogs["repo"].partial
+
+
 def _write_request(text: str) -> dict[str, Any]:
     return {"op": "write", "memory": {"kind": "fact", "scope": "repo", "text": text,
                                       "evidence_refs": ["user:the user said so"]}}

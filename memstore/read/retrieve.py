@@ -340,11 +340,14 @@ def first_load_wanted(ws: Workspace, query: str) -> Wanted | None:
     files that can hold it and answer partial (``Catalog.refresh``); None: every file is read
     first. Only where the rest is read after the answer: the daemon (its background work after
     the reply, or its next request), or a process that hands the store to the daemon it starts
-    (``embed_wait`` is set for both); a read that names ids (``problem_id``, ``expect``) needs them all."""
+    (``embed_wait`` is set for both); a read that names ids (``problem_id``, ``expect``) needs them
+    all, and one without a word the keyword lane looks for (only stop words) may be answered by any."""
     if ws.embed_wait is None:
         return None
     got = scan_wanted(condense(query)[0])
-    return None if got is None else Wanted(tuple(got[0]), frozenset(got[1]))
+    # A query with no word the keyword lane looks for is the vector lane's alone: any file may
+    # answer it.
+    return None if got is None or not got[0] else Wanted(tuple(got[0]), frozenset(got[1]))
 
 
 def answer_in(sc: Scope, request: dict[str, Any], started: float,

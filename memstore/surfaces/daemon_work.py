@@ -137,8 +137,8 @@ class Background:
     def read_rest(self, entry: Entry) -> None:
         """Parse the files a read's first load left unread (``Catalog.partial``), a slice at a
         time under the workspace lock, then bring each store's index in line with the whole
-        catalog: from then on answers are complete. A request that comes meanwhile completes
-        the rest itself (any use of a partial catalog does)."""
+        catalog: from then on answers are complete. A read that comes meanwhile parses what it
+        looks for and is partial still; any other request completes the rest itself."""
         from ..read.indexes import store_index
         from ..read.tuning import params_from_config
 
