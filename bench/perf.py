@@ -19,6 +19,8 @@ The machine's load average is printed with the results: on a shared 2-core box i
     python bench/perf.py cold --sizes 100000   # the same at 100k (embeds for minutes)
     python bench/perf.py cold --sizes 10000 --workers 1 2   # in-process encoder beside 2 workers
     python bench/perf.py cold --sizes 10000 --workers 1 2 --corpus mixed --eval-dir ../shared/eval
+    python bench/perf.py firstread --clone /tmp/c100k --base /tmp/base --rounds 3   # first read, reused
+                                               # clones, this checkout beside a base one
     python bench/perf.py cold --firsts 5       # and the first read p50 of 5 clones, each
                                                # against a daemon of its own (model loaded)
     python bench/perf.py profile --sizes 10000 # cProfile of 50 warm library reads
@@ -746,6 +748,59 @@ def first_read_once(origin: Path, workers: int) -> float:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def first_read_reused(clone: Path, workers: int, tree: Path | None = None) -> tuple[float, float, dict[str, Any]]:
+    """Seconds, the daemon's CPU seconds and the answer of the first CLI read in ``clone`` with
+    its ``.memory/.index/`` removed (what a fresh clone's first read finds, without a clone of
+    100k files per run), against a daemon of its own that has loaded the model; ``tree``: the
+    memstore package of that checkout is imported instead (on ``PYTHONPATH``; run from a folder
+    without a ``memstore/``), to measure a base commit beside this one."""
+    work = Path(tempfile.mkdtemp(prefix="msreused-", dir="/tmp"))
+    env = cold_env(work, workers)
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+        env["MEMSTORE_CODE_VERSION"] = f"{client.code_version()}-base"
+    shutil.rmtree(clone / ".memory" / ".index", ignore_errors=True)
+    proc = start_daemon(work, env)
+    try:
+        cpu = process_cpu(proc.pid)
+        took, out = timed_cli(["read", *QUERIES[0].split()], env, clone)
+        return took, process_cpu(proc.pid) - cpu, json.loads(out)
+    finally:
+        stop_daemon(proc, env)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def firstread_main(argv: list[str]) -> int:
+    """``perf.py firstread``: the first CLI read through a running daemon in reused clones, this
+    checkout and a base checkout interleaved (the load moves both alike)."""
+    ap = argparse.ArgumentParser(prog="perf.py firstread")
+    ap.add_argument("--clone", type=Path, nargs="+", required=True, help="clones of perf.py's origins")
+    ap.add_argument("--base", type=Path, help="a checkout of the base commit (its memstore/ is imported)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=1)
+    a = ap.parse_args(argv)
+    trees: list[tuple[str, Path | None]] = [("this", None)] + ([("base", a.base.resolve())] if a.base else [])
+    for clone in a.clone:
+        got: dict[str, list[float]] = {name: [] for name, _ in trees}
+        for _ in range(a.rounds):
+            for name, tree in trees:
+                load = os.getloadavg()[0]
+                took, cpu, answer = first_read_reused(clone.resolve(), a.workers, tree)
+                got[name].append(took)
+                part = answer.get("partial", {})
+                print(f"{clone.name} {name}: {ms(took)} ms, daemon cpu {ms(cpu)} ms (load {load:.1f}; "
+                      f"{len(answer['results'])} results, "
+                      f"unread {part.get('unread', 0)}, total {part.get('total', '-')})", flush=True)
+        print(f"{clone.name}: " + ", ".join(f"{name} p50 {ms(pct(v, 50))} ms" for name, v in got.items()), flush=True)
+    return 0
+
+
 def cold_run(n: int, reps: int, workers: int, corpus: str = "templates", firsts: int = 1,
              firsts_only: bool = False, embed_only: bool = False, read_every: float = 1.0) -> dict[str, Any]:
     origin = git_origin(n, corpus)
@@ -1331,6 +1386,8 @@ def main() -> int:
         return noisy_main(sys.argv[2:])
     if sys.argv[1:2] == ["cold"]:
         return cold_main(sys.argv[2:])
+    if sys.argv[1:2] == ["firstread"]:
+        return firstread_main(sys.argv[2:])
     if sys.argv[1:2] == ["profile"]:
         return profile_main(sys.argv[2:])
     if sys.argv[1:2] == ["shared"]:

@@ -6,6 +6,13 @@ read under cProfile (or timed by phase with ``--phases``).
     python bench/research/first_read_profile.py 10000 --phases   # catalog / index sync / the read, ms
     python bench/research/first_read_profile.py 100000 --breakdown   # each step of the load, ms (cProfile)
     python bench/research/first_read_profile.py 100000 --phases --clone /tmp/c100k   # cloned once, reused
+    python bench/research/first_read_profile.py 100000 --overlap --clone /tmp/c100k  # partial against full
+
+``--phases`` loads the store as a daemon's first read does: the files that may hold the query's
+rarer words parsed, the others left unread (``Catalog.refresh``, ``wanted``) while more than
+``MEMSTORE_FIRST_PARSE`` wait; ``MEMSTORE_FIRST_PARSE=1000000000`` parses every file first, as
+before. ``--overlap``: for each of perf.py's queries, the first answer of a partial load beside
+the first answer of a full one (both embedding only their probe and candidates), as top-10 overlap.
 
 ``--clone DIR`` clones into DIR once and later runs reuse it with its ``.memory/.index/`` removed:
 what a fresh clone's first read finds (the files just written, no projection), without paying
@@ -20,6 +27,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
+import os
 import pstats
 import shutil
 import subprocess
@@ -46,11 +54,13 @@ def main() -> int:
     ap.add_argument("--corpus", choices=("templates", "mixed"), default="templates",
                     help="as perf.py cold's (mixed: made by a perf.py cold --corpus mixed run first)")
     ap.add_argument("--clone", type=Path, help="clone here once; later runs reuse it without its .index/")
+    ap.add_argument("--overlap", action="store_true", help="top-10 of a partial first answer against a full one")
+    ap.add_argument("--queries", type=int, default=len(QUERIES), help="--overlap: the first N of perf.py's queries")
     a = ap.parse_args()
     from memstore.index.embedder import get_embedder
+    from memstore.index.store_index import StoreIndex
     from memstore.read.retrieve import read
-    from memstore.read.scope import open_scope
-    from memstore.read.tuning import params_from_config
+    from memstore.store.catalog import Catalog
     from memstore.store.workspace import open_workspace
 
     get_embedder().encode(["warm up"])
@@ -62,6 +72,8 @@ def main() -> int:
             shutil.rmtree(clone / ".memory" / ".index", ignore_errors=True)
         else:
             subprocess.run(["git", "clone", "-q", str(git_origin(a.n, a.corpus)), str(clone)], check=True)
+        if a.overlap:
+            return overlap(clone, QUERIES[:a.queries])
         ws = open_workspace(cwd=clone)
         ws.defer_saves = True  # as the daemon opens a workspace
         ws.embed_wait = ws.config.read_wait
@@ -73,17 +85,22 @@ def main() -> int:
             keyword_build.KeywordBuild.start = lambda self: None  # type: ignore[method-assign]
             # CPU seconds beside wall seconds: on a shared machine the wall time of a phase
             # moves with the load, its CPU time far less.
-            marks = [(time.perf_counter(), time.process_time())]
-            ws.catalog("repo")
-            marks.append((time.perf_counter(), time.process_time()))
-            open_scope(ws, False, params_from_config(ws.config))
-            marks.append((time.perf_counter(), time.process_time()))
-            read(ws, {"query": QUERIES[0]})
-            marks.append((time.perf_counter(), time.process_time()))
-            spans = [("catalog", *marks[0:2]), ("index sync", *marks[1:3]), ("read", *marks[2:4]),
-                     ("total", marks[0], marks[3])]
-            print(", ".join(f"{name} {1000 * (b[0] - a[0]):.0f} ms (cpu {1000 * (b[1] - a[1]):.0f})"
-                            for name, a, b in spans))
+            # One read, as the daemon's first request: the catalog's and the index's refreshes
+            # timed inside it (a second look at a partial catalog would complete it).
+            spent = {"catalog": [0.0, 0.0], "index sync": [0.0, 0.0]}
+            timed(Catalog, "refresh", spent["catalog"])
+            timed(StoreIndex, "refresh", spent["index sync"])
+            t0, c0 = time.perf_counter(), time.process_time()
+            answer = read(ws, {"query": QUERIES[0]})
+            total = [time.perf_counter() - t0, time.process_time() - c0]
+            spans = [*spent.items(), ("read", [total[0] - sum(v[0] for v in spent.values()),
+                                               total[1] - sum(v[1] for v in spent.values())]), ("total", total)]
+            cat = ws.catalog("repo", refresh=False) if "partial" not in answer or "unread" not in answer["partial"] \
+                else None
+            parsed = (f"every memory file parsed ({len(cat.memories)} served)" if cat is not None
+                      else f"{answer['partial']['unread']} memory files left unread")
+            print(", ".join(f"{name} {1000 * v[0]:.0f} ms (cpu {1000 * v[1]:.0f})" for name, v in spans)
+                  + f"; {parsed}; {len(answer['results'])} results")
             return 0
         prof = cProfile.Profile()
         t0 = time.perf_counter()
@@ -101,12 +118,69 @@ def main() -> int:
     return 0
 
 
+def timed(cls: Any, name: str, into: list[float]) -> None:
+    """Add the wall and CPU seconds of every call of ``cls.name`` to ``into`` (outermost calls)."""
+    inner = getattr(cls, name)
+    depth = [0]
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        depth[0] += 1
+        t0, c0 = time.perf_counter(), time.process_time()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            depth[0] -= 1
+            if not depth[0]:
+                into[0] += time.perf_counter() - t0
+                into[1] += time.process_time() - c0
+
+    setattr(cls, name, wrapper)
+
+
+def overlap(clone: Path, queries: list[str]) -> int:
+    """Each query's first answer from a partial load against the same first read with every
+    file parsed first: the share of the full answer's top 10 the partial one holds."""
+    from memstore.read.retrieve import read
+    from memstore.store import catalog
+    from memstore.store.workspace import open_workspace
+
+    gc.enable()  # two loads per query: what one leaves is collected before the next
+    shares = []
+    for query in queries:
+        got = {}
+        for label, first_parse in (("partial", catalog.FIRST_PARSE), ("full", 10**9)):
+            shutil.rmtree(clone / ".memory" / ".index", ignore_errors=True)
+            os.environ[catalog.FIRST_PARSE_ENV] = str(first_parse)
+            ws = open_workspace(cwd=clone)
+            ws.defer_saves = True
+            ws.embed_wait = ws.config.read_wait
+            t0 = time.perf_counter()
+            answer = read(ws, {"query": query}, log_episode=False)
+            got[label] = ([r["id"] for r in answer["results"]][:10], time.perf_counter() - t0,
+                          answer.get("partial", {}).get("unread", 0))
+            ws.close()
+            del ws
+            gc.collect()
+        full = got["full"][0]
+        share = len(set(got["partial"][0]) & set(full)) / len(full) if full else float(not got["partial"][0])
+        shares.append(share)
+        print(f"{query[:50]:50s} overlap {share:.2f}  partial {got['partial'][1]:.1f} s "
+              f"({got['partial'][2]} unread, {len(got['partial'][0])} results)  full {got['full'][1]:.1f} s "
+              f"({len(full)} results)", flush=True)
+    print(f"mean top-10 overlap {sum(shares) / len(shares):.3f} over {len(shares)} queries")
+    return 0
+
+
 # The steps of a first read, by the function that does each (file, function name); cumulative,
 # so a step's figure includes the steps it calls.
 STEPS = [
     ("catalog: the whole refresh", "store/catalog.py", "refresh"),
     ("catalog: walk (scandir + lstat)", "store/disk.py", "_walk"),
     ("catalog: parse one file (read + frontmatter + Memory)", "store/catalog.py", "_parse"),
+    ("catalog: a partial load (read, scan, parse some)", "store/catalog.py", "_read_partly"),
+    ("  read the bytes", "store/files.py", "read_walked_bytes"),
+    ("  strict scan of the id and tags", "store/files.py", "scan_memory"),
+    ("  parse from the bytes read", "store/catalog.py", "_parse_data"),
     ("  read the file", "store/disk.py", "read_file"),
     ("  read the file (one read, from the walk's lstat)", "store/files.py", "read_walked"),
     ("  frontmatter (parse_markdown)", "store/files.py", "parse_markdown"),

@@ -97,13 +97,18 @@ class KeywordBuilder:
         return self.build is not None and (self.build.done.is_set() or not self.build.started)
 
     def later(self, kw: dict[str, str | None], params: BM25Params, *, long_lived: bool,
-              hands_over: bool) -> bool:
+              hands_over: bool, partial: bool = False) -> bool:
         """Whether the keyword plan ``kw`` is left to a background build (planned now if none
         runs; started by the next refresh), with the scan lane answering from the catalog
         meanwhile; False: apply it now. ``long_lived``: this process saves when idle (the
-        daemon); ``hands_over``: it hands the store to a daemon it starts (a bounded wait)."""
+        daemon); ``hands_over``: it hands the store to a daemon it starts (a bounded wait);
+        ``partial``: the catalog is not fully read yet (``Catalog.partial``), so the scan lane
+        answers and the build waits for the whole store (one build, as after a full load)."""
         docs = None
         if self.build is None:
+            if partial:
+                self.scan_docs(None, params)
+                return True
             if self.inline or sum(1 for key in kw.values() if key is not None) <= KW_DEFER:
                 return False
             if not long_lived:

@@ -52,6 +52,7 @@ FIELDS = ("text", "code", "tags")
 EAGER_CHARS = 1_000_000
 LENGTH_SAMPLE = 300  # documents (at most a tenth) whose terms per character stand for all until all are analysed
 _NOTHING: Counter[str] = Counter()  # the text and code fields of a document not analysed yet
+OUTSIDE_TAG = "\x00tag:"  # a tag's key in ``ScanLane.outside_holding`` (the catalog's ``TAG_KEY``)
 
 
 def source(field_name: str, term: str) -> str | None:
@@ -76,6 +77,27 @@ def source(field_name: str, term: str) -> str | None:
     # str.lower maps a capital sigma by what surrounds it: a token lowered alone may differ there
     # from the same letters lowered inside the text.
     return got if got and "σ" not in got and "ς" not in got else None
+
+
+_QUERY_ANALYZER: list[Any] = []
+
+
+def wanted(query: str) -> tuple[list[str], list[str]] | None:
+    """What a store's files must hold to be a hit of ``query`` in this lane: (strings, tags).
+    A document holds a term of the query only if its lower-cased text contains that term's
+    ``source``, or one of its tags is a text term; None when some term has no source (every
+    text could hold it)."""
+    if not _QUERY_ANALYZER:
+        _QUERY_ANALYZER.append(keyword_analyzer())
+    analyzer = _QUERY_ANALYZER[0]
+    terms = list(dict.fromkeys(t.text for word in keyword_terms(query) for t in analyzer(word)))
+    texts: list[str] = []
+    for field_name, term in [*(("code", t) for t in code_terms(query)), *(("text", t) for t in terms)]:
+        got = source(field_name, term)
+        if got is None:
+            return None
+        texts.append(got)
+    return list(dict.fromkeys(texts)), terms
 
 
 class _Memo(dict[str, Any]):
@@ -165,6 +187,12 @@ class ScanLane:
         self._estimated = False  # the totals come from a sample
         self._quantised: np.ndarray = np.zeros((0, 3))
         self._quantised_memo: dict[int, float] = {}  # a field length -> its quantised length
+        # Documents of the store not in ``docs`` yet (a partial load's unread files) and, by a
+        # term's ``source``, how many of them may hold it: counted in a term's idf, so that a
+        # partial store's scores weigh its terms as the whole store's do.
+        self.outside = 0
+        self.outside_holding: dict[str, int] = {}
+        self.outside_chars = 0  # the characters of their texts: BM25's mean lengths are the whole store's
 
     # -- documents ---------------------------------------------------------------------------------
     def set_docs(self, docs: Iterable[tuple[str, str, str, list[str], str]]) -> None:
@@ -298,17 +326,34 @@ class ScanLane:
             found = [i for i in found if alone.search(lowered[i])]
         return found
 
+    def _outside_df(self, field_name: str, term: str) -> int:
+        """How many documents not in ``docs`` yet may hold the term: a tag's holders, or the
+        fewest holders among the strings counted that its ``source`` contains (a string's
+        holders include the term's)."""
+        if field_name == "tags":
+            return self.outside_holding.get(OUTSIDE_TAG + term, 0)
+        needle = source(field_name, term)
+        if needle is None:
+            return self.outside
+        return min((n for text, n in self.outside_holding.items() if text in needle), default=0)
+
     def doc_frequency(self, field_name: str, term: str) -> int:
         got = self._term(field_name, term)
         return 0 if got is None else len(got[0])
 
     def doc_freq(self, word: str) -> int:
+        """How many of the store's documents hold ``word`` (the unread ones a partial catalog
+        counted included: the ranking judges a word's rarity by the whole store)."""
         if code_shaped(word):
-            return self.doc_frequency("code", word.lower())
+            return self._store_df("code", word.lower())
         terms = self.analyse([word])
         if not terms:
             return 0
-        return max(self.doc_frequency("text", t) for t in terms)
+        return max(self._store_df("text", t) for t in terms)
+
+    def _store_df(self, field_name: str, term: str) -> int:
+        df = self.doc_frequency(field_name, term)
+        return df + self._outside_df(field_name, term) if self.outside else df
 
     def search(self, query: str, limit: int) -> list[tuple[str, float]]:
         return [(h.id, h.score) for h in self.hits(query, limit)]
@@ -331,10 +376,18 @@ class ScanLane:
             return []
         stats: dict[tuple[str, str], tuple[float, float]] = {}
         totals = self._field_totals()
+        store = n + self.outside
+        scale = 1.0
+        if self.outside:
+            # The text and code fields' terms per character of the documents held, over the
+            # characters of all (as ``_field_totals`` estimates them from a sample).
+            chars = sum(len(d.text) for d in self.docs) or 1
+            scale = (chars + self.outside_chars) / chars * n / store
         for field_name, text in pairs:
-            df = self.doc_frequency(field_name, text)
-            idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-            stats[field_name, text] = (idf, (totals[FIELDS.index(field_name)] / n) or 1)
+            df = self._store_df(field_name, text)
+            idf = math.log(1.0 + (store - df + 0.5) / (df + 0.5))
+            mean = totals[FIELDS.index(field_name)] / n * (scale if field_name != "tags" else 1.0)
+            stats[field_name, text] = (idf, mean or 1)
         b, k1 = self.b, self.k1
         text_idf = sum(stats[p][0] for p in stats if p[0] == "text") or 1.0
         scores = np.zeros(n)
@@ -353,7 +406,7 @@ class ScanLane:
             if field_name == "text":
                 cover[ids] += idf
             if field_name == "text" or (field_name == "code" and text in identifiers):
-                held[field_name].append((len(ids), ids))
+                held[field_name].append((len(ids) + (self._outside_df(field_name, text) if self.outside else 0), ids))
         docs = np.flatnonzero(matched)
         if not len(docs):
             return []
@@ -366,6 +419,6 @@ class ScanLane:
             scores, docs, covers, codes, words = scores[keep], docs[keep], covers[keep], codes[keep], words[keep]
         order = np.lexsort((docs, -scores))[:limit]
         return [KeywordHit(self.docs[int(docs[i])].id, float(scores[i]), min(float(covers[i]), 1.0),
-                           int(codes[i]), n, word_df=int(words[i]))
+                           int(codes[i]), store, word_df=int(words[i]))
                 for i in order]
 

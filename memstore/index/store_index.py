@@ -264,6 +264,7 @@ class StoreIndex:
         if not kw and (not vec or self.embedder is None or self.semantic_error):
             self._synced_catalog_gen = self.catalog.generation
             self.pending = carry
+            self._lane_outside()
             return False
         with self.files.lock():
             if self.files.moved_ahead():
@@ -276,7 +277,16 @@ class StoreIndex:
             if changed:
                 self._changed_on_disk()
         self._synced_catalog_gen = self.catalog.generation
+        self._lane_outside()
         return changed
+
+    def _lane_outside(self) -> None:
+        """Tell the scan lane what of the store a partial catalog has not read yet."""
+        lane = self.scan
+        if lane is not None:
+            lane.outside = self.catalog.unread
+            lane.outside_holding = self.catalog.unread_holding if lane.outside else {}
+            lane.outside_chars = self.catalog.unread_chars if lane.outside else 0
 
     @property
     def embedding_pending(self) -> bool:
@@ -339,7 +349,7 @@ class StoreIndex:
         mems = self.catalog.memories
         changed = False
         if kw and not self.kw_builder.later(kw, self.params, long_lived=self.defer_saves,
-                                            hands_over=self.embed_wait is not None):
+                                            hands_over=self.embed_wait is not None, partial=self.catalog.partial):
             upsert = [m for m, key in kw.items() if key is not None]
             try:
                 self.keyword.apply(

@@ -96,9 +96,13 @@ class Dispute(TypedDict):
     guidance: str
 
 
-class Partial(TypedDict):
+class Partial(TypedDict, total=False):
+    """``embedded`` and ``total`` always; ``unread`` while a store is still being read."""
+
     embedded: int
     total: int
+    unread: int  # memory files of the stores in scope not read yet
+    reason: str  # what is unfinished: the reading, the embedding, or both
 
 
 class ReadAnswer(TypedDict, total=False):

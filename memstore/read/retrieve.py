@@ -22,7 +22,9 @@ import numpy as np
 
 from ..errors import MemstoreError
 from ..index.embedder import EmbedderUnavailable, get_embedder
+from ..index.scanlane import wanted as scan_wanted
 from ..store import relations
+from ..store.catalog import Wanted
 from ..store.config import Config
 from ..store.graph import Graph, needs_review
 from ..store.model import KINDS, Memory
@@ -56,6 +58,8 @@ GUIDANCE = (
 )
 PARTIAL_NOTE = ("Embedding of this store is still under way: memories without a vector yet were found by "
                 "keyword alone (recall is keyword-only for them; see `partial`).")
+READING_NOTE = ("Reading of this store is still under way: memories in files not read yet are missing from this "
+                "answer (those files hold none of the query's rarer words; see `partial`).")
 # While memories wait for vectors, a read embeds this many of its best keyword hits first (~7 ms
 # each on one core). bench/research/first_answer.py at 10k, top-10 overlap of the first answer with the
 # warm one: 0.456 with none, 0.581 at 5, 0.713 at 10, 0.881 at 20, 0.881 at 30.
@@ -309,9 +313,10 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
     t0 = time.perf_counter()
     check_schema("read", request)
     check_chars({"query": request["query"]})  # an ESC or NUL in a query is a mistake or an attack
+    find_anywhere = bool(request.get("problem_id") or request.get("expect"))
     sc = open_scope(ws, request.get("include_global", True), params,  # the one look at the workspace
-                    find_anywhere=bool(request.get("problem_id") or request.get("expect")),
-                    include_shared=request.get("include_shared", True))
+                    find_anywhere=find_anywhere, include_shared=request.get("include_shared", True),
+                    wanted=None if find_anywhere else first_load_wanted(ws, request["query"]))
     if not sc.stores:
         return {"ok": True, "guidance": GUIDANCE, "content_trust": CONTENT_TRUST, "results": [],
                 "warnings": ["no memory store here yet"],
@@ -328,6 +333,21 @@ def read(ws: Workspace, request: dict[str, Any], *, params: ReadParams | None = 
 
         log_read(ws, {**request, "problem_id": problem_id}, answer, episode)  # the resolved full id
     return answer
+
+
+def first_load_wanted(ws: Workspace, query: str) -> Wanted | None:
+    """What this read looks for, so that the first load of a large store may parse only the
+    files that can hold it and answer partial (``Catalog.refresh``); None: every file is read
+    first. Only where the rest is read after the answer: the daemon (its background work after
+    the reply, or its next request), or a process that hands the store to the daemon it starts
+    (``embed_wait`` is set for both); a read that names ids (``problem_id``, ``expect``) needs them
+    all, and one without a word the keyword lane looks for (only stop words) may be answered by any."""
+    if ws.embed_wait is None:
+        return None
+    got = scan_wanted(condense(query)[0])
+    # A query with no word the keyword lane looks for is the vector lane's alone: any file may
+    # answer it.
+    return None if got is None or not got[0] else Wanted(tuple(got[0]), frozenset(got[1]))
 
 
 def answer_in(sc: Scope, request: dict[str, Any], started: float,
@@ -462,10 +482,18 @@ def answer_in(sc: Scope, request: dict[str, Any], started: float,
         # Which vector lane answered: inverted-file searches, and passes over every row (the
         # candidates could not settle the gate or the pool, docs/decisions/approximate-index.md).
         answer["stats"]["approximate"] = {"searches": approx.searches, "flat": approx.whole}
-    if waiting:
+    if waiting or sc.unread:
         counts = [si.vector_counts() for si in sc.indexes]
         answer["partial"] = {"embedded": sum(c[0] for c in counts), "total": sum(c[1] for c in counts)}
-        answer["guidance"] = f"{GUIDANCE} {PARTIAL_NOTE}"
+        reasons = []
+        if sc.unread:
+            answer["partial"]["unread"] = sc.unread
+            reasons.append(f"the store is still being read: {sc.unread} memory files are not read yet")
+        if waiting:
+            reasons.append(f"embedding is still under way: {len(waiting)} memories have no vector yet")
+        answer["partial"]["reason"] = "; ".join(reasons)
+        answer["guidance"] = " ".join([GUIDANCE, *([READING_NOTE] if sc.unread else []),
+                                       *([PARTIAL_NOTE] if waiting else [])])
     if warnings:
         answer["warnings"] = warnings
     return answer, problem_id

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..index.store_index import StoreIndex
-from ..store.catalog import Catalog, find
+from ..store.catalog import Catalog, Wanted, find
 from ..store.disk import Store
 from ..store.graph import Graph
 from ..store.model import Memory
@@ -41,6 +41,9 @@ class Scope:
     # their answers are cached (the global store's .index/; None: not kept).
     checkouts: Mapping[str, Path] = field(default_factory=dict)
     checkout_cache: Path | None = None
+    # Memory files of the stores in scope that a first load left unread (``Catalog.partial``):
+    # the answer is partial, and says so.
+    unread: int = 0
 
     @property
     def memories(self) -> dict[str, Memory]:
@@ -61,12 +64,14 @@ class Scope:
 
 
 def open_scope(ws: Workspace, include_global: bool = True, params: ReadParams | None = None, *,
-               find_anywhere: bool = False, include_shared: bool = True) -> Scope:
+               find_anywhere: bool = False, include_shared: bool = True, wanted: Wanted | None = None) -> Scope:
     """The stores ``ws`` reads (the global one unless ``include_global`` is false, the shared
     ones attached for it unless ``include_shared`` is false) with their
     catalogs and indexes brought up to date, under ``params`` (None: the read settings of
     ``ws.config``, whose unusable entries become warnings). ``find_anywhere``: ``Scope.find``
-    also resolves ids in the stores left out."""
+    also resolves ids in the stores left out. ``wanted``: what the read looks for, when it may
+    answer from part of a store whose first load has many files to parse (``Catalog.refresh``;
+    ``Scope.unread`` then counts the files left unread)."""
     p, unusable = (params, []) if params is not None else read_settings(ws.config)
     # Settings config.yaml holds that memstore could not use: a read is where someone looks.
     warnings = [msg for _, msg in (*ws.config.problems, *unusable)]
@@ -74,7 +79,7 @@ def open_scope(ws: Workspace, include_global: bool = True, params: ReadParams | 
     indexes: list[StoreIndex] = []
     for scope in stores:
         si = store_index(ws, scope, p)
-        ws.catalog(scope)  # the stat walk; skipped while the daemon's watcher vouches nothing changed
+        ws.catalog(scope, wanted=wanted)  # the stat walk; skipped while the daemon's watcher vouches nothing changed
         si.refresh(walk=False)
         warnings += si.warnings
         si.warnings.clear()
@@ -85,7 +90,9 @@ def open_scope(ws: Workspace, include_global: bool = True, params: ReadParams | 
     view = scope_view(ws.read_cache, [merged[s] for s in view_order(list(merged))]) if indexes else ScopeView([])
     elsewhere = (tuple(ws.catalog(s) for s in ws.scopes(include_shared=True) if s not in stores)
                  if find_anywhere else ())
-    return Scope(stores, indexes, view, p, warnings, ws.read_cache, elsewhere, ws.checkouts, checkout_cache(ws))
+    unread = sum(si.catalog.unread for si in indexes)
+    return Scope(stores, indexes, view, p, warnings, ws.read_cache, elsewhere, ws.checkouts, checkout_cache(ws),
+                 unread)
 
 
 def checkout_cache(ws: Workspace) -> Path | None:

@@ -11,18 +11,21 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import AmbiguousId, Conflict, InvalidFile, InvalidRequest, NotFound
 from . import ids
 from .changelog import ChangeLog
 from .disk import SHARED_PREFIX, Store
-from .files import NotOurs, atomic_write, clear_way, read_projection, set_aside
+from .files import NotOurs, atomic_write, clear_way, read_projection, scan_memory, set_aside
 from .model import DIR_KINDS, Event, Memory
 from .userkey import looks_sealed, projection_key, sealing, unseal
+
+log = logging.getLogger("memstore.store.catalog")
 
 CATALOG_VERSION = 4  # 3: files read by lstat, never through links; error codes; id conflicts; 4: typed links
 # Ids remembered in the change log across generations. A reader further behind than this (or
@@ -71,6 +74,107 @@ def cache_cap(sizes: Iterable[int]) -> int:
     return CACHE_BASE + CACHE_PER_FILE * n + CACHE_PER_BYTE * total
 
 
+# A read that finds more memory files than this to parse (a fresh clone of a large store)
+# parses, before it answers, only the files that may hold what it looks for, about this many at
+# most, and leaves the rest unread until the load completes (``Wanted``).
+FIRST_PARSE = 10_000
+FIRST_PARSE_ENV = "MEMSTORE_FIRST_PARSE"  # another threshold (tests set a low one to take this path)
+
+
+def first_parse_setting() -> int:
+    """``MEMSTORE_FIRST_PARSE``, or ``FIRST_PARSE``; a value that is not a whole number >= 1 is
+    warned about and ignored."""
+    raw = os.environ.get(FIRST_PARSE_ENV, "").strip()
+    if not raw:
+        return FIRST_PARSE
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        log.warning("%s=%r is not a whole number >= 1; using %d", FIRST_PARSE_ENV, raw, FIRST_PARSE)
+        return FIRST_PARSE
+    return value
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What a read looks for, so that a first load can leave unread the files that cannot hold
+    it: ``texts``, strings the lower-cased text of every memory holding one of the query's terms
+    contains (the scan lane's ``source``); ``tags``, lower-cased tags that are a query term."""
+
+    texts: tuple[str, ...]
+    tags: frozenset[str] = frozenset()
+
+
+TAG_KEY = "\x00tag:"  # in ``Catalog.unread_holding``, before a tag (no string looked for holds a NUL)
+
+
+class _Unread(NamedTuple):
+    """A memory file a partial load scanned and did not parse: its lstat, the id its strict
+    scan found, and its bytes (parsed from these when the load completes)."""
+
+    mtime_ns: int
+    size: int
+    id: str
+    data: bytes
+    body: int  # where the body starts in ``data``
+    tags: list[str]  # lower-cased, as the scan read them
+
+
+class _Needles:
+    """``Wanted`` as bytes to look for in a scanned file, and how many files hold each.
+
+    Of the wanted strings, the rarest among the files looked at are honoured first, while the
+    files they are in stay within a budget (the rarest always): a query's common words (in half
+    the store) would otherwise have most files parsed before the answer, and a memory that holds
+    only common query words scores little in the keyword lane."""
+
+    def __init__(self, wanted: Wanted) -> None:
+        texts = [t.encode("utf-8") for t in dict.fromkeys(wanted.texts)]
+        # A string that holds another is found wherever that one is looked for.
+        self.texts = [t for t in texts if not any(o != t and o in t for o in texts)]
+        self.tags = sorted(wanted.tags)
+        self.counts = [0] * (len(self.texts) + len(self.tags))
+
+    def mask(self, held: _Unread) -> int:
+        """Which wanted strings the file holds (a bit each), counted."""
+        low = held.data[held.body:].lower()
+        mask = 0
+        counts = self.counts
+        for i, text in enumerate(self.texts):
+            if text in low:
+                mask |= 1 << i
+                counts[i] += 1
+        for j, tag in enumerate(self.tags, len(self.texts)):
+            if tag in held.tags:
+                mask |= 1 << j
+                counts[j] += 1
+        return mask
+
+    def choose(self, budget: int) -> int:
+        """The strings honoured: rarest first, while their files stay within ``budget``."""
+        chosen = total = 0
+        for i in sorted(range(len(self.counts)), key=self.counts.__getitem__):
+            if chosen and total + self.counts[i] > budget:
+                break
+            chosen |= 1 << i
+            total += self.counts[i]
+        return chosen
+
+    def left(self, parsed_masks: Iterable[int]) -> dict[str, int]:
+        """Of each string and tag, how many of the files counted were left unread (the counted
+        ones minus those of ``parsed_masks``): what the keyword lane adds to a term's document
+        frequency until they are read. A tag's key is ``TAG_KEY`` and the tag."""
+        left = list(self.counts)
+        for mask in parsed_masks:
+            for i in range(len(left)):
+                if mask >> i & 1:
+                    left[i] -= 1
+        keys = [text.decode("utf-8") for text in self.texts] + [TAG_KEY + tag for tag in self.tags]
+        return dict(zip(keys, left, strict=True))
+
+
 class Catalog:
     def __init__(self, store: Store, key: bytes = b"") -> None:
         self.store = store
@@ -84,6 +188,15 @@ class Catalog:
         self.codes: dict[str, str] = {}  # path -> the code of its entry in ``invalid``
         self.conflicts: dict[str, list[str]] = {}  # id -> the paths claiming it (none is served)
         self.over_cap = 0  # files of the store left unread past limits.max_files
+        # Memory files a read's first load left unread (``Wanted``): none of them is in
+        # ``memories`` yet, so the views are partial until ``complete``.
+        self._unread: dict[str, _Unread] = {}
+        # Files ``complete`` parsed a slice at a time, not in the views yet (the next settle).
+        self._unsettled: dict[str, _Entry | None] = {}
+        # Of the strings the last partial read looked for, how many unread files hold each: the
+        # keyword lane counts them in a term's document frequency, so that its idf is the whole
+        # store's while those files wait (``unread`` counts them in the number of documents).
+        self.unread_holding: dict[str, int] = {}
         self.generation = 0
         # The memory and event ids each change of the views touched: what a derived view built
         # at an older generation needs to catch up.
@@ -149,6 +262,8 @@ class Catalog:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._cache_path)
         self._entries = {}
+        self._unread = {}
+        self._unsettled = {}
         self._loaded = False  # the next refresh is a first one: every view rebuilt
         self._ignore_cache = True
         self._saved = None
@@ -174,8 +289,13 @@ class Catalog:
         yield "}}"
 
     # -- refresh -------------------------------------------------------------------------------
-    def refresh(self, *, persist: bool = True) -> Delta:
-        """Bring the records in line with the files. Returns what changed since the last call."""
+    def refresh(self, *, persist: bool = True, wanted: Wanted | None = None) -> Delta:
+        """Bring the records in line with the files. Returns what changed since the last call.
+
+        ``wanted``: a read's, when it may answer from part of the store. With more than
+        ``FIRST_PARSE`` memory files to parse, only those that may hold what it looks for are
+        parsed now and the others left unread (``partial``); without it, every file is read,
+        the ones a partial load left unread included."""
         walks = [(rel, st, True) for rel, st in self.store.memory_files()]
         walks += [(rel, st, False) for rel, st in self.store.event_files()]
         first = not self._loaded
@@ -190,23 +310,135 @@ class Catalog:
             # clone), not every file, and say so (`check`, `list`).
             walks.sort(key=lambda w: w[0])
             del walks[cap:]
+        unread, self._unread = self._unread, {}
+        todo: list[tuple[str, os.stat_result, bool]] = []
         for rel, st, is_memory in walks:
             seen.add(rel)
             old = self._entries.get(rel)
             if old is not None and old.mtime_ns == st.st_mtime_ns and old.size == st.st_size:
                 continue
-            touched[rel] = old
-            self._entries[rel] = self._parse(rel, st, is_memory)
+            todo.append((rel, st, is_memory))
+        if wanted is not None and sum(w[2] for w in todo) > (budget := first_parse_setting()):
+            self._read_partly(todo, wanted, touched, budget)
+        else:
+            for rel, st, is_memory in todo:
+                touched[rel] = self._entries.get(rel)
+                held = unread.get(rel)
+                if held is not None and held.mtime_ns == st.st_mtime_ns and held.size == st.st_size:
+                    self._entries[rel] = self._parse_data(rel, st, held.data)
+                else:
+                    self._entries[rel] = self._parse(rel, st, is_memory)
         for rel in [r for r in self._entries if r not in seen]:
             touched[rel] = self._entries.pop(rel)
-        return self._settle(touched, first, persist)
+        # Files left unread (or no longer) change which ids are claimed: the views are rebuilt.
+        return self._settle(touched, first, persist, rebuild=bool(unread or self._unread))
 
-    def refresh_paths(self, rels: set[str] | list[str], *, persist: bool = True) -> Delta:
+    def _read_partly(self, todo: list[tuple[str, os.stat_result, bool]], wanted: Wanted,
+                     touched: dict[str, _Entry | None], budget: int) -> None:
+        """Parse of ``todo`` the files that may hold what ``wanted`` names and those the strict
+        scan cannot read; leave the rest unread, each with the id its scan found (a file that
+        claims the id of a parsed one keeps that one from being served, as a parsed file would)."""
+        needles = _Needles(wanted)
+        maybe: list[tuple[str, os.stat_result, _Unread, int]] = []
+        for rel, st, is_memory in todo:
+            touched[rel] = self._entries.pop(rel, None)
+            if not is_memory:
+                self._entries[rel] = self._parse(rel, st, is_memory)
+                continue
+            try:
+                data = self.store.read_walked_bytes(rel, st)
+            except InvalidFile as exc:
+                self._entries[rel] = _Entry(st.st_mtime_ns, st.st_size, error=exc.message, code=exc.code)
+                continue
+            except OSError as exc:
+                self._entries[rel] = _Entry(st.st_mtime_ns, st.st_size, error=f"cannot read: {exc}", code="unreadable")
+                continue
+            got = scan_memory(data) if isinstance(data, bytes) else None
+            if got is None:
+                self._entries[rel] = self._parse_data(rel, st, data)
+                continue
+            held = _Unread(st.st_mtime_ns, st.st_size, got[0], data, got[2], got[1])  # type: ignore[arg-type]
+            maybe.append((rel, st, held, needles.mask(held)))
+        chosen = needles.choose(budget)
+        parsed: list[int] = []
+        for rel, st, held, mask in maybe:
+            if mask & chosen:
+                self._entries[rel] = self._parse_data(rel, st, held.data)
+                parsed.append(mask)
+            else:
+                self._unread[rel] = held
+        self.unread_holding = needles.left(parsed)
+
+    def read_wanted(self, wanted: Wanted, *, persist: bool = True) -> Delta:
+        """A read while a partial load's files wait: parse the unread files that may hold what
+        it looks for (from the bytes held, within the same budget as a first load), and leave
+        the rest unread."""
+        needles = _Needles(wanted)
+        masks = [(rel, mask) for rel, held in self._unread.items() if (mask := needles.mask(held))]
+        chosen = needles.choose(first_parse_setting())
+        touched: dict[str, _Entry | None] = {}
+        for rel, mask in masks:
+            if mask & chosen:
+                touched[rel] = self._entries.get(rel)
+                self._entries[rel] = self._parse_unread(rel, self._unread.pop(rel))
+        self.unread_holding = needles.left(mask for _, mask in masks if mask & chosen)
+        return self._settle(touched, False, persist, rebuild=bool(touched))
+
+    def _parse_unread(self, rel: str, held: _Unread) -> _Entry:
+        """The entry of a file left unread: parsed from the bytes held while its lstat is the
+        same, read again when it changed since (gone: an error entry the next walk drops)."""
+        try:
+            st = os.lstat(self.store.root / rel)
+        except FileNotFoundError:
+            return _Entry(held.mtime_ns, held.size, error="was removed", code="unreadable")
+        if held.mtime_ns == st.st_mtime_ns and held.size == st.st_size:
+            return self._parse_data(rel, st, held.data)
+        return self._parse(rel, st, True)
+
+    @property
+    def partial(self) -> bool:
+        """Some memory files are not read yet (a read's first load): ``memories`` holds only
+        part of the store until ``complete``."""
+        return bool(self._unread or self._unsettled)
+
+    @property
+    def unread(self) -> int:
+        """How many memory files a partial load has not read yet."""
+        return len(self._unread) + len(self._unsettled)
+
+    @property
+    def unread_chars(self) -> int:
+        """About how many characters the bodies of the files not read yet hold (ASCII, as the
+        strict scan accepts them: one a byte)."""
+        return sum(len(held.data) - held.body for held in self._unread.values())
+
+    def complete(self, *, persist: bool = True, limit: int | None = None) -> Delta | None:
+        """Parse the files a partial load left unread (from the bytes it read, when the file's
+        lstat is unchanged; a file changed or gone since is read again, or dropped), and bring
+        the views in line. ``limit``: parse at most this many now and return None while some
+        remain (the views change once, when the last is parsed)."""
+        if not self.partial:
+            return Delta()
+        rels = list(self._unread)[:limit] if limit is not None else list(self._unread)
+        for rel in rels:
+            held = self._unread.pop(rel)
+            if not os.path.lexists(self.store.root / rel):
+                continue
+            self._unsettled[rel] = self._entries.get(rel)
+            self._entries[rel] = self._parse_unread(rel, held)
+        if self._unread:
+            return None
+        self.unread_holding = {}
+        return self._settle({}, False, persist, rebuild=True)
+
+    def refresh_paths(self, rels: set[str] | list[str], *, persist: bool = True,
+                      wanted: Wanted | None = None) -> Delta:
         """Like ``refresh`` for just these store-relative paths: a file watcher that knows what
         changed spares a stat walk over every file of a large store."""
         if not self._loaded:
-            return self.refresh(persist=persist)
+            return self.refresh(persist=persist, wanted=wanted)
         touched: dict[str, _Entry | None] = {}
+        rebuild = False
         for rel in rels:
             top, _, name = rel.partition("/")
             is_memory = top in DIR_KINDS and "/" not in name and name.endswith(".md")
@@ -215,6 +447,8 @@ class Catalog:
             if name.startswith("."):
                 continue
             old = self._entries.get(rel)
+            # A file left unread that changed is read now, as any other (or dropped when gone).
+            rebuild = self._unread.pop(rel, None) is not None or rebuild
             try:
                 st = os.lstat(self.store.root / rel)  # a link is reported, never followed
             except FileNotFoundError:
@@ -228,7 +462,7 @@ class Catalog:
                 continue
             touched[rel] = old
             self._entries[rel] = self._parse(rel, st, is_memory)
-        return self._settle(touched, False, persist)
+        return self._settle(touched, False, persist, rebuild=rebuild)
 
     @property
     def max_files(self) -> int:
@@ -247,10 +481,24 @@ class Catalog:
             entry.error, entry.code = f"cannot read: {exc}", "unreadable"
         return entry
 
-    def _settle(self, touched: dict[str, _Entry | None], first: bool, persist: bool) -> Delta:
+    def _parse_data(self, rel: str, st: os.stat_result, data: bytes | str) -> _Entry:
+        """``_parse`` of a memory file whose bytes (or text) were read already."""
+        entry = _Entry(st.st_mtime_ns, st.st_size)
+        try:
+            entry.memory = self.store.memory_from_bytes(rel, data)
+        except InvalidFile as exc:
+            entry.error, entry.code = exc.message, exc.code
+        return entry
+
+    def _settle(self, touched: dict[str, _Entry | None], first: bool, persist: bool, *,
+                rebuild: bool = False) -> Delta:
+        if self._unsettled:
+            touched, self._unsettled = {**self._unsettled, **touched}, {}
+            rebuild = True
         delta = Delta()
-        if touched or first:
-            incremental = None if first or len(touched) > 256 else self._update_views(touched)
+        if touched or first or rebuild:
+            incremental = (None if first or rebuild or self._unread or len(touched) > 256
+                           else self._update_views(touched))
             delta = incremental if incremental is not None else self._rebuild_views()
             self.generation += 1
             self._note(incremental)
@@ -334,7 +582,14 @@ class Catalog:
                 claims.setdefault(entry.memory.id, []).append(rel)
             elif entry.event is not None:
                 events[entry.event.id] = entry.event
+        # A file left unread claims the id its strict scan found: a parsed file of that id is
+        # not served meanwhile, as if both had been parsed (neither is ever served).
+        unread: dict[str, list[str]] = {}
+        for rel, held in self._unread.items():
+            unread.setdefault(held.id, []).append(rel)
         for mid, rels in claims.items():
+            if mid in unread:
+                rels = sorted(rels + unread[mid])
             if len(rels) == 1:
                 memories[mid] = self._entries[rels[0]].memory  # type: ignore[assignment]
                 continue
@@ -342,6 +597,8 @@ class Catalog:
             # dates are all the newcomer's to choose): neither is served until one is removed.
             conflicts[mid] = rels
             for rel in rels:
+                if rel in self._unread:
+                    continue
                 others = ", ".join(self.store.display_path(r) for r in rels if r != rel)
                 invalid[rel] = (f"duplicate id {mid}: also claimed by {others}; neither file is served "
                                 "until one of them is removed or given a new id")

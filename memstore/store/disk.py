@@ -31,8 +31,10 @@ from .files import (
     private_dir,
     read_untrusted,
     read_walked,
+    read_walked_bytes,
     real_dir,
     safe_yaml,
+    walked_text,
 )
 from .model import DIR_KINDS, EVENT_TYPES, KIND_DIRS, KINDS, SCOPES, Event, Memory
 from .secrets import without_secrets
@@ -481,6 +483,16 @@ class Store:
         if st is None:
             return self.read_file(relpath)
         return read_walked(f"{self.root}/{relpath}", st, self.max_file_bytes)
+
+    def read_walked_bytes(self, relpath: str, st: os.stat_result) -> bytes | str:
+        """A walked file's bytes (``files.read_walked_bytes``: judged by ``st`` before the open),
+        or its text when it was not a plain regular file within the cap at the lstat."""
+        return read_walked_bytes(f"{self.root}/{relpath}", st, self.max_file_bytes)
+
+    def memory_from_bytes(self, relpath: str, data: bytes | str) -> Memory:
+        """``load_memory`` of what ``read_walked_bytes`` returned."""
+        text = data if isinstance(data, str) else walked_text(data, self.max_file_bytes)
+        return memory_from_file(relpath, text, self.scope)
 
     # -- episodes (read side; evidence refs point here) ---------------------------------------
     def episode_path(self, episode_id: str) -> Path | None:

@@ -171,6 +171,13 @@ def read_walked(path: str, st: os.stat_result, max_bytes: int = MAX_FILE_BYTES) 
     the cap goes through ``read_untrusted``, which says what it is. Replaced after the lstat:
     the open still refuses a link (O_NOFOLLOW), a FIFO answers nothing (O_NONBLOCK), a
     directory fails to read, and no more than ``max_bytes`` + 1 bytes are ever read."""
+    got = read_walked_bytes(path, st, max_bytes)
+    return got if isinstance(got, str) else walked_text(got, max_bytes)
+
+
+def read_walked_bytes(path: str, st: os.stat_result, max_bytes: int = MAX_FILE_BYTES) -> bytes | str:
+    """``read_walked`` before the decoding: the file's bytes, or its text when it was not a
+    regular file within the cap at the lstat (``read_untrusted`` read it, or raised)."""
     if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
         return read_untrusted(Path(path), max_bytes)
     try:
@@ -185,7 +192,58 @@ def read_walked(path: str, st: os.stat_result, max_bytes: int = MAX_FILE_BYTES) 
             data += _read_capped(fd, max_bytes - len(data))
     finally:
         os.close(fd)
+    return data
+
+
+def walked_text(data: bytes, max_bytes: int = MAX_FILE_BYTES) -> str:
+    """The text of bytes ``read_walked_bytes`` read: over the cap, or not UTF-8, is InvalidFile."""
     return _text_within(data, max_bytes)
+
+
+# What ``scan_memory`` accepts: a memory file as memstore writes it. The first line after the
+# opening dashes is the id, every other line of the frontmatter at column 0 is a plain
+# lower-case key (so no other line can be a key YAML reads as ``id`` or ``tags``: a quoted or
+# explicit key, a flow mapping, an anchor or merge key, a tab, a comment all fail), and the
+# tags, if any, are one flow list of plain words on one line.
+_SCAN_HEAD = re.compile(rb"---\nid: ([0-9a-hjkmnp-tv-z]{26})\n(?=[a-z_-])")
+_SCAN_ODD_LINE = re.compile(rb"^(?! |$|[a-z_][a-z0-9_]*:(?: |$))", re.MULTILINE)
+_SCAN_TAGS = re.compile(rb" \[([A-Za-z][A-Za-z0-9_-]*(?:, [A-Za-z][A-Za-z0-9_-]*)*)?\]")
+# Plain words YAML 1.1 reads as something else than the word (a bool or null): a tag list
+# holding one is parsed, never guessed.
+_SCAN_NOT_WORDS = frozenset({"yes", "no", "true", "false", "on", "off", "null"})
+
+
+def scan_memory(data: bytes) -> tuple[str, list[str], int] | None:
+    """(id, tags lower-cased, where the body starts) of a memory file's raw bytes, by a strict
+    scan that parses nothing; None for anything it does not know for certain (the file is then
+    parsed): not ASCII (so no BOM, no other encoding, no character lower-casing could change), a
+    carriage return, the id not the first line, any other line of the frontmatter at column 0
+    that is not a plain ``key:`` (a second ``id``, a quoted key, a flow mapping, ``? id``, an
+    anchor, a comment), the closing line not exactly ``---``, a ``tags:`` that is not one flow
+    list of plain words on its line. What it accepts, ``parse_markdown`` reads with the same id
+    and tags and the body from the same byte on (``tests/test_partial_load.py`` holds the two to
+    each other); a file it accepts may still be invalid, which only the parse says."""
+    head = _SCAN_HEAD.match(data)
+    if head is None or not data.isascii() or b"\r" in data:
+        return None
+    start = head.end()
+    end = data.find(b"\n---", start - 1)
+    if end < 0 or data[end + 4:end + 5] != b"\n":
+        return None
+    front = data[start - 1:end + 1]  # from the id line's newline: every line follows a newline
+    if _SCAN_ODD_LINE.search(front, 1) is not None or b"\nid:" in front:
+        return None
+    at = front.find(b"\ntags:")
+    if at < 0:
+        return head.group(1).decode("ascii"), [], end + 5
+    line_end = front.index(b"\n", at + 1)
+    listed = _SCAN_TAGS.fullmatch(front, at + 6, line_end)
+    if listed is None or front.find(b"\ntags:", line_end) >= 0:
+        return None
+    tags = listed.group(1).decode("ascii").lower().split(", ") if listed.group(1) else []
+    if not _SCAN_NOT_WORDS.isdisjoint(tags):
+        return None
+    return head.group(1).decode("ascii"), tags, end + 5
 
 
 # The cap on a file a person names for ``import`` (a few MB per 10,000 memories); a request

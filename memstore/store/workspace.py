@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from .. import gitops
 from ..errors import NoStore
-from .catalog import Catalog, find
+from .catalog import Catalog, Wanted, find
 from .config import Config, load_config, own_settings, repo_checkouts, shared_settings
 from .disk import SHARED_PREFIX, STORE_DIRNAME, Store
 from .model import Memory
@@ -119,7 +119,12 @@ class Workspace:
             out.append(self.global_)
         return out
 
-    def catalog(self, scope: str, *, refresh: bool = True) -> Catalog:
+    def catalog(self, scope: str, *, refresh: bool = True, wanted: Wanted | None = None) -> Catalog:
+        """The catalog of ``scope``'s store, brought up to date unless ``refresh`` is false.
+        ``wanted``: a read's (``Catalog.refresh``), whose first load may leave files unread
+        (and which, while some are, parses those that may hold what it looks for); any other
+        call finds the catalog complete: a load a read left partial is completed first, since a
+        write's judgment, ``check``, links and ids need every file."""
         store = self.store(scope)
         cat = self._catalogs.get(scope)
         if cat is None or cat.store.root != store.root:
@@ -129,6 +134,10 @@ class Workspace:
         cat.store = store  # shared, it parses under the settings of the workspace using it now
         if self.defer_saves:
             cat.hold_saves()
+        if cat.partial:
+            # Another read parses what it looks for and leaves the rest to the daemon's work
+            # after the reply; anything else needs every file.
+            cat.read_wanted(wanted) if wanted is not None else cat.complete()
         if refresh and store.exists():
             own = self._written.pop(scope, set())
             counter = self.change_counter(store) if self.change_counter is not None else None
@@ -138,9 +147,9 @@ class Workspace:
                 # only those are re-read, not every file of the store.
                 rels = self.change_paths(store, last) if self.change_paths and last is not None else None
                 if rels is not None:
-                    cat.refresh_paths(rels | own)
+                    cat.refresh_paths(rels | own, wanted=wanted)
                 else:
-                    cat.refresh()
+                    cat.refresh(wanted=wanted)
                 if counter is not None:
                     self._walked_at[scope] = counter
             elif own:

@@ -10,6 +10,7 @@ leaves them to the background embedding, started once the answer is sent.
 
 from __future__ import annotations
 
+import functools
 import logging
 import traceback
 from collections.abc import Callable
@@ -100,8 +101,10 @@ class Requests:
             return self._run_on(entry, verb, msg)
         finally:
             entry.loaded = True
-            # Ahead of the background embedding this request may have asked for.
+            # Ahead of the background embedding this request may have asked for; the files a
+            # partial first load left unread before that, while the collector is still paused.
             after_reply(self._gc.settle, first=True)
+            after_reply(functools.partial(self._work.read_rest, entry), first=True)
 
     def _run_on(self, entry: Entry, verb: str, msg: dict[str, Any]) -> tuple[dict[str, Any], int]:
         from ..read.retrieve import read

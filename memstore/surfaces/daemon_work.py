@@ -25,6 +25,10 @@ from .loadgc import give_back_heap
 
 log = logging.getLogger("memstore.surfaces.daemon")
 
+# A read's first load of a large store may leave files unread (its answer says `partial`): the
+# rest is parsed after the reply in slices of this many files (~0.1 s), each under the
+# workspace lock, so a request waits at most one slice (and one completing any that remain).
+READ_SLICE = 2000
 FILL_SLICE = 32  # neighbour lists filled per step when idle: ~10 ms at 100k memories, then a look for requests
 # Embedding in the background after a clone or a big pull goes in slices of this many seconds,
 # each under the workspace lock: a request waits at most one slice for it.
@@ -125,10 +129,39 @@ class Background:
             log.exception("opening %s at start failed", cwd)
 
     def embed_after_reply(self, entry: Entry) -> None:
-        """``embed_behind`` once this connection's answer is sent: started earlier, the encoder
-        (starting its worker processes, the GIL) competes with rendering the answer the agent
-        waits for."""
+        """``read_rest`` and ``embed_behind`` once this connection's answer is sent: started
+        earlier, the encoder (starting its worker processes, the GIL) competes with rendering the
+        answer the agent waits for."""
+        after_reply(functools.partial(self.read_rest, entry))
         after_reply(functools.partial(self.embed_behind, entry))  # a second start finds it under way
+
+    def read_rest(self, entry: Entry) -> None:
+        """Parse the files a read's first load left unread (``Catalog.partial``), a slice at a
+        time under the workspace lock, then bring each store's index in line with the whole
+        catalog: from then on answers are complete. A read that comes meanwhile parses what it
+        looks for and is partial still; any other request completes the rest itself."""
+        from ..read.indexes import store_index
+        from ..read.tuning import params_from_config
+
+        t0 = time.perf_counter()
+        read = 0
+        while not self._stop.is_set():
+            with entry.lock:
+                if entry.evicted:
+                    return
+                partial = [(scope, si) for scope, si in list(entry.ws.indexes.items()) if si.catalog.partial]
+                if not partial:
+                    break
+                scope, si = partial[0]
+                before = si.catalog.unread
+                done = si.catalog.complete(limit=READ_SLICE)
+                read += before - si.catalog.unread
+                if done is not None:
+                    # The scan lane takes in the whole store; vectors are left to embed_behind.
+                    store_index(entry.ws, scope, params_from_config(entry.ws.config)).refresh(walk=False, budget=0.0)
+            time.sleep(0.002)  # the lock is not fair: a request waiting for it gets it now
+        if read:
+            log.info("read the %d memory files a first read left unread in %.1f s", read, time.perf_counter() - t0)
 
     def embedding(self, entry: Entry) -> bool:
         """Is any of the workspace's indexes being embedded in the background (by any thread)?"""
