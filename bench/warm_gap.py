@@ -9,6 +9,7 @@ was met once before the rounds. Prints p50/p95 wall time, the gap over `python -
 client's CPU.
 
     python bench/warm_gap.py --n 10000 --rounds 60 [--fresh]
+    python bench/warm_gap.py --store bench/.cache/perf/store-100000-noisy --rounds 60 [--fresh]
 """
 
 from __future__ import annotations
@@ -63,17 +64,23 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=10000)
     ap.add_argument("--rounds", type=int, default=60)
     ap.add_argument("--fresh", action="store_true")
+    ap.add_argument("--store", type=Path, help="an indexed store (perf.py noisy's 100k) instead of store-N")
     args = ap.parse_args()
 
-    root = perf.CACHE / f"store-{args.n}"
-    if not (root / ".index" / "meta.json").exists():
+    root = args.store.resolve() if args.store else perf.CACHE / f"store-{args.n}"
+    if args.store is None and not (root / ".index" / "meta.json").exists():
         root, _ = perf.prepare(args.n, perf.CACHE / "embeddings")
     tmp = Path(tempfile.mkdtemp(prefix="msgap-", dir="/tmp"))
     modern = tmp / "memstore"
     modern.write_text(MODERN_SCRIPT.format(python=sys.executable))
     modern.chmod(0o755)
     scripts = {"venv's console script": [*perf.CLI], "pip >= 25 console script": [str(modern)]}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
+    # A client that compiles its modules on every call (PYTHONDONTWRITEBYTECODE, no __pycache__)
+    # would add that to the gap: an installed package has its bytecode.
+    import compileall
+
+    compileall.compile_dir(str(Path(client.__file__).parent.parent), quiet=1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_") and k != "PYTHONDONTWRITEBYTECODE"}
     env.update(
         {
             "MEMSTORE_STORE": str(root),
@@ -108,7 +115,7 @@ def main() -> int:
         daemon.terminate()
         daemon.wait(10)
     base = statistics.median(w for w, _ in res["python -c pass"])
-    print(f"# {args.n} memories, {args.rounds} rounds, {'fresh' if args.fresh else 'met-before'} queries, "
+    print(f"# {root.name}, {args.rounds} rounds, {'fresh' if args.fresh else 'met-before'} queries, "
           f"load average {os.getloadavg()[0]:.2f}")
     print("| variant | wall p50 ms | p95 | p50 over `python -c pass` | client CPU p50 ms |")
     print("|---|---|---|---|---|")

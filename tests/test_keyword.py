@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from memstore.index.keyword import KeywordIndex, whoosh_search
+from memstore.index.keyword import KeywordIndex, _read_postings, whoosh_search
 from memstore.read import ranking
 
 WORDS = [
@@ -64,6 +64,32 @@ def test_scores_and_ranking_are_whoosh_bm25f_exactly(index: tuple[KeywordIndex, 
         assert all(s <= cut * (1 + 1e-12) for mid, s in ref.items() if mid not in returned), query
         assert not returned & removed
         assert len(returned) == len(got)
+
+
+def test_postings_decoded_in_blocks_are_whooshs_own(index: tuple[KeywordIndex, set[str]]) -> None:
+    """The scorer decodes a term's posting blocks with numpy: every document number and weight
+    is the one Whoosh's own matcher yields posting by posting, deleted documents included, for
+    terms of one block and of many, with weights all 1.0 or varying."""
+    ki, _removed = index
+    shapes = set()
+    for reader, _offset in ki.searcher.reader().leaf_readers():
+        for field_name, text in sorted({p for q in [*QUERIES, " ".join(WORDS)] for p in ki.pairs(q)}):
+            try:
+                m = reader._terms.matcher(field_name, reader._text_to_bytes(field_name, text),
+                                          reader.schema[field_name].format)
+            except Exception:
+                assert _read_postings(reader, field_name, text) is None
+                continue
+            ids, weights = [], []
+            while m.is_active():
+                ids.append(m.id())
+                weights.append(m.weight())
+                m.next()
+            got = _read_postings(reader, field_name, text)
+            assert got is not None
+            assert got[0].tolist() == ids and got[1].tolist() == weights, (field_name, text)
+            shapes.add((len(ids) > 128, len(set(weights)) > 1))
+    assert {(False, False), (False, True), (True, True)} <= shapes  # one block and many
 
 
 def test_new_documents_are_found_after_the_cache_has_seen_the_terms(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import itertools
 import os
 import re
 import shutil
@@ -485,6 +486,10 @@ class ArrayScorer:
         self._postings: OrderedDict[tuple[str, str, str], tuple[np.ndarray, np.ndarray] | None] = OrderedDict()
         self._postings_bytes = 0
         self._segments: frozenset[str] = frozenset()
+        # (segment id, document number in it) -> memory id, filled as documents are hit: a
+        # segment never changes once written, so the id read from its stored fields once
+        # (a decompression and an unpickling each, 50 a read) holds for the segment's life.
+        self._ids: dict[tuple[str, int], str] = {}
 
     def search(self, searcher: Any, pairs: list[tuple[str, str]], limit: int,
                identifiers: frozenset[str] = frozenset()) -> list[KeywordHit]:
@@ -564,9 +569,21 @@ class ArrayScorer:
             scores, docs, covers, codes, words = scores[keep], docs[keep], covers[keep], codes[keep], words[keep]
         order = np.lexsort((docs, -scores))[:limit]
         total = int(searcher.doc_count_all())
-        return [KeywordHit(searcher.stored_fields(int(docs[i]))["id"], float(scores[i]),
+        starts = [offset for _, offset in leaves]
+        return [KeywordHit(self._id_of(searcher, leaves, starts, int(docs[i])), float(scores[i]),
                            min(float(covers[i]), 1.0), int(codes[i]), total, word_df=int(words[i]))
                 for i in order]
+
+    def _id_of(self, searcher: Any, leaves: list[tuple[Any, int]], starts: list[int], docnum: int) -> str:
+        """The memory id of the searcher's document ``docnum``, read once per segment."""
+        import bisect
+
+        reader, offset = leaves[bisect.bisect_right(starts, docnum) - 1]
+        key = (reader.segment().segment_id(), docnum - offset)
+        found = self._ids.get(key)
+        if found is None:
+            found = self._ids[key] = searcher.stored_fields(docnum)["id"]
+        return found
 
     def _forget_gone(self, segments: set[str]) -> None:
         if segments == self._segments:
@@ -576,6 +593,7 @@ class ArrayScorer:
             del self._lengths[key]
         for pkey in [k for k in self._postings if k[0] not in segments]:
             self._drop(pkey)
+        self._ids = {k: v for k, v in self._ids.items() if k[0] in segments}
 
     def _drop(self, key: tuple[str, str, str]) -> None:
         got = self._postings.pop(key)
@@ -640,6 +658,34 @@ def _read_postings(reader: Any, field_name: str, text: str) -> tuple[np.ndarray,
         return None
     ids: list[Any] = []
     weights: list[Any] = []
+    if hasattr(matcher, "_read_data") and not getattr(matcher, "_byteids", True):
+        # Whoosh decodes a block's ids with a Python generator (its delta_decode) and its
+        # weights with another: ~0.7 us a posting, 14 ms of CPU a query at 100k memories the
+        # first time its words are read (a word like "error" has 56k postings), against 8 ms
+        # for the whole read once they are cached. The same block data, decoded by numpy once
+        # for the whole term (arrays made block by block cost ~14 us a block of 128, more
+        # than unpickling it).
+        counts: list[int] = []
+        while matcher.is_active():
+            if matcher._data is None:
+                matcher._read_data()
+            deltas, raw = matcher._data[0], matcher._data[1]
+            count = matcher._blocklength
+            counts.append(count)
+            ids.append(deltas)
+            # A block stores None (every weight 1.0), one float (all the same) or a tuple.
+            weights.append(itertools.repeat(1.0, count) if raw is None
+                           else itertools.repeat(raw, count) if isinstance(raw, float) else raw)
+            matcher._next_block()
+        if not ids:
+            return None
+        total = sum(counts)
+        # Each block's ids are deltas from 0: one running sum over every block, less what the
+        # blocks before it summed to (their last ids, added up).
+        sums = np.cumsum(np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=total))
+        before = sums[np.cumsum(counts) - 1]
+        sums -= np.repeat(np.concatenate(([0], before[:-1])), counts)
+        return sums, np.fromiter(itertools.chain.from_iterable(weights), dtype=np.float64, count=total)
     while matcher.is_active():
         if matcher._ids is None:
             matcher._read_ids()
