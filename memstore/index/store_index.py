@@ -231,8 +231,8 @@ class StoreIndex:
             self._heal_keyword(RuntimeError("its files were deleted or changed on disk"))
         swapped = self._finish_keyword()
         # Planned by an earlier call (a read, which answers sooner without a build beside it on
-        # two cores): the daemon's next refresh, embedding behind that read, starts it.
-        self.kw_builder.start_planned()
+        # two cores): a later refresh starts it, once no memory waits for a vector.
+        self.start_keyword_build()
         if walk:
             self.catalog.refresh()
         if self.catalog.generation == self._synced_catalog_gen and not self.embedding_pending and not swapped:
@@ -463,6 +463,16 @@ class StoreIndex:
         self.refresh(walk=False, budget=0.0, first=first)
         self.embedding.drop(taken)
         return True
+
+    def start_keyword_build(self) -> None:
+        """Start the keyword build a refresh planned, unless memories wait for a vector in the
+        daemon (which embeds them in the background): the build then waits for them. Beside
+        the embedding it took one of two cores from the worker processes at nice 10 (it runs at
+        the daemon's priority) or the interpreter from the in-process encoder, for 17-54 s at
+        10k memories, while the scan lane answers reads as well meanwhile (bench/RESULTS.md
+        "Background embedding against the encoder pool")."""
+        if not (self.defer_saves and self.embedding_pending):
+            self.kw_builder.start_planned()
 
     def embed_now(self, mids: list[str], budget: float) -> int:
         """Embed these waiting memories now, in this process and in this order, ahead of the
