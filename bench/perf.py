@@ -792,6 +792,7 @@ def cold_run(n: int, reps: int, workers: int, corpus: str = "templates", firsts:
         with contextlib.suppress(OSError):
             shutil.copy(work / "run" / "daemon.log", CACHE / f"daemon-{_corpus_name(n, corpus)}-w{workers}.log")
             shutil.copy(work / "serve.out", CACHE / f"serve-{_corpus_name(n, corpus)}-w{workers}.log")
+            row["embedding_log"] = embedding_summary(work / "run" / "daemon.log")
         shutil.rmtree(work, ignore_errors=True)
     # With the daemon gone, nothing else embeds: the same texts through the same pool, encoding
     # only, right after the whole (both move with the machine's load).
@@ -806,6 +807,14 @@ def cold_run(n: int, reps: int, workers: int, corpus: str = "templates", firsts:
     row.update(cold_without_daemon(n, origin, env["MEMSTORE_EMBED_WORKERS"]))
     row["encoder_alone_per_s"] = round(encode_rate(origin, workers))
     return row
+
+
+def embedding_summary(log: Path) -> str | None:
+    """The daemon's own account of its background embedding (when the first and last vectors
+    came, the CPU of putting them in and of the encoding thread), from its log."""
+    mark = "embedded the waiting memories in "
+    lines = [line for line in log.read_text(errors="replace").splitlines() if mark in line]
+    return lines[-1].split(mark, 1)[1] if lines else None
 
 
 def wait_all_vectors(env: dict[str, str], t0: float, reads: tuple[Path, list[float]] | None = None,
