@@ -291,9 +291,9 @@ def _embedding_under_way(world: Env, repo: Path) -> bool:
 @pytest.mark.parametrize("workers", ["2", "1"])
 def test_the_keyword_build_of_a_clone_waits_for_its_background_embedding(tmp_path: Path, workers: str) -> None:
     """The keyword index of a fresh clone is built once the daemon's background embedding is
-    done, not beside it (where it took a core from the workers, or the GIL from the in-process
-    encoder); reads meanwhile are answered from the scan lane, and afterwards from the built
-    index, alike."""
+    done, not beside it (where it took most of the workers' share of the cores, or the GIL from
+    the in-process encoder); reads meanwhile are answered from the scan lane, and afterwards
+    from the built index with the same memories."""
     world = Env(tmp_path / f"order{workers}")
     n = 2000
     with world.environ():
@@ -312,7 +312,7 @@ def test_the_keyword_build_of_a_clone_waits_for_its_background_embedding(tmp_pat
                 seen.extend(p.name for p in index.glob("keyword.next-*"))
                 if " memories built in " in world.log():
                     seen.append("built")
-            return not _stores(world, repo)[0]["embedding"]
+            return _all_embedded(world, repo)
 
         assert _poll(watch, timeout=300, every=0.05), world.log()
         assert seen == [], (seen, world.log())

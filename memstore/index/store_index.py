@@ -466,10 +466,11 @@ class StoreIndex:
 
     def start_keyword_build(self) -> None:
         """Start the keyword build a refresh planned, unless memories wait for a vector in the
-        daemon (which embeds them in the background): the build then waits for them. Beside
-        the embedding it took one of two cores from the worker processes at nice 10 (it runs at
-        the daemon's priority) or the interpreter from the in-process encoder, for 17-54 s at
-        10k memories, while the scan lane answers reads as well meanwhile (bench/RESULTS.md
+        daemon (which embeds them in the background): the build then waits for them, and the
+        scan lane answers reads meanwhile. Beside the embedding the build (pure Python, at the
+        daemon's priority, in the daemon's one share of the cores, where the workers' nice 10
+        ranks them below it) took more than half of the workers' part while it ran, 40 s at 10k
+        memories, and the interpreter from the in-process encoder (bench/RESULTS.md
         "Background embedding against the encoder pool")."""
         if not (self.defer_saves and self.embedding_pending):
             self.kw_builder.start_planned()
