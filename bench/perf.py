@@ -731,22 +731,63 @@ def store_texts(origin: Path) -> list[str]:
     return list(dict.fromkeys(store.load_memory(rel).text for rel, _ in store.memory_files()))
 
 
-def pool_alone_s(texts: list[str], workers: int) -> float:
+def pool_alone_s(texts: list[str], workers: int) -> tuple[float, float | None]:
     """Seconds the encoder pool takes for ``texts`` alone (the embedder's ``encode_parts``, as
     the daemon calls it, with ``workers`` worker processes; 1: in-process), encoding only: the
     model loaded and the workers started first, untimed. The floor of the whole background
-    embedding of a clone, which encodes these same texts."""
+    embedding of a clone, which encodes these same texts. Also the CPU seconds it took (this
+    process and its workers; None without /proc)."""
+    import resource
+
     from memstore.index.embedder import POOL_START_TEXTS, Embedder
 
     emb = Embedder(workers=workers)
     for _ in emb.encode_parts(texts[:POOL_START_TEXTS]):
         pass
+    pids = emb.worker_pids()
+
+    def cpu() -> float | None:
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        theirs = [proc_cpu(pid) for pid in pids]
+        return None if None in theirs else own.ru_utime + own.ru_stime + sum(t for t in theirs if t is not None)
+
+    c0 = cpu()
     t0 = time.perf_counter()
     for _ in emb.encode_parts(texts):
         pass
     took = time.perf_counter() - t0
+    c1 = cpu()
     emb.close()
-    return took
+    return took, (None if c0 is None or c1 is None else c1 - c0)
+
+
+def proc_cpu(pid: int) -> float | None:
+    """CPU seconds (user + system) process ``pid`` has used, every thread's, from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def daemon_cpu(pid: int) -> float | None:
+    """CPU seconds of the daemon ``pid`` and its live embedding workers: the whole's cost in CPU,
+    which a busy machine's share does not move (the wall-clock ratio moves with the load)."""
+    own = proc_cpu(pid)
+    if own is None:
+        return None
+    workers = 0.0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes()
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if ppid == pid and b"memstore.index.encoder_pool" in cmd:
+                workers += proc_cpu(int(entry.name)) or 0.0
+    return own + workers
 
 
 def cold_env(work: Path, workers: int) -> dict[str, str]:
@@ -863,6 +904,7 @@ def cold_run(n: int, reps: int, workers: int, corpus: str = "templates", firsts:
         clone = work / "clone"
         subprocess.run(["git", "clone", "-q", str(origin), str(clone)], check=True)
         row["clone_s"] = round(time.perf_counter() - t0, 2)
+        cpu0 = daemon_cpu(proc.pid)
         t0 = time.perf_counter()
         first_s, out = timed_cli(["read", *QUERIES[0].split()], env, clone)
         first = json.loads(out)
@@ -874,6 +916,9 @@ def cold_run(n: int, reps: int, workers: int, corpus: str = "templates", firsts:
         row["read_every_s"] = read_every
         row["read_while_embedding_p50_ms"] = ms(pct(during, 50)) if during else None
         row["read_while_embedding_max_ms"] = ms(max(during, default=float("nan")))
+        cpu1 = daemon_cpu(proc.pid)
+        if cpu0 is not None and cpu1 is not None:
+            row["all_vectors_cpu_s"] = round(cpu1 - cpu0, 1)
         row["all_vectors_s"] = round(seconds_done, 1) if seconds_done is not None else None
         row["embed_rate_per_s"] = round(n / seconds_done) if seconds_done else None
         row["daemon_peak_rss_mb"] = client.status(env=env).get("peak_rss_mb")
@@ -890,20 +935,34 @@ def cold_run(n: int, reps: int, workers: int, corpus: str = "templates", firsts:
         with contextlib.suppress(OSError):
             shutil.copy(work / "run" / "daemon.log", CACHE / f"daemon-{_corpus_name(n, corpus)}-w{workers}.log")
             shutil.copy(work / "serve.out", CACHE / f"serve-{_corpus_name(n, corpus)}-w{workers}.log")
+            row["embedding_log"] = embedding_summary(work / "run" / "daemon.log")
         shutil.rmtree(work, ignore_errors=True)
     # With the daemon gone, nothing else embeds: the same texts through the same pool, encoding
     # only, right after the whole (both move with the machine's load).
     texts = store_texts(origin)
     row["texts"] = len(texts)
-    row["pool_alone_s"] = round(pool_alone_s(texts, workers), 1)
+    took, cpu = pool_alone_s(texts, workers)
+    row["pool_alone_s"] = round(took, 1)
+    if cpu is not None:
+        row["pool_alone_cpu_s"] = round(cpu, 1)
     if row.get("all_vectors_s"):
         row["whole_over_pool"] = round(row["all_vectors_s"] / row["pool_alone_s"], 2)
+    if row.get("all_vectors_cpu_s") and row.get("pool_alone_cpu_s"):
+        row["whole_over_pool_cpu"] = round(row["all_vectors_cpu_s"] / row["pool_alone_cpu_s"], 2)
     row["load_avg_1m"] = round(os.getloadavg()[0], 2)
     if embed_only:
         return row
     row.update(cold_without_daemon(n, origin, env["MEMSTORE_EMBED_WORKERS"]))
     row["encoder_alone_per_s"] = round(encode_rate(origin, workers))
     return row
+
+
+def embedding_summary(log: Path) -> str | None:
+    """The daemon's own account of its background embedding (when the first and last vectors
+    came, the CPU of putting them in and of the encoding thread), from its log."""
+    mark = "embedded the waiting memories in "
+    lines = [line for line in log.read_text(errors="replace").splitlines() if mark in line]
+    return lines[-1].split(mark, 1)[1] if lines else None
 
 
 def wait_all_vectors(env: dict[str, str], t0: float, reads: tuple[Path, list[float]] | None = None,
@@ -989,7 +1048,9 @@ def cold_main(argv: list[str]) -> int:
             ("first_read_ms", "first read ms"), ("first_read_p50_ms", f"first read p50 of {a.firsts} ms"),
             ("first_read_partial", "first read partial"), ("all_vectors_s", "all vectors s"),
             ("embed_rate_per_s", "memories/s"), ("pool_alone_s", "floor: pool alone, same texts s"),
-            ("whole_over_pool", "whole / pool alone"), ("encoder_alone_per_s", "floor: encoder alone texts/s"),
+            ("whole_over_pool", "whole / pool alone"), ("all_vectors_cpu_s", "all vectors: daemon CPU s"),
+            ("pool_alone_cpu_s", "pool alone CPU s"), ("whole_over_pool_cpu", "CPU whole / pool"),
+            ("encoder_alone_per_s", "floor: encoder alone texts/s"),
             ("daemon_peak_rss_mb", "daemon peak RSS MB"),
             ("no_daemon_first_read_ms", "no daemon: first read ms"), ("no_daemon_first_read_partial", "partial"),
             ("no_daemon_all_vectors_s", "all vectors s"),

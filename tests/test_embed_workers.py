@@ -283,6 +283,51 @@ def test_the_first_read_of_a_backlog_starts_the_workers_before_it_answers(tmp_pa
 
 
 
+def _embedding_under_way(world: Env, repo: Path) -> bool:
+    stores = _stores(world, repo)
+    return bool(stores) and stores[0]["embedding"] and 0 < stores[0]["embedded"] < stores[0]["total"]
+
+
+@pytest.mark.parametrize("workers", ["2", "1"])
+def test_the_keyword_build_of_a_clone_waits_for_its_background_embedding(tmp_path: Path, workers: str) -> None:
+    """The keyword index of a fresh clone is built once the daemon's background embedding is
+    done, not beside it (where it took most of the workers' share of the cores, or the GIL from
+    the in-process encoder); reads meanwhile are answered from the scan lane, and afterwards
+    from the built index with the same memories."""
+    world = Env(tmp_path / f"order{workers}")
+    n = 2000
+    with world.environ():
+        origin = _origin(world.base, n)
+    repo = clone(origin, "clone")
+    index = repo / ".memory" / ".index"
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        _start(world, workers, procs)
+        _first_read(world, repo)
+        seen: list[str] = []
+
+        def watch() -> bool:
+            # Looked at only while vectors are still coming: the build's folder, or its end.
+            if _embedding_under_way(world, repo):
+                seen.extend(p.name for p in index.glob("keyword.next-*"))
+                if " memories built in " in world.log():
+                    seen.append("built")
+            return _all_embedded(world, repo)
+
+        assert _poll(watch, timeout=300, every=0.05), world.log()
+        assert seen == [], (seen, world.log())
+        rc, during, err = world.cli("read", QUERY, cwd=repo)  # the scan lane (or the build, if done)
+        assert rc == 0 and during["results"] and "partial" not in during, err
+        assert _poll(lambda: f"keyword index of {n} memories built" in world.log(), timeout=120), world.log()
+        log = world.log()
+        assert log.index("embedded the waiting memories in") < log.index(f"keyword index of {n} memories built"), log
+        rc, after, err = world.cli("read", QUERY, cwd=repo)
+        assert rc == 0 and "partial" not in after, err
+        assert [r["id"] for r in after["results"]] == [r["id"] for r in during["results"]]
+    finally:
+        _end(world, procs)
+
+
 def test_a_keyword_index_rebuilt_mid_embedding_leaves_no_memory_without_a_vector(tmp_path: Path) -> None:
     """The keyword index deleted while the daemon embeds a clone (a person's `rm -rf`, or a
     build's folder set aside): the next read rebuilds it, and the daemon goes on embedding until
@@ -298,15 +343,18 @@ def test_a_keyword_index_rebuilt_mid_embedding_leaves_no_memory_without_a_vector
     try:
         _start(world, "2", procs)
         _first_read(world, repo)
-        assert _poll(lambda: f"keyword index of {n} memories built" in world.log(), timeout=120), world.log()
+        assert _poll(lambda: _embedding_under_way(world, repo), timeout=120, every=0.05), world.log()
+        shutil.rmtree(repo / ".memory" / ".index" / "keyword")
         stores = _stores(world, repo)
         assert stores[0]["embedding"] and stores[0]["embedded"] < n, "the embedding ended first: nothing was shown"
-        shutil.rmtree(repo / ".memory" / ".index" / "keyword")
         rc, _, err = world.cli("read", QUERY, cwd=repo)
         assert rc == 0, err
-        assert "keyword index" in world.log().split("built in", 1)[-1], world.log()
+        assert "keyword index not found on disk" in world.log(), world.log()
         assert _poll(lambda: not _stores(world, repo)[0]["embedding"], timeout=300, every=0.5), world.log()
         stores = _stores(world, repo)
         assert stores[0]["embedded"] == stores[0]["total"] == n, (stores, world.log())
+        assert _poll(lambda: f"keyword index of {n} memories built" in world.log(), timeout=120), world.log()
+        rc, answer, err = world.cli("read", QUERY, cwd=repo)
+        assert rc == 0 and answer["results"] and "partial" not in answer, err
     finally:
         _end(world, procs)

@@ -239,8 +239,8 @@ class StoreIndex:
             self._heal_keyword(RuntimeError("its files were deleted or changed on disk"))
         swapped = self._finish_keyword()
         # Planned by an earlier call (a read, which answers sooner without a build beside it on
-        # two cores): the daemon's next refresh, embedding behind that read, starts it.
-        self.kw_builder.start_planned()
+        # two cores): a later refresh starts it, once no memory waits for a vector.
+        self.start_keyword_build()
         if walk:
             self.catalog.refresh()
         if self.catalog.generation == self._synced_catalog_gen and not self.embedding_pending and not swapped:
@@ -487,6 +487,17 @@ class StoreIndex:
         self.refresh(walk=False, budget=0.0, first=first)
         self.embedding.drop(taken)
         return True
+
+    def start_keyword_build(self) -> None:
+        """Start the keyword build a refresh planned, unless memories wait for a vector in the
+        daemon (which embeds them in the background): the build then waits for them, and the
+        scan lane answers reads meanwhile. Beside the embedding the build (pure Python, at the
+        daemon's priority, in the daemon's one share of the cores, where the workers' nice 10
+        ranks them below it) took more than half of the workers' part while it ran, 40 s at 10k
+        memories, and the interpreter from the in-process encoder (bench/RESULTS.md
+        "Background embedding against the encoder pool")."""
+        if not (self.defer_saves and self.embedding_pending):
+            self.kw_builder.start_planned()
 
     def embed_now(self, mids: list[str], budget: float) -> int:
         """Embed these waiting memories now, in this process and in this order, ahead of the

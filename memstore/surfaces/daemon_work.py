@@ -189,6 +189,7 @@ class Background:
 
         run = _Run(time.monotonic())
         claimed: set[int] = set()
+        mine: dict[int, Any] = {}  # the indexes this thread embedded
         try:
             while not self._stop.is_set():
                 with entry.lock:
@@ -199,6 +200,7 @@ class Background:
                         waiting = [si for si in pending if id(si) in claimed or id(si) not in self._embedding_ids]
                         claimed.update(id(si) for si in waiting)
                         self._embedding_ids.update(claimed)
+                    mine.update((id(si), si) for si in waiting)
                     work = [si.waiting_texts() for si in waiting]
                 if not waiting:
                     log.info("embedded the waiting memories in %s", run.summary())
@@ -222,6 +224,14 @@ class Background:
         except Exception:  # reads embed what they meet themselves; the daemon lives on
             log.exception("embedding in the background failed")
         finally:
+            if mine:
+                # A keyword build that waited for the vectors starts now, not at the next
+                # request; not in a daemon on its way out (a build cut short is only a folder to
+                # clean up) nor in an evicted workspace (one sharing the index starts it later).
+                with entry.lock:
+                    if not (self._stop.is_set() or entry.evicted):
+                        for si in mine.values():
+                            si.start_keyword_build()
             with self._state:
                 entry.embedding = False
                 self._embedding_ids -= claimed
@@ -236,7 +246,7 @@ class Background:
         keys, values = list(texts), list(texts.values())
         made: queue.SimpleQueue[Any] = queue.SimpleQueue()
         cancel = threading.Event()
-        threading.Thread(target=_encode_into, args=(waiting[0].embedder, values, made, cancel),
+        threading.Thread(target=_encode_into, args=(waiting[0].embedder, values, made, cancel, run),
                          name="embed-encode", daemon=True).start()
         put_at = time.monotonic()
         try:
@@ -267,6 +277,7 @@ class Background:
     def _take_ready(self, entry: Entry, waiting: list[Any], run: _Run) -> bool:
         """One step of putting offered vectors into the indexes; False when none are left."""
         t0 = time.monotonic()
+        c0 = time.thread_time()
         try:
             with entry.lock:
                 if entry.evicted:
@@ -277,6 +288,7 @@ class Background:
                 return more
         finally:
             run.putting += time.monotonic() - t0
+            run.putting_cpu += time.thread_time() - c0
 
     # -- idle work --------------------------------------------------------------------------------
     def flushing(self) -> bool:
@@ -348,6 +360,8 @@ class _Run:
         self.first = 0.0
         self.last = 0.0
         self.putting = 0.0
+        self.putting_cpu = 0.0  # of that, this process's CPU (the rest: waiting for the lock, the disk)
+        self.encoding_cpu = 0.0  # the encoding thread's CPU: the encoder's when in-process, else feeding it
 
     def summary(self) -> str:
         end = time.monotonic()
@@ -355,20 +369,25 @@ class _Run:
             return f"{end - self.start:.1f} s"
         last = self.last or end
         return (f"{end - self.start:.1f} s (first vectors after {self.first - self.start:.1f} s, the last after "
-                f"{last - self.start:.1f} s; {self.putting:.1f} s putting them into the index, beside the encoding)")
+                f"{last - self.start:.1f} s; {self.putting:.1f} s putting them into the index, "
+                f"{self.putting_cpu:.1f} s of it CPU, beside the encoding thread's {self.encoding_cpu:.1f} s of CPU)")
 
 
-def _encode_into(embedder: Any, texts: list[str], made: queue.SimpleQueue[Any], cancel: threading.Event) -> None:
+def _encode_into(embedder: Any, texts: list[str], made: queue.SimpleQueue[Any], cancel: threading.Event,
+                 run: _Run) -> None:
     """Put ``texts``' vectors into ``made`` a part at a time, then None (or the exception that
     stopped the encoder); stop early once ``cancel`` is set."""
+    c0 = time.thread_time()
     parts = embedder.encode_parts(texts)
+    end: Exception | None = None
     try:
         for part in parts:
             made.put(part)
             if cancel.is_set():
                 return
-        made.put(None)
     except Exception as exc:  # EmbedderUnavailable among them: raised again on the consuming thread
-        made.put(exc)
+        end = exc
     finally:
         parts.close()
+        run.encoding_cpu += time.thread_time() - c0  # counted before the end is told: the log reads it
+    made.put(end)
