@@ -328,6 +328,31 @@ def test_the_keyword_build_of_a_clone_waits_for_its_background_embedding(tmp_pat
         _end(world, procs)
 
 
+def test_a_backlog_over_the_threshold_builds_its_keyword_index_beside_the_embedding(tmp_path: Path) -> None:
+    """Over ``MEMSTORE_BUILD_AFTER_EMBEDDING`` memories waiting for a vector (20,000 by default;
+    lowered here), the daemon does not hold the keyword build for the embedding, which would
+    leave the scan lane answering alone for as long as the workers take: the build runs beside
+    it, and reads then come from the built index while vectors are still coming."""
+    world = Env(tmp_path / "beside")
+    n = 2000
+    with world.environ():
+        origin = _origin(world.base, n)
+    repo = clone(origin, "clone")
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        world.vars["MEMSTORE_BUILD_AFTER_EMBEDDING"] = "100"
+        _start(world, "2", procs)
+        _first_read(world, repo)
+        built = f"keyword index of {n} memories built"
+        assert _poll(lambda: built in world.log() or not _stores(world, repo)[0]["embedding"],
+                     timeout=300, every=0.05), world.log()
+        log = world.log()
+        assert built in log, log
+        assert "embedded the waiting memories in" not in log.split(built, 1)[0], log
+    finally:
+        _end(world, procs)
+
+
 def test_a_keyword_index_rebuilt_mid_embedding_leaves_no_memory_without_a_vector(tmp_path: Path) -> None:
     """The keyword index deleted while the daemon embeds a clone (a person's `rm -rf`, or a
     build's folder set aside): the next read rebuilds it, and the daemon goes on embedding until

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import DiskFull
 from ..store.catalog import Catalog
+from ..store.config import env_count
 from ..store.files import content_hash
 from ..store.model import Memory
 from ..store.userkey import projection_key
@@ -38,6 +39,16 @@ log = logging.getLogger("memstore.index")
 # every waiting memory costs ~20 ms per slice at 10k (2 ms with this cap), so ~200 ms of each
 # quarter-second slice at 100k.
 PLAN_WAITING = 1024
+# The most memories waiting for a vector for which the daemon holds a clone's keyword build
+# until they have one: ~2-4 minutes of the encoder pool on two cores (bench/RESULTS.md, "Background
+# embedding against the encoder pool"); the build takes 40 s beside it at 10k.
+BUILD_AFTER_EMBEDDING = 20_000
+BUILD_AFTER_EMBEDDING_ENV = "MEMSTORE_BUILD_AFTER_EMBEDDING"  # another threshold (tests lower it)
+
+
+def build_after_embedding_setting() -> int:
+    """``MEMSTORE_BUILD_AFTER_EMBEDDING``, or ``BUILD_AFTER_EMBEDDING``."""
+    return env_count(BUILD_AFTER_EMBEDDING_ENV, BUILD_AFTER_EMBEDDING)
 
 
 def doc_key(mem: Memory) -> str:
@@ -495,8 +506,11 @@ class StoreIndex:
         daemon's priority, in the daemon's one share of the cores, where the workers' nice 10
         ranks them below it) took more than half of the workers' part while it ran, 40 s at 10k
         memories, and the interpreter from the in-process encoder (bench/RESULTS.md
-        "Background embedding against the encoder pool")."""
-        if not (self.defer_saves and self.embedding_pending):
+        "Background embedding against the encoder pool"). Only while the backlog is at most
+        ``BUILD_AFTER_EMBEDDING`` memories: a larger one takes the workers longer than the scan
+        lane should answer alone (at 100k, an hour of reads each analysing the store's texts
+        for their words), so its build runs beside the embedding, as before."""
+        if not (self.defer_saves and self.embedding_pending and len(self.pending) <= build_after_embedding_setting()):
             self.kw_builder.start_planned()
 
     def embed_now(self, mids: list[str], budget: float) -> int:

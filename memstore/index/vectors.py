@@ -21,6 +21,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
+from ..store.config import env_count
 from ..store.files import atomic_file, full_device
 from .terms import top_k
 
@@ -41,19 +42,8 @@ log = logging.getLogger("memstore.index")
 
 
 def approx_rows_setting(env: dict[str, str] | None = None) -> int:
-    """``MEMSTORE_APPROX_ROWS``, or ``APPROX_ROWS``; a value that is not a whole number >= 1 is
-    warned about and ignored."""
-    raw = (os.environ if env is None else env).get(APPROX_ENV, "").strip()
-    if not raw:
-        return APPROX_ROWS
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        log.warning("%s=%r is not a whole number >= 1; using %d", APPROX_ENV, raw, APPROX_ROWS)
-        return APPROX_ROWS
-    return value
+    """``MEMSTORE_APPROX_ROWS``, or ``APPROX_ROWS``."""
+    return env_count(APPROX_ENV, APPROX_ROWS, env)
 
 
 def unit_rows(vecs: np.ndarray) -> np.ndarray:

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 from ..errors import AmbiguousId, Conflict, InvalidFile, InvalidRequest, NotFound
 from . import ids
 from .changelog import ChangeLog
+from .config import env_count
 from .disk import SHARED_PREFIX, Store
 from .files import NotOurs, atomic_write, clear_way, read_projection, scan_memory, set_aside
 from .model import DIR_KINDS, Event, Memory
@@ -82,19 +83,8 @@ FIRST_PARSE_ENV = "MEMSTORE_FIRST_PARSE"  # another threshold (tests set a low o
 
 
 def first_parse_setting() -> int:
-    """``MEMSTORE_FIRST_PARSE``, or ``FIRST_PARSE``; a value that is not a whole number >= 1 is
-    warned about and ignored."""
-    raw = os.environ.get(FIRST_PARSE_ENV, "").strip()
-    if not raw:
-        return FIRST_PARSE
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        log.warning("%s=%r is not a whole number >= 1; using %d", FIRST_PARSE_ENV, raw, FIRST_PARSE)
-        return FIRST_PARSE
-    return value
+    """``MEMSTORE_FIRST_PARSE``, or ``FIRST_PARSE``."""
+    return env_count(FIRST_PARSE_ENV, FIRST_PARSE)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ code below never looks at the environment.
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import os
 from collections.abc import Mapping
@@ -335,3 +336,20 @@ def repo_checkouts(own: Mapping[str, Any]) -> dict[str, Path]:
             if path.is_absolute():
                 out[name] = path
     return out
+
+
+def env_count(name: str, default: int, env: Mapping[str, str] | None = None) -> int:
+    """A whole number >= 1 from the environment variable ``name`` (a threshold tests lower to
+    take a large store's path), or ``default``; any other value is warned about and ignored."""
+    raw = (os.environ if env is None else env).get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        logging.getLogger("memstore.store.config").warning(
+            "%s=%r is not a whole number >= 1; using %d", name, raw, default)
+        return default
+    return value
