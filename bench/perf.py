@@ -528,8 +528,10 @@ def write_text(n: int, i: int) -> str:
             f"{' '.join(words)} (checked {rnd.randrange(10**6)})")
 
 
-def daemon_runs(root: Path, reps: int, n: int) -> dict[str, Any]:
-    rdir = Path(tempfile.mkdtemp(prefix="msperf-", dir="/tmp"))
+def daemon_env(root: Path, rdir: Path) -> dict[str, str]:
+    """The environment of a bench daemon serving the store at ``root``, its socket in ``rdir``."""
+    from memstore.surfaces import client
+
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
     env.update(
         {
@@ -544,23 +546,18 @@ def daemon_runs(root: Path, reps: int, n: int) -> dict[str, Any]:
             "MEMSTORE_CODE_VERSION": client.code_version(),
         }
     )
+    return env
+
+
+def daemon_runs(root: Path, reps: int, n: int) -> dict[str, Any]:
+    rdir = Path(tempfile.mkdtemp(prefix="msperf-", dir="/tmp"))
+    env = daemon_env(root, rdir)
     if "MEMSTORE_APPROX_ROWS" in os.environ:  # a run that sets the approximate threshold sets the daemon's
         env["MEMSTORE_APPROX_ROWS"] = os.environ["MEMSTORE_APPROX_ROWS"]
     os.environ["MEMSTORE_CODE_VERSION"] = env["MEMSTORE_CODE_VERSION"]
     out: dict[str, Any] = {}
-    log = open(rdir / "serve.out", "ab")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memstore", "serve", "--idle", "600"],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-        start_new_session=True,
-    )
-    log.close()
+    proc = start_daemon(rdir, env)
     try:
-        if not client.wait_until_up(120, env=env):
-            raise RuntimeError(f"daemon did not start: {(rdir / 'daemon.log').read_text()[-2000:]}")
         cwd = root
         timed_cli(["read", "warm", "up"], env, cwd)  # opens the workspace and loads the index
         reads = [timed_cli(["read", *QUERIES[i % len(QUERIES)].split()], env, cwd)[0] for i in range(reps)]
@@ -805,7 +802,8 @@ def start_daemon(work: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
                             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     log.close()
     if not client.wait_until_up(120, env=env):
-        raise RuntimeError(f"daemon did not start: {(work / 'run' / 'daemon.log').read_text()[-2000:]}")
+        log_path = Path(env["MEMSTORE_RUNTIME_DIR"]) / "daemon.log"
+        raise RuntimeError(f"daemon did not start: {log_path.read_text()[-2000:]}")
     return proc
 
 

@@ -36,6 +36,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 CACHE = ROOT / "bench" / ".cache" / "perf"
+from perf import daemon_env, start_daemon  # noqa: E402
+
 QUERIES = [
     "sqlite migration fails with duplicate column name",
     "auth service timeout connecting to db-primary",
@@ -168,19 +170,7 @@ def daemon_main(a: argparse.Namespace) -> None:
 
     root = a.store.resolve()
     rdir = Path(tempfile.mkdtemp(prefix="msrss-", dir="/tmp"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
-    env.update(
-        {
-            "MEMSTORE_STORE": str(root),
-            "MEMSTORE_HOME": str(CACHE / "global"),
-            "MEMSTORE_RUNTIME_DIR": str(rdir),
-            "MEMSTORE_DAEMON": "1",
-            "MEMSTORE_AUTHOR": "bench",
-            "MEMSTORE_GIT_STAGE": "0",
-            "MEMSTORE_CODE_VERSION": client.code_version(),
-            "PYTHONPATH": str(ROOT),
-        }
-    )
+    env = {**daemon_env(root, rdir), "PYTHONPATH": str(ROOT)}
     cli = [sys.executable, "-m", "memstore"]
 
     def run(*args: str, stdin: str | None = None) -> str:
@@ -192,19 +182,8 @@ def daemon_main(a: argparse.Namespace) -> None:
         st = client.status(env)
         return st["rss_mb"], st["peak_rss_mb"]
 
-    log = open(rdir / "serve.out", "ab")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [*cli, "serve", "--idle", "600"],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-        start_new_session=True,
-    )
-    log.close()
+    proc = start_daemon(rdir, env)
     try:
-        if not client.wait_until_up(120, env=env):
-            raise RuntimeError("daemon did not start")
         steps = Steps(measure)
 
         def edits() -> None:

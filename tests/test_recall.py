@@ -382,7 +382,7 @@ def test_a_budget_overrun_inside_an_index_open_is_not_taken_for_damage(repo: Pat
     import os
     import time
 
-    from whoosh import index as whoosh_index
+    from whoosh.filedb.filestore import Storage
 
     from memstore.surfaces import agenthooks
 
@@ -394,13 +394,13 @@ def test_a_budget_overrun_inside_an_index_open_is_not_taken_for_damage(repo: Pat
                and any(p.glob("*.toc"))]
     assert folders, "no keyword index on disk"
     before = {p: p.stat().st_ino for f in folders for p in f.iterdir()}
-    real = whoosh_index.open_dir
+    real = Storage.open_index  # how memstore opens a keyword index on disk
 
     def slow(*args: Any, **kwargs: Any) -> Any:
         time.sleep(5)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(whoosh_index, "open_dir", slow)
+    monkeypatch.setattr(Storage, "open_index", slow)
     rdir = tmp_path / "run"
     monkeypatch.setenv("MEMSTORE_RUNTIME_DIR", str(rdir))
     monkeypatch.setenv("MEMSTORE_HOOK_BUDGET", "2")
