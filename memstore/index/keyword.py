@@ -276,8 +276,8 @@ class KeywordIndex:
 
     def damaged(self) -> bool:
         """Whether the files were deleted, truncated or rewritten behind this index's back (a few
-        stats). Checked before a read: Whoosh maps the files into memory, where a truncated file
-        kills the process (SIGBUS) and a garbled one answers garbage without an error."""
+        stats). Checked before a read: a garbled file answers garbage without an error (and were
+        the files mapped, as Whoosh maps them by default, a truncated one would kill the process)."""
         if self.in_memory:
             return False
         if not self.folder.is_dir():
