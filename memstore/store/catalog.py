@@ -165,6 +165,14 @@ class _Needles:
         return dict(zip(keys, left, strict=True))
 
 
+def _failed(st: os.stat_result, exc: InvalidFile | OSError) -> _Entry:
+    """The entry of a file that could not be read or parsed: its error and the code ``check``
+    reports it with."""
+    if isinstance(exc, InvalidFile):
+        return _Entry(st.st_mtime_ns, st.st_size, error=exc.message, code=exc.code)
+    return _Entry(st.st_mtime_ns, st.st_size, error=f"cannot read: {exc}", code="unreadable")
+
+
 class Catalog:
     def __init__(self, store: Store, key: bytes = b"") -> None:
         self.store = store
@@ -337,11 +345,8 @@ class Catalog:
                 continue
             try:
                 data = self.store.read_walked_bytes(rel, st)
-            except InvalidFile as exc:
-                self._entries[rel] = _Entry(st.st_mtime_ns, st.st_size, error=exc.message, code=exc.code)
-                continue
-            except OSError as exc:
-                self._entries[rel] = _Entry(st.st_mtime_ns, st.st_size, error=f"cannot read: {exc}", code="unreadable")
+            except (InvalidFile, OSError) as exc:
+                self._entries[rel] = _failed(st, exc)
                 continue
             got = scan_memory(data) if isinstance(data, bytes) else None
             if got is None:
@@ -465,10 +470,8 @@ class Catalog:
                 entry.memory = self.store.load_memory(rel, st)
             else:
                 entry.event = self.store.load_event(rel, st)
-        except InvalidFile as exc:
-            entry.error, entry.code = exc.message, exc.code
-        except OSError as exc:
-            entry.error, entry.code = f"cannot read: {exc}", "unreadable"
+        except (InvalidFile, OSError) as exc:
+            return _failed(st, exc)
         return entry
 
     def _parse_data(self, rel: str, st: os.stat_result, data: bytes | str) -> _Entry:
@@ -477,7 +480,7 @@ class Catalog:
         try:
             entry.memory = self.store.memory_from_bytes(rel, data)
         except InvalidFile as exc:
-            entry.error, entry.code = exc.message, exc.code
+            return _failed(st, exc)
         return entry
 
     def _settle(self, touched: dict[str, _Entry | None], first: bool, persist: bool, *,
