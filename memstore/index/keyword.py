@@ -15,6 +15,7 @@ import itertools
 import os
 import re
 import shutil
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
 from ..errors import DiskFull
 from ..store.files import disk_full
+from .postings import BadPostings, PostingsFile, PostingsWriter, is_sidecar, leftovers, sidecar_name
 from .safepickle import harden
 from .terms import (
     CODE_PATTERN,
@@ -94,11 +96,14 @@ _T = TypeVar("_T")
 
 
 def folder_files(folder: Path) -> dict[str, tuple[int, int, int]]:
-    """name -> (size, mtime_ns, inode) of a keyword folder's files, Whoosh's lock file aside."""
+    """name -> (size, mtime_ns, inode) of a keyword folder's files, Whoosh's lock file and the
+    postings projection aside."""
     out: dict[str, tuple[int, int, int]] = {}
     with contextlib.suppress(OSError), os.scandir(folder) as entries:
         for entry in entries:
-            if entry.name.endswith("WRITELOCK") or entry.name.startswith("."):
+            # The postings projection is checked by its own seal and rebuilt, never vouched for
+            # by the metadata: writing it must not look like a new generation (``postings``).
+            if entry.name.endswith("WRITELOCK") or entry.name.startswith(".") or is_sidecar(entry.name):
                 continue
             with contextlib.suppress(OSError):
                 st = entry.stat(follow_symlinks=False)
@@ -204,8 +209,12 @@ class KeywordIndex:
         self._print: dict[str, tuple[int, int, int]] = {}
         self._print_gen = -1
         self._searcher: Any = None
+        # The key the postings projection is sealed with (the owner's projection key; None:
+        # this user's, read when first needed).
+        self.seal: bytes | None = None
+        self._projecting: dict[str, ProjectionBuild] = {}  # segment id -> its projection being written
         self._open(fresh)
-        self._scorer: ArrayScorer | None = ArrayScorer(self.params.bm25_b, self.params.bm25_k1)
+        self._scorer: ArrayScorer | None = self._new_scorer()
 
     def _open(self, fresh: bool) -> None:
         harden()  # before Whoosh reads a byte of the folder
@@ -256,13 +265,26 @@ class KeywordIndex:
         """Score with ``params``' BM25 constants from now on (the files do not depend on them)."""
         if (params.bm25_b, params.bm25_k1) != (self.params.bm25_b, self.params.bm25_k1):
             self.params = params
-            self._scorer = ArrayScorer(params.bm25_b, params.bm25_k1)
+            if self._scorer is not None:
+                self._scorer.close()
+            self._scorer = self._new_scorer()
 
     def reset(self) -> None:
         """Throw the files away and start an empty index (the owner refills it)."""
         self.close()
         self._open(True)
-        self._scorer = ArrayScorer(self.params.bm25_b, self.params.bm25_k1)
+        self._scorer = self._new_scorer()
+
+    def _new_scorer(self) -> ArrayScorer:
+        return ArrayScorer(self.params.bm25_b, self.params.bm25_k1,
+                           None if self.in_memory else self.folder, self._seal_key)
+
+    def _seal_key(self) -> bytes:
+        if self.seal is None:
+            from ..store.userkey import projection_key
+
+            self.seal = projection_key()
+        return self.seal
 
     # -- damage ------------------------------------------------------------------------------------
     def _take_print(self) -> None:
@@ -450,7 +472,48 @@ class KeywordIndex:
     def doc_count(self) -> int:
         return int(self.searcher.doc_count())
 
+    # -- the postings projection (memstore.index.postings) -------------------------------------------
+    def projection_builds(self) -> list[ProjectionBuild]:
+        """The projections this index's large segments lack, each to be written a step at a time
+        (``ProjectionBuild.step``, on any thread: each reads the segment through files of its
+        own) and put in place by ``projected``; those begun before and not finished come first.
+        Call with the owner's lock held (it reads the live searcher)."""
+        if self.in_memory or self._scorer is None:
+            return []
+        leaves = [r for r, _ in self.searcher.reader().leaf_readers() if r.segment() is not None]
+        live = {r.segment().segment_id() for r in leaves}
+        for name in list(leftovers(self.folder, live)):
+            with contextlib.suppress(OSError):
+                os.unlink(self.folder / name)
+        for segid in [k for k in self._projecting if k not in live]:
+            self._projecting.pop(segid).close()
+        for reader in leaves:
+            segid = reader.segment().segment_id()
+            if (segid in self._projecting or reader.doc_count_all() < PROJECT_DOCS
+                    or self._scorer.projection(reader) is not None):
+                continue
+            self._projecting[segid] = ProjectionBuild(self, reader.segment())
+        return list(self._projecting.values())
+
+    def projected(self, build: ProjectionBuild) -> int | None:
+        """Put a finished projection in place, if its segment is still searched (the owner's
+        lock held); returns its size (None: dropped)."""
+        self._projecting.pop(build.segment_id, None)
+        live = {r.segment().segment_id() for r, _ in self.searcher.reader().leaf_readers() if r.segment() is not None}
+        if build.segment_id not in live or self._scorer is None:
+            build.close()
+            return None
+        size = build.finish()
+        if size is not None:
+            self._scorer.forget_projection(build.segment_id)
+        return size
+
     def close(self) -> None:
+        for build in self._projecting.values():
+            build.close()
+        self._projecting.clear()
+        if self._scorer is not None:
+            self._scorer.close()
         if self._searcher is not None:
             with contextlib.suppress(Exception):
                 self._searcher.close()
@@ -462,6 +525,113 @@ def whoosh_search(searcher: Any, pairs: list[tuple[str, str]], limit: int) -> li
 
     hits = searcher.search(Or([Term(f, t) for f, t in pairs]), limit=limit)
     return [(h["id"], float(h.score)) for h in hits]
+
+
+# Segments of fewer documents get no postings projection: none of their terms spans more than a
+# few blocks, and their files come and go with every write (Whoosh merges small segments).
+PROJECT_DOCS = 1024
+# Terms of more postings than one of Whoosh's blocks holds are projected; one block decodes in
+# ~20 us, about what a look-up in the projection costs. At 100k memories: 1,444 of 296,814
+# terms, which a query's first read spent 15.3 of its 15.7 ms of decoding on.
+PROJECT_POSTINGS = 128
+
+
+class ProjectionBuild:
+    """One segment's postings projection being written (``postings.PostingsWriter``), a step of
+    ``STEP`` seconds at a time, from a reader of the segment's files of its own: a step may run
+    on a thread beside reads. ``finish`` (through ``KeywordIndex.projected``) puts it in place."""
+
+    STEP = 0.01  # seconds of CPU, then the caller looks for requests
+
+    def __init__(self, index: KeywordIndex, segment: Any) -> None:
+        from whoosh.reading import SegmentReader
+
+        self.segment_id: str = segment.segment_id()
+        self._reader = SegmentReader(index.ix.storage, _schema(), segment)
+        schema = self._reader.schema
+        self._fields = {name for name in schema.names() if schema[name].scorable}
+        # Every term's key and TermInfo bytes, in key order: only the document frequency of
+        # each is read (a TermInfo made of each cost ~8 us, 2.3 s at 100k memories).
+        self._items = self._reader._terms._tindex.items()
+        try:
+            self._writer = PostingsWriter(index.folder, self.segment_id, self._reader.doc_count_all(),
+                                          index._seal_key())
+        except BaseException:
+            self._reader.close()
+            raise
+        self.terms_seen = 0
+        self.cpu = 0.0  # seconds of this build's CPU, all steps
+        self.done = False
+        self.closed = False
+        # Held by a step: ``close`` (its index closed, on a request's thread) waits for the step
+        # to end rather than close descriptors the step writes through (numbers another open reuses).
+        self._lock = threading.Lock()
+
+    def step(self, seconds: float = STEP) -> bool:
+        """Write the next terms' postings for about ``seconds`` of CPU; True once all are
+        written (or the build was given up)."""
+        with self._lock:
+            if self.closed:
+                self.done = True
+                return True
+            return self._step(seconds)
+
+    def _step(self, seconds: float) -> bool:
+        import struct
+        import time
+
+        from whoosh.codec.whoosh3 import W3TermInfo
+
+        head = struct.Struct("!BfI")  # a TermInfo's flags (1: postings inline), weight, frequency
+        terms = self._reader._terms
+        c0 = time.thread_time()
+        n = 0
+        try:
+            for kbytes, vbytes in self._items:
+                n += 1
+                inline, _weight, df = head.unpack_from(vbytes)
+                if df > PROJECT_POSTINGS and not inline:
+                    field_name, tbytes = terms._keydecoder(kbytes)
+                    if field_name in self._fields:
+                        info = W3TermInfo.from_bytes(vbytes)
+                        got = _decode(terms._codec.postings_reader(terms._postfile, info,
+                                                                   self._reader.schema[field_name].format,
+                                                                   term=(field_name, tbytes)))
+                        if got is not None:
+                            self._writer.add(int(info.extent()[0]), *got)
+                if n % 256 == 0 and time.thread_time() - c0 >= seconds:
+                    return False
+            self.done = True
+            return True
+        finally:
+            self.terms_seen += n
+            self.cpu += time.thread_time() - c0
+
+    @property
+    def postings(self) -> int:
+        return self._writer.postings
+
+    def finish(self) -> int | None:
+        """Put the file in place; returns its size (None: the build was given up)."""
+        with self._lock:
+            if self.closed or not self.done:
+                return None
+            self.closed = True
+            try:
+                return self._writer.finish()
+            finally:
+                with contextlib.suppress(Exception):
+                    self._reader.close()
+
+    def close(self) -> None:
+        """Give up: the temp file is removed."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            self._writer.close()
+            with contextlib.suppress(Exception):
+                self._reader.close()
 
 
 class ArrayScorer:
@@ -479,9 +649,15 @@ class ArrayScorer:
     POSTINGS_BUDGET = 64 * 1024 * 1024  # bytes of cached postings arrays per index
     POSTINGS_ENTRIES = 100_000  # and entries: absent terms are cached too, at no byte cost
 
-    def __init__(self, b: float, k1: float) -> None:
+    def __init__(self, b: float, k1: float, folder: Path | None = None,
+                 key: Callable[[], bytes] | None = None) -> None:
         self.b = b
         self.k1 = k1
+        # The folder whose postings projections a first read takes a term's postings from
+        # (None: none; decoded from Whoosh's blocks), and the key they are sealed with.
+        self.folder = folder
+        self._key = key
+        self._projections: dict[str, PostingsFile | None] = {}
         self._lengths: dict[tuple[str, str], np.ndarray] = {}
         self._postings: OrderedDict[tuple[str, str, str], tuple[np.ndarray, np.ndarray] | None] = OrderedDict()
         self._postings_bytes = 0
@@ -594,6 +770,67 @@ class ArrayScorer:
         for pkey in [k for k in self._postings if k[0] not in segments]:
             self._drop(pkey)
         self._ids = {k: v for k, v in self._ids.items() if k[0] in segments}
+        for segid in [k for k in self._projections if k not in segments]:
+            self.forget_projection(segid)
+
+    def projection(self, reader: Any) -> PostingsFile | None:
+        """The segment's postings projection, opened and checked once (None: it has none, or
+        one that failed its checks, which is removed so that the daemon writes it again)."""
+        if self.folder is None or self._key is None:
+            return None
+        segid = reader.segment().segment_id()
+        if segid in self._projections:
+            return self._projections[segid]
+        got = None
+        if reader.doc_count_all() >= PROJECT_DOCS:
+            try:
+                got = PostingsFile(self.folder, segid, reader.doc_count_all(), self._key())
+            except FileNotFoundError:
+                pass
+            except (BadPostings, OSError, ValueError):
+                with contextlib.suppress(OSError):
+                    os.unlink(self.folder / sidecar_name(segid))
+        self._projections[segid] = got
+        return got
+
+    def forget_projection(self, segid: str) -> None:
+        """Look for the segment's projection again at the next read (one was written, or its
+        segment is gone)."""
+        got = self._projections.pop(segid, None)
+        if got is not None:
+            got.close()
+
+    def close(self) -> None:
+        for segid in list(self._projections):
+            self.forget_projection(segid)
+
+    def _projected(self, reader: Any, field_name: str, text: str) -> tuple[np.ndarray, np.ndarray] | bool | None:
+        """The term's postings (None: the segment lacks it) from the segment's projection, or
+        decoded from Whoosh's blocks where the projection does not hold it (a term of one
+        block) or fails its checks (then the projection is dropped); False: the segment has
+        no projection."""
+        from whoosh.reading import TermNotFound
+
+        proj = self.projection(reader)
+        if proj is None:
+            return False
+        try:
+            info = reader._terms.term_info(field_name, reader._text_to_bytes(field_name, text))
+        except TermNotFound:
+            return None
+        df = int(info.doc_frequency())
+        if df > PROJECT_POSTINGS and not info.is_inlined():
+            try:
+                got = proj.get(int(info.extent()[0]), df)
+            except Exception:  # BadPostings, or any read error: never the read's failure
+                got = None
+                self._projections[proj.segment_id] = None
+                proj.discard()
+            if got is not None:
+                return got
+        terms = reader._terms
+        return _decode(terms._codec.postings_reader(terms._postfile, info, reader.schema[field_name].format,
+                                                    term=(field_name, reader._text_to_bytes(field_name, text))))
 
     def _drop(self, key: tuple[str, str, str]) -> None:
         got = self._postings.pop(key)
@@ -624,7 +861,9 @@ class ArrayScorer:
         if key in self._postings:
             self._postings.move_to_end(key)
             return self._postings[key]
-        got = _read_postings(reader, field_name, text)
+        got = self._projected(reader, field_name, text)
+        if got is False:
+            got = _read_postings(reader, field_name, text)
         self._postings[key] = got
         if got is not None:
             self._postings_bytes += got[0].nbytes + got[1].nbytes
@@ -648,7 +887,6 @@ def _rarest(terms: list[tuple[int, np.ndarray]], n: int) -> np.ndarray:
 
 def _read_postings(reader: Any, field_name: str, text: str) -> tuple[np.ndarray, np.ndarray] | None:
     """(document numbers, weights) of one term in one segment, deleted documents included."""
-    import numpy as np
     from whoosh.reading import TermNotFound
 
     try:
@@ -656,6 +894,13 @@ def _read_postings(reader: Any, field_name: str, text: str) -> tuple[np.ndarray,
                                         reader.schema[field_name].format)
     except TermNotFound:
         return None
+    return _decode(matcher)
+
+
+def _decode(matcher: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """(document numbers, weights) of the postings a term's matcher reads, block by block."""
+    import numpy as np
+
     ids: list[Any] = []
     weights: list[Any] = []
     if hasattr(matcher, "_read_data") and not getattr(matcher, "_byteids", True):

@@ -178,6 +178,7 @@ class StoreIndex:
         if keyword is not None:
             keyword.on_fault = self._heal_keyword
             keyword.vouch = self.files.vouch_keyword
+            keyword.seal = self.key  # its postings projection's seal: this index's key
 
     def _heal_keyword(self, exc: Exception) -> None:
         """The keyword index's files failed a read: build it again from the catalog, now."""
