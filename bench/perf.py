@@ -29,6 +29,7 @@ The machine's load average is printed with the results: on a shared 2-core box i
     python bench/perf.py noisy --sizes 100000  # store-100000-noisy: vectors without the model
     python bench/perf.py profile --sizes 100000 --store bench/.cache/perf/store-100000-noisy
     python bench/perf.py store --store bench/.cache/perf/store-100000-noisy   # warm, daemon, RSS
+    python bench/perf.py project --store bench/.cache/perf/store-100000-noisy # its postings projection
     python bench/perf.py grow --store bench/.cache/perf/store-100000-noisy --sizes 1000000
 
 ``cold`` commits each generated store as ``.memory/`` of a git repo (kept under
@@ -1435,6 +1436,8 @@ def store_main(argv: list[str]) -> int:
     with threadpool_limits(1, user_api="blas"):
         lib, ws = library_reads(root, a.reps)
         row: dict[str, Any] = {"store": root.name, "n": len(ws.catalog("repo").memories)}
+        # index/postings.py: a first read takes its words' postings from it (perf.py project)
+        row["postings_projection_mb"] = round(sum(p.stat().st_size for p in _projections(root)) / 1e6, 1)
         row["lib_read_p50_ms"], row["lib_read_p95_ms"] = ms(pct(lib["watched"], 50)), ms(pct(lib["watched"], 95))
         lanes = [retrieve.read(ws, {"query": q}, log_episode=False)["stats"].get("approximate") for q in QUERIES]
         row["approximate_reads"] = sum(1 for s in lanes if s and s["searches"] and not s["flat"])
@@ -1470,6 +1473,90 @@ def store_main(argv: list[str]) -> int:
     if a.json_out:
         a.json_out.write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary, separators=(",", ":")))
+    return 0
+
+
+def _projections(root: Path) -> list[Path]:
+    """The postings projections beside the store's keyword segments (index/postings.py)."""
+    from memstore.index.postings import is_sidecar
+
+    folder = root / ".index" / "keyword"
+    return sorted(p for p in folder.iterdir() if is_sidecar(p.name)) if folder.is_dir() else []
+
+
+def project_main(argv: list[str]) -> int:
+    """The postings projection of an indexed store's keyword index, written as the daemon writes
+    it in a pause (``--remove``: removed, for a run without it), with its size and the CPU it
+    took; then, in ``--rounds`` rounds alternating which goes first, the CPU a first read of
+    each query spends on its words' postings with the projection and decoding Whoosh's blocks
+    (a fresh scorer each round: every term met for the first time), and whether the two give
+    the same document numbers and weights, term by term."""
+    import statistics
+
+    import numpy as np
+
+    from memstore.index.keyword import ArrayScorer, _read_postings
+    from memstore.read.indexes import store_index
+    from memstore.read.tuning import params_from_config
+    from memstore.store.workspace import open_workspace
+
+    ap = argparse.ArgumentParser(prog="perf.py project", description=project_main.__doc__)
+    ap.add_argument("--store", type=Path, required=True)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--remove", action="store_true", help="remove the store's projections and stop")
+    a = ap.parse_args(argv)
+    root = a.store.resolve()
+    if a.remove:
+        for path in _projections(root):
+            path.unlink()
+            print(f"removed {path.name}")
+        return 0
+    ws = open_workspace(cwd=root, env={"MEMSTORE_STORE": str(root), "MEMSTORE_HOME": str(CACHE / "global"),
+                                       "MEMSTORE_GIT_STAGE": "0"})
+    si = store_index(ws, "repo", params_from_config(ws.config))
+    si.refresh()  # loaded as a read loads it
+    ki = si.keyword
+    assert ki is not None
+    t0, c0 = time.perf_counter(), time.process_time()
+    for build in ki.projection_builds():
+        while not build.step():
+            pass
+        size = ki.projected(build)
+        print(f"wrote {build.segment_id}.postings: {build.postings} postings of {build.terms_seen} terms, "
+              f"{(size or 0) / 1e6:.1f} MB, {build.cpu:.2f} s of CPU")
+    print(f"projections: {[(p.name, round(p.stat().st_size / 1e6, 1)) for p in _projections(root)]}; "
+          f"{time.perf_counter() - t0:.2f} s wall, {time.process_time() - c0:.2f} s of CPU; "
+          f"load {os.getloadavg()[0]:.1f}")
+    searcher = ki.searcher
+    leaves = [r for r, _ in searcher.reader().leaf_readers()]
+    pairs = [[p for p in ki.pairs(q) if p[0] in ("text", "code", "tags")] for q in QUERIES]
+    cpu: dict[str, list[float]] = {"projection": [], "blocks": []}
+    for rnd in range(a.rounds):
+        for mode in (("projection", "blocks") if rnd % 2 == 0 else ("blocks", "projection")):
+            scorer = ArrayScorer(1.0, 1.0, ki.folder if mode == "projection" else None, ki._seal_key)
+            for query_pairs in pairs:
+                c0 = time.thread_time()
+                for reader in leaves:
+                    for field_name, text in query_pairs:
+                        scorer._term_postings(reader, field_name, text)
+                cpu[mode].append(time.thread_time() - c0)
+            scorer.close()
+    same = terms = 0
+    scorer = ArrayScorer(1.0, 1.0, ki.folder, ki._seal_key)
+    for query_pairs in pairs:
+        for reader in leaves:
+            for field_name, text in query_pairs:
+                got, want = scorer._term_postings(reader, field_name, text), _read_postings(reader, field_name, text)
+                terms += 1
+                same += (got is None and want is None) or (
+                    got is not None and want is not None and np.array_equal(got[0], want[0])
+                    and np.array_equal(got[1], want[1]) and got[1].dtype == want[1].dtype)
+    scorer.close()
+    for mode, values in cpu.items():
+        print(f"postings of a first read, {mode}: CPU per query mean {ms(statistics.mean(values))} ms, "
+              f"p50 {ms(pct(values, 50))}, p95 {ms(pct(values, 95))} ({len(values)} reads)")
+    print(f"the same postings term by term: {same} of {terms}; load {os.getloadavg()[0]:.1f}")
+    ws.close()
     return 0
 
 
@@ -1562,6 +1649,8 @@ def grow_main(argv: list[str]) -> int:
 def main() -> int:
     if sys.argv[1:2] == ["store"]:
         return store_main(sys.argv[2:])
+    if sys.argv[1:2] == ["project"]:
+        return project_main(sys.argv[2:])
     if sys.argv[1:2] == ["grow"]:
         return grow_main(sys.argv[2:])
     if sys.argv[1:2] == ["noisy"]:
