@@ -16,7 +16,7 @@ Layout (little-endian)::
              every weight is 1.0; float32 when every weight round-trips exactly; else float64)
     table    one RECORD per term, sorted by its key (the offset of its postings in Whoosh's
              postings file, from its TermInfo): key, start, count, weights' kind, a MAC
-    fences   the key of every FENCE-th record: all a reader holds in memory (~25 KB at 100k)
+    fences   the key of every FENCE-th record: all a reader holds in memory (184 bytes at 100k)
 
 Every MAC is HMAC-SHA256 (cut to 16 bytes) under the user's projection key
 (``store.userkey``), over the segment id and the term's key, count and kind with its bytes: a
