@@ -322,7 +322,12 @@ class Background:
                     # Not while a keyword build stands in for the index (the scan lane answers).
                     indexes = {id(si.keyword): si.keyword for si in list(entry.ws.indexes.values())
                                if si.keyword is not None and si.scan is None}
-                    builds = [(kw, build) for kw in indexes.values() for build in kw.projection_builds()]
+                    builds = []
+                    for kw in indexes.values():
+                        try:
+                            builds += [(kw, build) for build in kw.projection_builds()]
+                        except Exception as exc:  # damaged or foreign files: the next read heals them
+                            log.info("%s: no postings projection now (%s)", kw.folder, exc)
                 for kw, build in builds:
                     _lower_priority()
                     while not build.done:
