@@ -29,7 +29,7 @@ The machine's load average is printed with the results: on a shared 2-core box i
     python bench/perf.py noisy --sizes 100000  # store-100000-noisy: vectors without the model
     python bench/perf.py profile --sizes 100000 --store bench/.cache/perf/store-100000-noisy
     python bench/perf.py store --store bench/.cache/perf/store-100000-noisy   # warm, daemon, RSS
-    python bench/perf.py project --store bench/.cache/perf/store-100000-noisy # its postings projection
+    python bench/perf.py project --store bench/.cache/perf/store-100000-noisy --reads  # postings projection
     python bench/perf.py grow --store bench/.cache/perf/store-100000-noisy --sizes 1000000
 
 ``cold`` commits each generated store as ``.memory/`` of a git repo (kept under
@@ -1504,6 +1504,8 @@ def project_main(argv: list[str]) -> int:
     ap.add_argument("--store", type=Path, required=True)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--remove", action="store_true", help="remove the store's projections and stop")
+    ap.add_argument("--reads", action="store_true",
+                    help="and whole library reads' CPU, first reads with and without it (a fresh scorer each round)")
     a = ap.parse_args(argv)
     root = a.store.resolve()
     if a.remove:
@@ -1556,8 +1558,50 @@ def project_main(argv: list[str]) -> int:
         print(f"postings of a first read, {mode}: CPU per query mean {ms(statistics.mean(values))} ms, "
               f"p50 {ms(pct(values, 50))}, p95 {ms(pct(values, 95))} ({len(values)} reads)")
     print(f"the same postings term by term: {same} of {terms}; load {os.getloadavg()[0]:.1f}")
+    if a.reads:
+        _project_reads(ws, ki, a.rounds)
     ws.close()
     return 0
+
+
+def _project_reads(ws: Any, ki: Any, rounds: int) -> None:
+    """``project --reads``: whole library reads (BLAS on one thread), every query's words met
+    for the first time (a fresh keyword scorer each round) with the projection and without it,
+    alternated, the rest of the read warm; then each query met before. CPU per read, and
+    whether the answers (ids, scores) are the same."""
+    import statistics
+
+    from threadpoolctl import threadpool_limits
+
+    from memstore.read import retrieve
+
+    res: dict[str, list[float]] = {"projection": [], "blocks": [], "met before": []}
+    answers: dict[str, list[tuple[str, float]]] = {}
+    same = True
+    ws.watch()  # as the daemon's and perf.py's reads: no stat walk of the store per read
+    with threadpool_limits(1, user_api="blas"):
+        for q in QUERIES:
+            retrieve.read(ws, {"query": q}, log_episode=False)
+        for rnd in range(rounds):
+            for mode in (("projection", "blocks") if rnd % 2 == 0 else ("blocks", "projection")):
+                ki._scorer.close()
+                ki._scorer = ki._new_scorer()
+                if mode == "blocks":
+                    ki._scorer.folder = None
+                for q in QUERIES:
+                    c0 = time.thread_time()
+                    got = retrieve.read(ws, {"query": q}, log_episode=False)
+                    res[mode].append(time.thread_time() - c0)
+                    ranked = [(r["id"], r["score"]) for r in got["results"]]
+                    same = same and answers.setdefault(q, ranked) == ranked
+                for q in QUERIES:
+                    c0 = time.thread_time()
+                    retrieve.read(ws, {"query": q}, log_episode=False)
+                    res["met before"].append(time.thread_time() - c0)
+    for mode, values in res.items():
+        print(f"whole read, {mode}: CPU p50 {ms(statistics.median(values))} ms, mean {ms(statistics.mean(values))}, "
+              f"p95 {ms(pct(values, 95))} ({len(values)} reads)")
+    print(f"the same answers with and without the projection: {same}; load {os.getloadavg()[0]:.1f}")
 
 
 def grow_main(argv: list[str]) -> int:
