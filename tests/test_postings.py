@@ -344,3 +344,31 @@ def _daemon_trial(world: Env) -> None:
 
 def _ranked(answer: dict[str, Any]) -> list[tuple[str, float]]:
     return [(r["id"], r["score"]) for r in answer["results"]]
+
+
+def test_the_pause_after_the_projection_runs_at_the_daemons_own_priority() -> None:
+    """The projection's steps lower their thread's priority, which a thread cannot take back;
+    the neighbour-list fill after them holds a store's lock a slice at a time, so a request
+    waiting for that lock would wait on a thread at nice 19 were both on one thread."""
+    import threading
+
+    from memstore.surfaces import daemon_work
+
+    seen: dict[str, int] = {}
+
+    class Watched(daemon_work.Background):
+        def flush_all(self) -> None:
+            pass
+
+        def project_all(self) -> None:
+            daemon_work._lower_priority()
+            seen["projection"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+        def fill_all(self) -> None:
+            seen["fill"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    no_stores: Any = None  # the overridden steps are the only ones that would read them
+    Watched(no_stores, threading.Event(), lambda: (0, 0.0)).idle_work()
+    assert seen == {"projection": 19, "fill": own}
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own

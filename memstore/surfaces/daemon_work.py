@@ -301,7 +301,12 @@ class Background:
         """What a pause is for: save the projections, write the postings projections, then fill
         neighbour lists, each until a request comes."""
         self.flush_all()
-        self.project_all()
+        # Its own thread, for the projection's steps run at the lowest priority and a thread
+        # cannot take a priority back: the fill after it holds a store's lock a slice at a time,
+        # and a request waiting for that lock must not wait on a thread at nice 19.
+        projecting = threading.Thread(target=self.project_all, daemon=True)
+        projecting.start()
+        projecting.join()
         self.fill_all()
 
     def project_all(self) -> None:
