@@ -65,3 +65,12 @@ def test_meta_json_streamed_is_the_text_json_dumps_makes(n: int) -> None:
     meta = _meta(n)
     meta["model_id"] = "modèle \"quoted\" \u2028"
     assert "".join(meta_chunks(meta)) == json.dumps(meta, separators=(",", ":"))
+
+
+def test_whole_number_labels_are_written_as_the_strings_a_load_reads(tmp_path: Path) -> None:
+    meta = _meta(5000)
+    meta["labels"] = {int(k): v for k, v in meta["labels"].items()}  # type: ignore[attr-defined]
+    files = IndexFiles(tmp_path / "index", KEY, lambda note: None)
+    (tmp_path / "index").mkdir()
+    files.write_meta(meta)
+    assert files.read_meta() == _meta(5000)

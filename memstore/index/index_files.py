@@ -140,7 +140,8 @@ class IndexFiles:
             "generation": state.generation,
             "model_id": model_id,
             "dim": vectors.dim,
-            "labels": {str(k): v for k, v in vectors.id_of.items()},
+            # Whole-number keys, written as JSON's strings: a copy of the table, no new strings.
+            "labels": dict(vectors.id_of),
             "kw_manifest": dict(state.kw_manifest),
             "vec_manifest": dict(state.vec_manifest),
             # Size and mtime of each file as saved: a file that differs on the next load was
