@@ -138,3 +138,17 @@ def test_a_damaged_or_foreign_vectors_file_is_refused_with_a_clear_error_and_not
     with pytest.raises(ValueError, match="vector index"):
         VectorIndex.load(path, dim, dict(built.id_of), approx_rows=10**9)
     assert sorted((p.name, p.stat().st_mtime_ns, p.read_bytes()) for p in tmp_path.iterdir()) == before
+
+
+def test_where_files_are_not_mapped_the_load_reads_the_file_and_holds_the_same_rows(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """faiss maps files only on Linux and FreeBSD; without madvise (macOS) the file is read whole."""
+    from memstore.index import vectors
+
+    rows = _unit(np.random.default_rng(11), 3_000)
+    built = _saved(tmp_path, rows)
+    monkeypatch.setattr(vectors, "_MADVISE", None)
+    v = VectorIndex.load(tmp_path / "vectors.faiss", DIM, dict(built.id_of), approx_rows=10**9)
+    assert np.array_equal(v.matrix(), rows) and v.row_ids() == built.row_ids()
+    v.add(["extra"], _unit(np.random.default_rng(12), 1))
+    assert v.row_ids()[-1] == "extra" and len(v) == len(rows) + 1

@@ -264,7 +264,9 @@ def _read_rows(path: Path, dim: int) -> tuple[faiss.IndexIDMap2, int]:
     read), the storage is made first and given back to the kernel (``_unmap_room``), and the rows
     are added into it a slice at a time, each slice's pages of the file dropped once copied: the
     load peaks at the storage's zero fill (189 MB at 100k), under what it keeps at its end."""
-    mapped = faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC)
+    # faiss maps files on Linux and FreeBSD only (impl/mapped_io.cpp) and raises elsewhere;
+    # there (no madvise either) the file is read whole, and the load peaks as faiss's own did.
+    mapped = faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC if _MADVISE is not None else 0)
     if mapped.d != dim:
         raise ValueError(f"vector index has dim {mapped.d}, expected {dim}")
     if not isinstance(mapped, faiss.IndexIDMap2):
