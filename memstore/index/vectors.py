@@ -299,18 +299,23 @@ def _unmap_room(codes: faiss.MaybeOwnedVectorUInt8, used: int, capacity: int) ->
     (not Linux), the room stays resident as it was."""
     if capacity - used < _PAGE:
         return
-    _drop_pages(faiss.rev_swig_ptr(codes.data(), capacity).ctypes.data + used, capacity - used)
+    _drop_pages(faiss.rev_swig_ptr(codes.data(), capacity).ctypes.data + used, capacity - used, room=True)
 
 
-def _drop_pages(address: int, size: int) -> None:
+def _drop_pages(address: int, size: int, *, room: bool = False) -> None:
     """MADV_DONTNEED over the whole pages inside [address, address + size): an anonymous page
-    reads as zeros when next touched, a page of a mapped file is read from the file again."""
+    reads as zeros when next touched, a page of a mapped file is read from the file again.
+    ``room``: the range is also kept from huge pages (MADV_NOHUGEPAGE). The heap may hand the
+    storage addresses numpy once advised for huge pages (it does so for its large arrays), and
+    the kernel's khugepaged then fills a 2 MiB range around the last row, room included."""
     if _MADVISE is None:
         return
     start = -(-address // _PAGE) * _PAGE
     end = (address + size) // _PAGE * _PAGE
     if end > start:
         _MADVISE(start, end - start, _MADV_DONTNEED)
+        if room:
+            _MADVISE(start, end - start, _MADV_NOHUGEPAGE)
 
 
 def _madvise() -> Callable[[int, int, int], int] | None:
@@ -325,7 +330,8 @@ def _madvise() -> Callable[[int, int, int], int] | None:
     return fn  # type: ignore[no-any-return]
 
 
-_MADV_DONTNEED = 4  # Linux's value (asm-generic/mman-common.h)
+_MADV_DONTNEED = 4  # Linux's values (asm-generic/mman-common.h)
+_MADV_NOHUGEPAGE = 15
 _PAGE = mmap.PAGESIZE
 _MADVISE = _madvise()
 
