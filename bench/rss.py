@@ -13,6 +13,12 @@ the library, five hand edits each followed by a read; then what ``malloc_trim(0)
 its ``daemon status`` figures after each. ``catalog``: what the catalog's objects hold per part
 (each object counted once, by ``sys.getsizeof``), per memory.
 
+``library --phases`` adds, after the steps, the RSS and its peak inside each phase of the loads
+(the catalog's, meta.json's, the keyword index's open, the vectors' load, the model's): the
+peak of each is VmHWM after the kernel's own counter was reset as the phase began (``5`` written
+to ``/proc/self/clear_refs``, Linux 4.0 on), so a phase's transient shows even when it is given
+back before the step ends.
+
 The store is written to (the writes and the hand-written notes stay in it): use a copy.
 The machine's load average is printed with the figures.
 """
@@ -104,6 +110,76 @@ def hand_edit(root: Path, i: int) -> str:
     return marker
 
 
+class Phases:
+    """RSS at the start and end of each call of the wrapped functions, and the peak within it
+    (VmHWM, reset when the call begins; a call inside another folds its peak into the outer's)."""
+
+    def __init__(self) -> None:
+        self.open: list[list[Any]] = []  # [name, rss at entry, peak so far]
+        self.rows: list[dict[str, Any]] = []
+        self.peak = 0.0  # the process's peak before the last reset of VmHWM
+
+    def _fold(self) -> None:
+        peak = vm()[1]
+        self.peak = max(self.peak, peak)
+        for frame in self.open:
+            frame[2] = max(frame[2], peak)
+
+    def measure(self) -> tuple[float, float]:
+        """(VmRSS, the process's peak across the resets)."""
+        rss, peak = vm()
+        return rss, max(peak, self.peak)
+
+    def wrap(self, owner: Any, attr: str, name: str) -> None:
+        fn = getattr(owner, attr)
+
+        def probe(*args: Any, **kwargs: Any) -> Any:
+            if any(r["phase"] == name for r in self.rows):  # a later call (the model's, idempotent)
+                return fn(*args, **kwargs)
+            self._fold()
+            Path("/proc/self/clear_refs").write_text("5")
+            rss = vm()[0]
+            frame = [name, rss, rss]
+            self.open.append(frame)
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._fold()
+                self.open.pop()
+                end = vm()[0]
+                self.rows.append({"phase": name, "rss_in_mb": round(rss, 1), "rss_out_mb": round(end, 1),
+                                  "peak_mb": round(frame[2], 1), "s": round(time.perf_counter() - t0, 2)})
+                Path("/proc/self/clear_refs").write_text("5")
+                if self.open:  # the outer call's peak is kept in its frame; VmHWM restarts here
+                    self.open[-1][2] = max(self.open[-1][2], frame[2])
+
+        # A classmethod was fetched bound to its class: the probe must not be bound again.
+        bound = isinstance(owner, type) and isinstance(owner.__dict__[attr], classmethod)
+        setattr(owner, attr, staticmethod(probe) if bound else probe)
+
+    def install(self) -> None:
+        from memstore.index import embedder, index_files, vectors
+        from memstore.store import catalog
+
+        self.wrap(embedder.Embedder, "load", "the model's load")
+        self.wrap(catalog.Catalog, "_load_cache", "catalog.json's load")
+        self.wrap(index_files.IndexFiles, "read_meta", "meta.json's read")
+        self.wrap(index_files.IndexFiles, "open_keyword", "the keyword index's open (meta.json in it)")
+        self.wrap(vectors.VectorIndex, "load", "the vectors' load")
+        self.wrap(vectors, "_read_ann", "the approximate index's read")
+        self.wrap(catalog.Catalog, "_save_cache", "catalog.json's save (first write)")
+        self.wrap(vectors.VectorIndex, "save", "the vectors' save (first write)")
+        self.wrap(index_files.IndexFiles, "snapshot", "meta.json's snapshot (first write)")
+        self.wrap(index_files.IndexFiles, "write_meta", "meta.json's save (first write)")
+
+    def print(self) -> None:
+        print("| phase | RSS in MB | RSS out MB | peak within MB | over RSS in | s |\n|---|---|---|---|---|---|")
+        for r in self.rows:
+            print(f"| {r['phase']} | {r['rss_in_mb']} | {r['rss_out_mb']} | {r['peak_mb']} | "
+                  f"{r['peak_mb'] - r['rss_in_mb']:+.1f} | {r['s']} |")
+
+
 def library_main(a: argparse.Namespace) -> None:
     root = a.store.resolve()
     env = {
@@ -113,7 +189,8 @@ def library_main(a: argparse.Namespace) -> None:
         "MEMSTORE_GIT_STAGE": "0",
         "MEMSTORE_AUTHOR": "bench",
     }
-    steps = Steps(vm)
+    phases = Phases() if a.phases else None
+    steps = Steps(phases.measure if phases is not None else vm)
     held: dict[str, Any] = {}
 
     def imports() -> None:
@@ -124,6 +201,8 @@ def library_main(a: argparse.Namespace) -> None:
 
         threadpool_limits(1, user_api="blas")  # as the daemon runs its reads
         held["memstore"] = memstore
+        if phases is not None:
+            phases.install()
 
     def model() -> None:
         from memstore.index.embedder import get_embedder
@@ -162,7 +241,9 @@ def library_main(a: argparse.Namespace) -> None:
     steps.run("five writes", writes)
     steps.run("five hand edits, a read after each", edits)
     steps.run("malloc_trim(0)", lambda: ctypes.CDLL("libc.so.6").malloc_trim(0))
-    summary(steps, a)
+    if phases is not None:
+        phases.print()
+    summary(steps, a, phases.rows if phases is not None else None)
 
 
 def daemon_main(a: argparse.Namespace) -> None:
@@ -290,8 +371,10 @@ def catalog_main(a: argparse.Namespace) -> None:
     )
 
 
-def summary(steps: Steps, a: argparse.Namespace) -> None:
-    out = {"mode": a.mode, "store": a.store.name, "load_avg": os.getloadavg()[0], "steps": steps.rows}
+def summary(steps: Steps, a: argparse.Namespace, phases: list[dict[str, Any]] | None = None) -> None:
+    out: dict[str, Any] = {"mode": a.mode, "store": a.store.name, "load_avg": os.getloadavg()[0], "steps": steps.rows}
+    if phases is not None:
+        out["phases"] = phases
     print(json.dumps(out, separators=(",", ":")))
 
 
@@ -301,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--store", type=Path, default=CACHE / "store-100000-noisy")
     ap.add_argument("--settle", type=float, default=30.0,
                     help="seconds the daemon is left idle: its flush and neighbour fill (daemon mode)")
+    ap.add_argument("--phases", action="store_true",
+                    help="RSS and its peak within each phase of the loads (library mode)")
     a = ap.parse_args(argv)
     {"library": library_main, "daemon": daemon_main, "catalog": catalog_main}[a.mode](a)
     return 0

@@ -12,6 +12,7 @@ that everything that trusts or distrusts a file on disk is read in one place.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..store.files import NotOurs, atomic_write, clear_way, file_lock, private_dir, read_projection, recheck_dir
-from ..store.userkey import looks_sealed, sealed_json, unseal
+from ..store.userkey import looks_sealed, sealing, unseal
 from .keyword import BM25Params, KeywordIndex, folder_listing
 from .vectors import VectorIndex, ann_path
 
@@ -33,6 +34,8 @@ WATCHED = ("meta.json", "vectors.faiss", "vectors.ann")
 # here; its size is checked on the open file, and its seal's place at the end, before any read.
 MAX_META_BYTES = 512 * 1024 * 1024
 MAX_GENERATION_BYTES = 32  # a decimal number
+# Entries of a manifest encoded at a time when meta.json is written (``meta_chunks``).
+META_SLICE = 4096
 
 
 @dataclass
@@ -137,7 +140,8 @@ class IndexFiles:
             "generation": state.generation,
             "model_id": model_id,
             "dim": vectors.dim,
-            "labels": {str(k): v for k, v in vectors.id_of.items()},
+            # Whole-number keys, written as JSON's strings: a copy of the table, no new strings.
+            "labels": dict(vectors.id_of),
             "kw_manifest": dict(state.kw_manifest),
             "vec_manifest": dict(state.vec_manifest),
             # Size and mtime of each file as saved: a file that differs on the next load was
@@ -146,7 +150,7 @@ class IndexFiles:
         }
 
     def write_meta(self, meta: dict[str, Any]) -> None:
-        atomic_write(clear_way(self.meta_path), sealed_json(json.dumps(meta, separators=(",", ":")), self.key))
+        atomic_write(clear_way(self.meta_path), sealing(meta_chunks(meta), self.key))
         # A few bytes a writer checks under the lock instead of parsing the whole manifest.
         atomic_write(clear_way(self.dir / "generation"), str(meta["generation"]))
         self.note_written()
@@ -315,6 +319,27 @@ def valid_meta(meta: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(meta.get("generation", 0), int):
         raise ValueError("meta.json: generation is not a number")
     return meta
+
+
+def meta_chunks(meta: dict[str, Any]) -> Iterator[str]:
+    """``meta`` as compact JSON, a few thousand entries of a manifest at a time: at 100k
+    memories the whole text is 16 MB, and ``json.dumps`` held its pieces and the text together
+    (a save's peak +49 MB over the process; streamed +3 MB, bench/rss.py library --phases).
+    The text is what ``json.dumps(meta, separators=(",", ":"))`` makes."""
+    dumps = json.JSONEncoder(separators=(",", ":")).encode
+    sep = "{"
+    for key, value in meta.items():
+        if isinstance(value, dict) and len(value) > META_SLICE:
+            yield f"{sep}{dumps(key)}:{{"
+            items, first = iter(value.items()), True
+            while part := dict(itertools.islice(items, META_SLICE)):
+                yield ("" if first else ",") + dumps(part)[1:-1]
+                first = False
+            yield "}"
+        else:
+            yield f"{sep}{dumps(key)}:{dumps(value)}"
+        sep = ","
+    yield "{}" if sep == "{" else "}"
 
 
 def _same(mid: str) -> str:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import numpy as np
+    from tokenizers import Tokenizer
 
 MODEL_DIM = 384
 # sentence_bert_config.json of the package; tokenizer.json alone would cut at 128.
@@ -28,9 +29,10 @@ class OnnxEncoder:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
-        self._tok = Tokenizer.from_file(str(tokenizer_file))
-        self._tok.enable_truncation(MAX_TOKENS)
-        self._tok.enable_padding(pad_id=0, pad_token="[PAD]")  # noqa: S106 (to the batch's longest)
+        self._tokenizer_file = tokenizer_file
+        # The padding tokenizer of batched runs is made at the first one: memstore encodes a text
+        # a run (embedder.ONNX_TEXTS_PER_RUN), and each tokenizer holds ~9 MB (the vocabulary).
+        self._tok: Tokenizer | None = None
         # One text a run needs no padding: the whole list is tokenised in one call (one trip
         # into Rust instead of one per text) with the same ids a batch of one would get.
         self._tok_alone = Tokenizer.from_file(str(tokenizer_file))
@@ -65,6 +67,12 @@ class OnnxEncoder:
                 weights = np.ones((1, n, 1), dtype=np.float32)
                 out[i] = ((hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9))[0]
             return out
+        if self._tok is None:
+            from tokenizers import Tokenizer
+
+            self._tok = Tokenizer.from_file(str(self._tokenizer_file))
+            self._tok.enable_truncation(MAX_TOKENS)
+            self._tok.enable_padding(pad_id=0, pad_token="[PAD]")  # noqa: S106 (to the batch's longest)
         # Longest first, as sentence-transformers does: a batch pads to its longest text only.
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
         for start in range(0, len(order), batch_size):
