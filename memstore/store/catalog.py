@@ -22,7 +22,7 @@ from . import ids
 from .changelog import ChangeLog
 from .config import env_count
 from .disk import SHARED_PREFIX, Store
-from .files import NotOurs, atomic_write, clear_way, read_projection, scan_memory, set_aside
+from .files import Found, NotOurs, atomic_write, clear_way, found_stat, read_projection, scan_memory, set_aside
 from .model import DIR_KINDS, Event, Memory
 from .userkey import looks_sealed, projection_key, sealing, unseal
 
@@ -224,16 +224,19 @@ class Catalog:
     def _cache_path(self) -> os.PathLike[str]:
         return self.store.index_dir / "catalog.json"
 
-    def _load_cache(self, cap: int) -> None:
+    def _load_cache(self, cap: Callable[[], int]) -> None:
         """The records catalog.json holds, if this user sealed it and it is no larger than
-        ``cap`` (checked on the open file before it is read); anything else is set aside."""
+        ``cap()`` (checked on the open file before it is read); anything else is set aside."""
         self._loaded = True
         if self._ignore_cache:
             self._ignore_cache = False
             return
         path = self.store.index_dir / "catalog.json"
+        if not os.path.lexists(path):
+            # A fresh clone's: no cap to work out (it takes an lstat of every file).
+            return
         try:
-            data = read_projection(path, cap, tail=looks_sealed)
+            data = read_projection(path, cap(), tail=looks_sealed)
             self._saved = _stat(path)
             body = unseal(data, self._key)
             del data  # at 100k memories each copy of the file is ~70 MB: hold one at a time
@@ -294,11 +297,11 @@ class Catalog:
         ``FIRST_PARSE`` memory files to parse, only those that may hold what it looks for are
         parsed now and the others left unread (``partial``); without it, every file is read,
         the ones a partial load left unread included."""
-        walks = [(rel, st, True) for rel, st in self.store.memory_files()]
-        walks += [(rel, st, False) for rel, st in self.store.event_files()]
+        walks: list[tuple[str, Found, bool]] = [(rel, e, True) for rel, e in self.store.memory_entries()]
+        walks += [(rel, e, False) for rel, e in self.store.event_entries()]
         first = not self._loaded
         if first:  # after the walk: what it found bounds the cache
-            self._load_cache(cache_cap(w[1].st_size for w in walks))
+            self._load_cache(lambda: cache_cap(st.st_size for w in walks if (st := found_stat(w[1]))))
         seen: set[str] = set()
         touched: dict[str, _Entry | None] = {}
         cap = self.max_files
@@ -309,44 +312,59 @@ class Catalog:
             walks.sort(key=lambda w: w[0])
             del walks[cap:]
         unread, self._unread = self._unread, {}
-        todo: list[tuple[str, os.stat_result, bool]] = []
-        for rel, st, is_memory in walks:
-            seen.add(rel)
+        todo: list[tuple[str, Found, bool]] = []
+        for rel, found, is_memory in walks:
             old = self._entries.get(rel)
-            if old is not None and old.mtime_ns == st.st_mtime_ns and old.size == st.st_size:
-                continue
-            todo.append((rel, st, is_memory))
+            held = unread.get(rel)
+            if old is not None or held is not None:
+                # Only a file on record needs its lstat to tell whether it changed; a file read
+                # for the first time is judged by the fstat of its open descriptor (read_found).
+                st = found_stat(found)
+                if st is None:  # gone since the walk: as if not found
+                    continue
+                seen.add(rel)
+                if old is not None and old.mtime_ns == st.st_mtime_ns and old.size == st.st_size:
+                    continue
+                found = st
+            else:
+                seen.add(rel)
+            todo.append((rel, found, is_memory))
         if wanted is not None and sum(w[2] for w in todo) > (budget := first_parse_setting()):
             self._read_partly(todo, wanted, touched, budget)
         else:
-            for rel, st, is_memory in todo:
-                touched[rel] = self._entries.get(rel)
+            reading = self._reading()
+            for rel, found, is_memory in todo:
+                touched[rel] = self._entries.pop(rel, None)
                 held = unread.get(rel)
-                if held is not None and held.mtime_ns == st.st_mtime_ns and held.size == st.st_size:
-                    self._entries[rel] = self._parse_data(rel, st, held.data)
-                else:
-                    self._entries[rel] = self._parse(rel, st, is_memory)
+                if (held is not None and isinstance(found, os.stat_result) and held.mtime_ns == found.st_mtime_ns
+                        and held.size == found.st_size):
+                    self._entries[rel] = self._parse_data(rel, found, held.data)
+                elif (entry := self._parse(rel, found, is_memory, reading)) is not None:
+                    self._entries[rel] = entry
         for rel in [r for r in self._entries if r not in seen]:
             touched[rel] = self._entries.pop(rel)
         # Files left unread (or no longer) change which ids are claimed: the views are rebuilt.
         return self._settle(touched, first, persist, rebuild=bool(unread or self._unread))
 
-    def _read_partly(self, todo: list[tuple[str, os.stat_result, bool]], wanted: Wanted,
+    def _read_partly(self, todo: list[tuple[str, Found, bool]], wanted: Wanted,
                      touched: dict[str, _Entry | None], budget: int) -> None:
         """Parse of ``todo`` the files that may hold what ``wanted`` names and those the strict
         scan cannot read; leave the rest unread, each with the id its scan found (a file that
         claims the id of a parsed one keeps that one from being served, as a parsed file would)."""
         needles = _Needles(wanted)
         maybe: list[tuple[str, os.stat_result, _Unread, int]] = []
-        for rel, st, is_memory in todo:
+        reading = self._reading()
+        for rel, found, is_memory in todo:
             touched[rel] = self._entries.pop(rel, None)
-            if not is_memory:
-                self._entries[rel] = self._parse(rel, st, is_memory)
+            read = reading(rel, found)
+            if read is None:
                 continue
-            try:
-                data = self.store.read_walked_bytes(rel, st)
-            except (InvalidFile, OSError) as exc:
-                self._entries[rel] = _failed(st, exc)
+            if isinstance(read, _Entry):
+                self._entries[rel] = read
+                continue
+            st, data = read
+            if not is_memory:
+                self._entries[rel] = self._parse_data(rel, st, data, is_memory=False)
                 continue
             got = scan_memory(data) if isinstance(data, bytes) else None
             if got is None:
@@ -388,7 +406,7 @@ class Catalog:
             return _Entry(held.mtime_ns, held.size, error="was removed", code="unreadable")
         if held.mtime_ns == st.st_mtime_ns and held.size == st.st_size:
             return self._parse_data(rel, st, held.data)
-        return self._parse(rel, st, True)
+        return self._parse(rel, st, True) or _Entry(held.mtime_ns, held.size, error="was removed", code="unreadable")
 
     @property
     def partial(self) -> bool:
@@ -456,29 +474,48 @@ class Catalog:
             if old is not None and old.mtime_ns == st.st_mtime_ns and old.size == st.st_size:
                 continue
             touched[rel] = old
-            self._entries[rel] = self._parse(rel, st, is_memory)
+            entry = self._parse(rel, st, is_memory)
+            if entry is not None:
+                self._entries[rel] = entry
+            elif old is not None:
+                del self._entries[rel]
         return self._settle(touched, False, persist, rebuild=rebuild)
 
     @property
     def max_files(self) -> int:
         return self.store.config.cap("max_files", MAX_FILES)
 
-    def _parse(self, rel: str, st: os.stat_result, is_memory: bool) -> _Entry:
+    def _reading(self) -> Callable[[str, Found], tuple[os.stat_result, bytes | str] | _Entry | None]:
+        """A walked file's stat and bytes, or the entry saying why it was not read; None when
+        it is gone since the walk."""
+        reader = self.store.found_reader()
+
+        def read(rel: str, found: Found) -> tuple[os.stat_result, bytes | str] | _Entry | None:
+            try:
+                return reader(rel, found)
+            except (InvalidFile, OSError) as exc:
+                st = found_stat(found)
+                return None if st is None else _failed(st, exc)
+
+        return read
+
+    def _parse(self, rel: str, found: Found, is_memory: bool,
+               reading: Callable[[str, Found], tuple[os.stat_result, bytes | str] | _Entry | None] | None = None
+               ) -> _Entry | None:
+        """The entry of a walked file (None: gone since the walk); ``reading``: a loop's ``_reading()``."""
+        read = (reading or self._reading())(rel, found)
+        if read is None or isinstance(read, _Entry):
+            return read
+        return self._parse_data(rel, read[0], read[1], is_memory=is_memory)
+
+    def _parse_data(self, rel: str, st: os.stat_result, data: bytes | str, *, is_memory: bool = True) -> _Entry:
+        """``_parse`` of a file whose bytes (or text) were read already."""
         entry = _Entry(st.st_mtime_ns, st.st_size)
         try:
             if is_memory:
-                entry.memory = self.store.load_memory(rel, st)
+                entry.memory = self.store.memory_from_bytes(rel, data)
             else:
-                entry.event = self.store.load_event(rel, st)
-        except (InvalidFile, OSError) as exc:
-            return _failed(st, exc)
-        return entry
-
-    def _parse_data(self, rel: str, st: os.stat_result, data: bytes | str) -> _Entry:
-        """``_parse`` of a memory file whose bytes (or text) were read already."""
-        entry = _Entry(st.st_mtime_ns, st.st_size)
-        try:
-            entry.memory = self.store.memory_from_bytes(rel, data)
+                entry.event = self.store.event_from_bytes(rel, data)
         except InvalidFile as exc:
             return _failed(st, exc)
         return entry

@@ -140,17 +140,27 @@ def read_untrusted(path: Path, max_bytes: int = MAX_FILE_BYTES) -> str:
                               code="not_regular") from None
         raise InvalidFile(f"cannot read: {exc.strerror}", code="unreadable") from None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise InvalidFile("is not a regular file (a FIFO, device or directory); memstore reads only "
-                              "regular files", code="not_regular")
-        if st.st_size > max_bytes:
-            raise InvalidFile(f"is {st.st_size} bytes, over the {max_bytes}-byte cap on a store file "
-                              "(limits.max_file_bytes); not read", code="too_large")
-        data = _read_capped(fd, max_bytes)  # the file may grow between fstat and read
+        data = _read_regular(fd, max_bytes)[1]
     finally:
         os.close(fd)
     return _text_within(data, max_bytes)
+
+
+def _read_regular(fd: int, max_bytes: int) -> tuple[os.stat_result, bytes]:
+    """The ``fstat`` of an open store file and its bytes, read only when that says a regular
+    file within the cap (InvalidFile otherwise): one read, and on to the cap for a file that
+    grew since the fstat (a regular file's read is short only at its end)."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise InvalidFile("is not a regular file (a FIFO, device or directory); memstore reads only "
+                          "regular files", code="not_regular")
+    if st.st_size > max_bytes:
+        raise InvalidFile(f"is {st.st_size} bytes, over the {max_bytes}-byte cap on a store file "
+                          "(limits.max_file_bytes); not read", code="too_large")
+    data = os.read(fd, st.st_size + 1)
+    if len(data) > st.st_size:
+        data += _read_capped(fd, max_bytes - len(data))
+    return st, data
 
 
 def _text_within(data: bytes, max_bytes: int) -> str:
@@ -193,6 +203,47 @@ def read_walked_bytes(path: str, st: os.stat_result, max_bytes: int = MAX_FILE_B
     finally:
         os.close(fd)
     return data
+
+
+# What a store's walk found of a file: the folder's entry (its type from the directory, no
+# syscall) or, for a path that is not in a real folder, its lstat.
+Found = os.DirEntry[str] | os.stat_result
+
+
+def found_stat(found: Found) -> os.stat_result | None:
+    """The lstat of what a walk found (None: gone since)."""
+    if isinstance(found, os.stat_result):
+        return found
+    try:
+        return found.stat(follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def read_found(path: str, found: Found, max_bytes: int = MAX_FILE_BYTES) -> tuple[os.stat_result, bytes | str]:
+    """A walked file's ``fstat`` and bytes, for a file the catalog has no record of (a clone's
+    first load reads every file): the folder's entry says whether it is a regular file before
+    anything is opened (the directory's own record of its type, as an ``lstat`` would say it,
+    without one), and the ``fstat`` of the descriptor opened ``O_NOFOLLOW | O_NONBLOCK`` judges
+    its type and size before a byte is read; at 100k files the walk's ``lstat`` of every file
+    cost as much as reading them all. Anything else goes through ``read_walked_bytes`` with its
+    lstat, which says what it is (InvalidFile); FileNotFoundError: gone since the walk."""
+    if isinstance(found, os.DirEntry) and found.is_file(follow_symlinks=False):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise
+        except OSError:  # replaced by a link since the walk (ELOOP): said as read_untrusted says it
+            fd = -1
+        if fd >= 0:
+            try:
+                return _read_regular(fd, max_bytes)
+            finally:
+                os.close(fd)
+    st = found_stat(found)
+    if st is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+    return st, read_walked_bytes(path, st, max_bytes)
 
 
 def walked_text(data: bytes, max_bytes: int = MAX_FILE_BYTES) -> str:
