@@ -251,14 +251,16 @@ def walked_text(data: bytes, max_bytes: int = MAX_FILE_BYTES) -> str:
     return _text_within(data, max_bytes)
 
 
-# What ``scan_memory`` accepts: a memory file as memstore writes it. The first line after the
-# opening dashes is the id, every other line of the frontmatter at column 0 is a plain
-# lower-case key (so no other line can be a key YAML reads as ``id`` or ``tags``: a quoted or
-# explicit key, a flow mapping, an anchor or merge key, a tab, a comment all fail), and the
-# tags, if any, are one flow list of plain words on one line.
-_SCAN_HEAD = re.compile(rb"---\nid: ([0-9a-hjkmnp-tv-z]{26})\n(?=[a-z_-])")
-_SCAN_ODD_LINE = re.compile(rb"^(?! |$|[a-z_][a-z0-9_]*:(?: |$))", re.MULTILINE)
-_SCAN_TAGS = re.compile(rb" \[([A-Za-z][A-Za-z0-9_-]*(?:, [A-Za-z][A-Za-z0-9_-]*)*)?\]")
+# What ``scan_memory`` accepts: a memory file as memstore writes it, in one match. The first line
+# after the opening dashes is the id, and the line after it a key (not a continuation of the id);
+# every other line of the frontmatter is empty, indented, or at column 0 a plain lower-case key
+# other than ``id`` and ``tags`` (so no other line can be a key YAML reads as ``id`` or ``tags``:
+# a quoted or explicit key, a flow mapping, an anchor or merge key, a tab, a comment all fail); at
+# most one ``tags:`` line, one flow list of plain words; the closing line exactly ``---``.
+_SCAN_LINES = rb"(?:(?!id:|tags:)[a-z_][a-z0-9_]*:(?: [^\n]*)?\n| [^\n]*\n|\n)*"
+_SCAN = re.compile(rb"---\nid: ([0-9a-hjkmnp-tv-z]{26})\n(?=[a-z_-])" + _SCAN_LINES
+                   + rb"(?:tags: \[([A-Za-z][A-Za-z0-9_-]*(?:, [A-Za-z][A-Za-z0-9_-]*)*)?\]\n" + _SCAN_LINES
+                   + rb")?---\n")
 # Plain words YAML 1.1 reads as something else than the word (a bool or null): a tag list
 # holding one is parsed, never guessed.
 _SCAN_NOT_WORDS = frozenset({"yes", "no", "true", "false", "on", "off", "null"})
@@ -274,27 +276,16 @@ def scan_memory(data: bytes) -> tuple[str, list[str], int] | None:
     list of plain words on its line. What it accepts, ``parse_markdown`` reads with the same id
     and tags and the body from the same byte on (``tests/test_partial_load.py`` holds the two to
     each other); a file it accepts may still be invalid, which only the parse says."""
-    head = _SCAN_HEAD.match(data)
-    if head is None or not data.isascii() or b"\r" in data:
+    got = _SCAN.match(data)
+    if got is None or not data.isascii() or b"\r" in data:
         return None
-    start = head.end()
-    end = data.find(b"\n---", start - 1)
-    if end < 0 or data[end + 4:end + 5] != b"\n":
-        return None
-    front = data[start - 1:end + 1]  # from the id line's newline: every line follows a newline
-    if _SCAN_ODD_LINE.search(front, 1) is not None or b"\nid:" in front:
-        return None
-    at = front.find(b"\ntags:")
-    if at < 0:
-        return head.group(1).decode("ascii"), [], end + 5
-    line_end = front.index(b"\n", at + 1)
-    listed = _SCAN_TAGS.fullmatch(front, at + 6, line_end)
-    if listed is None or front.find(b"\ntags:", line_end) >= 0:
-        return None
-    tags = listed.group(1).decode("ascii").lower().split(", ") if listed.group(1) else []
+    listed = got.group(2)
+    if listed is None:
+        return got.group(1).decode("ascii"), [], got.end()
+    tags = listed.decode("ascii").lower().split(", ")
     if not _SCAN_NOT_WORDS.isdisjoint(tags):
         return None
-    return head.group(1).decode("ascii"), tags, end + 5
+    return got.group(1).decode("ascii"), tags, got.end()
 
 
 # The cap on a file a person names for ``import`` (a few MB per 10,000 memories); a request
