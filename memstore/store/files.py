@@ -205,6 +205,7 @@ def read_walked_bytes(path: str, st: os.stat_result, max_bytes: int = MAX_FILE_B
     return data
 
 
+_UNTRUSTED_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 # What a store's walk found of a file: the folder's entry (its type from the directory, no
 # syscall) or, for a path that is not in a real folder, its lstat.
 Found = os.DirEntry[str] | os.stat_result
@@ -230,7 +231,7 @@ def read_found(path: str, found: Found, max_bytes: int = MAX_FILE_BYTES) -> tupl
     lstat, which says what it is (InvalidFile); FileNotFoundError: gone since the walk."""
     if isinstance(found, os.DirEntry) and found.is_file(follow_symlinks=False):
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = os.open(path, _UNTRUSTED_OPEN)
         except FileNotFoundError:
             raise
         except OSError:  # replaced by a link since the walk (ELOOP): said as read_untrusted says it
