@@ -106,7 +106,7 @@ TAG_KEY = "\x00tag:"  # in ``Catalog.unread_holding``, before a tag (no string l
 
 
 class _Unread(NamedTuple):
-    """A memory file a partial load scanned and did not parse: its lstat, the id its strict
+    """A memory file a partial load scanned and did not parse: its stat when read, the id its strict
     scan found, and its bytes (parsed from these when the load completes)."""
 
     mtime_ns: int
