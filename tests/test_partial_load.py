@@ -326,3 +326,45 @@ def test_the_scan_lane_weighs_a_term_by_the_whole_store_while_files_wait() -> No
         # The same hits; the scores as the whole store's, but for the mean lengths, which come
         # from the held texts' terms per character (within a per cent here).
         assert got.keys() == want.keys() and all(abs(got[m] - want[m]) <= 0.01 * want[m] for m in want), query
+
+
+def test_a_partial_catalog_counts_what_waits_as_the_files_on_disk_do(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a partial catalog tells the keyword lane of the files it has not read (how many hold
+    each looked-for string, their characters) is what the files in the clone say, after the first
+    load, after a later read that parses more, and part way through completing the load."""
+    from memstore.index.scanlane import wanted as wanted_of
+    from memstore.store.catalog import Catalog, Wanted
+
+    monkeypatch.setenv(FIRST_PARSE_ENV, str(FIRST))
+    repo = clone(_origin(tmp_path), "clone")
+    store = open_workspace(cwd=repo).store("repo")
+    on_disk = {f"facts/{p.name}": p.read_bytes() for p in (repo / ".memory" / "facts").iterdir()
+               if p.is_file() and not p.is_symlink()}
+    catalog = Catalog(store)
+
+    def check(query: str) -> None:
+        read = {m.path for m in catalog.memories.values()} | set(catalog.invalid)
+        read |= {path for paths in catalog.conflicts.values() for path in paths if path in catalog.invalid}
+        waiting = {rel: data for rel, data in on_disk.items() if rel not in read and scan_memory(data)}
+        assert catalog.unread == len(waiting)
+        bodies = {rel: data[scan_memory(data)[2]:] for rel, data in waiting.items()}  # type: ignore[index]
+        assert catalog.unread_chars == sum(len(body) for body in bodies.values())
+        texts = wanted_of(query)[0]  # type: ignore[index]
+        for text, held in catalog.unread_holding.items():
+            if text in texts:
+                assert held == sum(text.encode() in body.lower() for body in bodies.values()), text
+
+    for query in ("zanzibar tokens rotation", "worker queue"):
+        texts, tags = wanted_of(query)  # type: ignore[misc]
+        if not catalog.partial and catalog.generation == 0:
+            catalog.refresh(persist=False, wanted=Wanted(tuple(texts), frozenset(tags)))
+        else:
+            catalog.read_wanted(Wanted(tuple(texts), frozenset(tags)), persist=False)
+        assert catalog.partial
+        check(query)
+    assert catalog.complete(persist=False, limit=5) is None
+    assert catalog.unread_chars == sum(len(d) - scan_memory(d)[2] for rel, d in on_disk.items()  # type: ignore[index]
+                                       if rel in catalog._unread)
+    catalog.complete(persist=False)
+    assert not catalog.partial and catalog.unread_chars == 0

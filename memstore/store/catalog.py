@@ -9,11 +9,14 @@ reuses a trusted memory's id must not replace it, and neither side wins silently
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import itertools
 import json
 import logging
+import operator
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
@@ -22,7 +25,7 @@ from . import ids
 from .changelog import ChangeLog
 from .config import env_count
 from .disk import SHARED_PREFIX, Store
-from .files import NotOurs, atomic_write, clear_way, read_projection, scan_memory, set_aside
+from .files import Found, NotOurs, atomic_write, clear_way, found_stat, read_projection, scan_memory, set_aside
 from .model import DIR_KINDS, Event, Memory
 from .userkey import looks_sealed, projection_key, sealing, unseal
 
@@ -97,11 +100,13 @@ class Wanted:
     tags: frozenset[str] = frozenset()
 
 
+# Files whose bodies ``_Needles.find`` searches as one text (~0.5 MB of short memories).
+_SEARCH_FILES = 2000
 TAG_KEY = "\x00tag:"  # in ``Catalog.unread_holding``, before a tag (no string looked for holds a NUL)
 
 
 class _Unread(NamedTuple):
-    """A memory file a partial load scanned and did not parse: its lstat, the id its strict
+    """A memory file a partial load scanned and did not parse: its stat when read, the id its strict
     scan found, and its bytes (parsed from these when the load completes)."""
 
     mtime_ns: int
@@ -125,44 +130,65 @@ class _Needles:
         # A string that holds another is found wherever that one is looked for.
         self.texts = [t for t in texts if not any(o != t and o in t for o in texts)]
         self.tags = sorted(wanted.tags)
-        self.counts = [0] * (len(self.texts) + len(self.tags))
+        self.holders: list[int] = []
+        self.counts: list[int] = []
 
-    def mask(self, held: _Unread) -> int:
-        """Which wanted strings the file holds (a bit each), counted."""
-        low = held.data[held.body:].lower()
-        mask = 0
-        counts = self.counts
-        for i, text in enumerate(self.texts):
-            if text in low:
-                mask |= 1 << i
-                counts[i] += 1
-        for j, tag in enumerate(self.tags, len(self.texts)):
-            if tag in held.tags:
-                mask |= 1 << j
-                counts[j] += 1
-        return mask
+    def find(self, helds: Sequence[_Unread]) -> None:
+        """Which of ``helds`` hold each wanted string and tag (``holders``: a bitmap each, one
+        byte a file, 1 where it holds it) and how many (``counts``). The bodies are searched
+        a few thousand at a time as one lower-cased text (NUL between them: no string looked
+        for holds one), each string from one file's body to the next after a hit (a test of
+        every string in every body took 165-496 ms at 100k for perf.py's queries; this, 143-320)."""
+        n = len(helds)
+        found = [bytearray(n) for _ in range(len(self.texts) + len(self.tags))]
+        bisect_right = bisect.bisect_right
+        for lo in range(0, n, _SEARCH_FILES):
+            part = helds[lo:lo + _SEARCH_FILES]
+            starts: list[int] = []
+            at = 0
+            for held in part:
+                starts.append(at)
+                at += len(held.data) - held.body + 1
+            starts.append(at)  # past the last body: where a search after a hit in it starts
+            text = b"\0".join([memoryview(held.data)[held.body:] for held in part]).lower()
+            find = text.find
+            for into, needle in zip(found, self.texts, strict=False):
+                # After a hit, on from the next file's body: a file is counted once, and a
+                # string in most files costs a find per file, not per place it is in.
+                pos = find(needle)
+                while pos >= 0:
+                    k = bisect_right(starts, pos) - 1
+                    into[lo + k] = 1
+                    pos = find(needle, starts[k + 1])
+        if self.tags:
+            tags = [held.tags for held in helds]
+            for into, tag in zip(found[len(self.texts):], self.tags, strict=True):
+                into[:] = bytes(map(operator.contains, tags, itertools.repeat(tag)))
+        self.holders = [int.from_bytes(into, "little") for into in found]
+        self.counts = [holders.bit_count() for holders in self.holders]
 
     def choose(self, budget: int) -> int:
-        """The strings honoured: rarest first, while their files stay within ``budget``."""
-        chosen = total = 0
-        for i in sorted(range(len(self.counts)), key=self.counts.__getitem__):
-            if chosen and total + self.counts[i] > budget:
+        """The files to parse (a bitmap as ``holders``): those holding the strings honoured,
+        rarest first, while their files stay within ``budget``."""
+        files = total = 0
+        for n, i in enumerate(sorted(range(len(self.counts)), key=self.counts.__getitem__)):
+            if n and total + self.counts[i] > budget:
                 break
-            chosen |= 1 << i
+            files |= self.holders[i]
             total += self.counts[i]
-        return chosen
+        return files
 
-    def left(self, parsed_masks: Iterable[int]) -> dict[str, int]:
-        """Of each string and tag, how many of the files counted were left unread (the counted
-        ones minus those of ``parsed_masks``): what the keyword lane adds to a term's document
-        frequency until they are read. A tag's key is ``TAG_KEY`` and the tag."""
-        left = list(self.counts)
-        for mask in parsed_masks:
-            for i in range(len(left)):
-                if mask >> i & 1:
-                    left[i] -= 1
+    def left(self, parsed: int) -> dict[str, int]:
+        """Of each string and tag, how many of the files found were left unread (not in the
+        bitmap ``parsed``): what the keyword lane adds to a term's document frequency until
+        they are read. A tag's key is ``TAG_KEY`` and the tag."""
         keys = [text.decode("utf-8") for text in self.texts] + [TAG_KEY + tag for tag in self.tags]
-        return dict(zip(keys, left, strict=True))
+        return {key: (holders & ~parsed).bit_count() for key, holders in zip(keys, self.holders, strict=True)}
+
+
+def _picked(files: int, n: int) -> bytes:
+    """A bitmap of ``_Needles`` as one byte a file (1: picked), for ``zip`` with the files."""
+    return files.to_bytes(n, "little")
 
 
 def _failed(st: os.stat_result, exc: InvalidFile | OSError) -> _Entry:
@@ -195,6 +221,7 @@ class Catalog:
         # keyword lane counts them in a term's document frequency, so that its idf is the whole
         # store's while those files wait (``unread`` counts them in the number of documents).
         self.unread_holding: dict[str, int] = {}
+        self._unread_chars: tuple[tuple[int, int] | None, int] = (None, 0)  # (generation, files): chars
         self.generation = 0
         # The memory and event ids each change of the views touched: what a derived view built
         # at an older generation needs to catch up.
@@ -224,16 +251,19 @@ class Catalog:
     def _cache_path(self) -> os.PathLike[str]:
         return self.store.index_dir / "catalog.json"
 
-    def _load_cache(self, cap: int) -> None:
+    def _load_cache(self, cap: Callable[[], int]) -> None:
         """The records catalog.json holds, if this user sealed it and it is no larger than
-        ``cap`` (checked on the open file before it is read); anything else is set aside."""
+        ``cap()`` (checked on the open file before it is read); anything else is set aside."""
         self._loaded = True
         if self._ignore_cache:
             self._ignore_cache = False
             return
         path = self.store.index_dir / "catalog.json"
+        if not os.path.lexists(path):
+            # A fresh clone's: no cap to work out (it takes an lstat of every file).
+            return
         try:
-            data = read_projection(path, cap, tail=looks_sealed)
+            data = read_projection(path, cap(), tail=looks_sealed)
             self._saved = _stat(path)
             body = unseal(data, self._key)
             del data  # at 100k memories each copy of the file is ~70 MB: hold one at a time
@@ -294,11 +324,11 @@ class Catalog:
         ``FIRST_PARSE`` memory files to parse, only those that may hold what it looks for are
         parsed now and the others left unread (``partial``); without it, every file is read,
         the ones a partial load left unread included."""
-        walks = [(rel, st, True) for rel, st in self.store.memory_files()]
-        walks += [(rel, st, False) for rel, st in self.store.event_files()]
+        walks: list[tuple[str, Found, bool]] = [(rel, e, True) for rel, e in self.store.memory_entries()]
+        walks += [(rel, e, False) for rel, e in self.store.event_entries()]
         first = not self._loaded
         if first:  # after the walk: what it found bounds the cache
-            self._load_cache(cache_cap(w[1].st_size for w in walks))
+            self._load_cache(lambda: cache_cap(st.st_size for w in walks if (st := found_stat(w[1]))))
         seen: set[str] = set()
         touched: dict[str, _Entry | None] = {}
         cap = self.max_files
@@ -309,74 +339,88 @@ class Catalog:
             walks.sort(key=lambda w: w[0])
             del walks[cap:]
         unread, self._unread = self._unread, {}
-        todo: list[tuple[str, os.stat_result, bool]] = []
-        for rel, st, is_memory in walks:
-            seen.add(rel)
+        todo: list[tuple[str, Found, bool]] = []
+        for rel, found, is_memory in walks:
             old = self._entries.get(rel)
-            if old is not None and old.mtime_ns == st.st_mtime_ns and old.size == st.st_size:
-                continue
-            todo.append((rel, st, is_memory))
+            held = unread.get(rel)
+            if old is not None or held is not None:
+                # Only a file on record needs its lstat to tell whether it changed; a file read
+                # for the first time is judged by the fstat of its open descriptor (read_found).
+                st = found_stat(found)
+                if st is None:  # gone since the walk: as if not found
+                    continue
+                seen.add(rel)
+                if old is not None and old.mtime_ns == st.st_mtime_ns and old.size == st.st_size:
+                    continue
+                found = st
+            else:
+                seen.add(rel)
+            todo.append((rel, found, is_memory))
         if wanted is not None and sum(w[2] for w in todo) > (budget := first_parse_setting()):
             self._read_partly(todo, wanted, touched, budget)
         else:
-            for rel, st, is_memory in todo:
-                touched[rel] = self._entries.get(rel)
+            reading = self._reading()
+            for rel, found, is_memory in todo:
+                touched[rel] = self._entries.pop(rel, None)
                 held = unread.get(rel)
-                if held is not None and held.mtime_ns == st.st_mtime_ns and held.size == st.st_size:
-                    self._entries[rel] = self._parse_data(rel, st, held.data)
-                else:
-                    self._entries[rel] = self._parse(rel, st, is_memory)
+                if (held is not None and isinstance(found, os.stat_result) and held.mtime_ns == found.st_mtime_ns
+                        and held.size == found.st_size):
+                    self._entries[rel] = self._parse_data(rel, found, held.data)
+                elif (entry := self._parse(rel, found, is_memory, reading)) is not None:
+                    self._entries[rel] = entry
         for rel in [r for r in self._entries if r not in seen]:
             touched[rel] = self._entries.pop(rel)
         # Files left unread (or no longer) change which ids are claimed: the views are rebuilt.
         return self._settle(touched, first, persist, rebuild=bool(unread or self._unread))
 
-    def _read_partly(self, todo: list[tuple[str, os.stat_result, bool]], wanted: Wanted,
+    def _read_partly(self, todo: list[tuple[str, Found, bool]], wanted: Wanted,
                      touched: dict[str, _Entry | None], budget: int) -> None:
         """Parse of ``todo`` the files that may hold what ``wanted`` names and those the strict
         scan cannot read; leave the rest unread, each with the id its scan found (a file that
         claims the id of a parsed one keeps that one from being served, as a parsed file would)."""
         needles = _Needles(wanted)
-        maybe: list[tuple[str, os.stat_result, _Unread, int]] = []
-        for rel, st, is_memory in todo:
+        maybe: list[tuple[str, os.stat_result, _Unread]] = []
+        reading = self._reading()
+        for rel, found, is_memory in todo:
             touched[rel] = self._entries.pop(rel, None)
-            if not is_memory:
-                self._entries[rel] = self._parse(rel, st, is_memory)
+            read = reading(rel, found)
+            if read is None:
                 continue
-            try:
-                data = self.store.read_walked_bytes(rel, st)
-            except (InvalidFile, OSError) as exc:
-                self._entries[rel] = _failed(st, exc)
+            if isinstance(read, _Entry):
+                self._entries[rel] = read
+                continue
+            st, data = read
+            if not is_memory:
+                self._entries[rel] = self._parse_data(rel, st, data, is_memory=False)
                 continue
             got = scan_memory(data) if isinstance(data, bytes) else None
             if got is None:
                 self._entries[rel] = self._parse_data(rel, st, data)
                 continue
-            held = _Unread(st.st_mtime_ns, st.st_size, got[0], data, got[2], got[1])  # type: ignore[arg-type]
-            maybe.append((rel, st, held, needles.mask(held)))
-        chosen = needles.choose(budget)
-        parsed: list[int] = []
-        for rel, st, held, mask in maybe:
-            if mask & chosen:
+            maybe.append((rel, st, _Unread(st.st_mtime_ns, st.st_size, got[0], data, got[2], got[1])))  # type: ignore[arg-type]
+        needles.find([held for _, _, held in maybe])
+        files = needles.choose(budget)
+        for (rel, st, held), pick in zip(maybe, _picked(files, len(maybe)), strict=True):
+            if pick:
                 self._entries[rel] = self._parse_data(rel, st, held.data)
-                parsed.append(mask)
             else:
                 self._unread[rel] = held
-        self.unread_holding = needles.left(parsed)
+        self.unread_holding = needles.left(files)
 
     def read_wanted(self, wanted: Wanted, *, persist: bool = True) -> Delta:
         """A read while a partial load's files wait: parse the unread files that may hold what
         it looks for (from the bytes held, within the same budget as a first load), and leave
         the rest unread."""
         needles = _Needles(wanted)
-        masks = [(rel, mask) for rel, held in self._unread.items() if (mask := needles.mask(held))]
-        chosen = needles.choose(first_parse_setting())
+        rels = list(self._unread)
+        needles.find(list(self._unread.values()))
+        files = needles.choose(first_parse_setting())
         touched: dict[str, _Entry | None] = {}
-        for rel, mask in masks:
-            if mask & chosen:
+        for rel, pick in zip(rels, _picked(files, len(rels)), strict=True):
+            if pick:
                 touched[rel] = self._entries.get(rel)
                 self._entries[rel] = self._parse_unread(rel, self._unread.pop(rel))
-        self.unread_holding = needles.left(mask for _, mask in masks if mask & chosen)
+        self.unread_holding = needles.left(files)
         return self._settle(touched, False, persist, rebuild=bool(touched))
 
     def _parse_unread(self, rel: str, held: _Unread) -> _Entry:
@@ -388,7 +432,7 @@ class Catalog:
             return _Entry(held.mtime_ns, held.size, error="was removed", code="unreadable")
         if held.mtime_ns == st.st_mtime_ns and held.size == st.st_size:
             return self._parse_data(rel, st, held.data)
-        return self._parse(rel, st, True)
+        return self._parse(rel, st, True) or _Entry(held.mtime_ns, held.size, error="was removed", code="unreadable")
 
     @property
     def partial(self) -> bool:
@@ -405,7 +449,13 @@ class Catalog:
     def unread_chars(self) -> int:
         """About how many characters the bodies of the files not read yet hold (ASCII, as the
         strict scan accepts them: one a byte)."""
-        return sum(len(held.data) - held.body for held in self._unread.values())
+        # Asked by every index refresh while files wait (a sum over ~100k files, ~40 ms): worked
+        # out again when files were left unread or read since (each such change settles the
+        # views, a new generation, or takes files out).
+        key = (self.generation, len(self._unread))
+        if self._unread_chars[0] != key:
+            self._unread_chars = (key, sum(len(held.data) - held.body for held in self._unread.values()))
+        return self._unread_chars[1]
 
     def complete(self, *, persist: bool = True, limit: int | None = None) -> Delta | None:
         """Parse the files a partial load left unread (from the bytes it read, when the file's
@@ -456,29 +506,48 @@ class Catalog:
             if old is not None and old.mtime_ns == st.st_mtime_ns and old.size == st.st_size:
                 continue
             touched[rel] = old
-            self._entries[rel] = self._parse(rel, st, is_memory)
+            entry = self._parse(rel, st, is_memory)
+            if entry is not None:
+                self._entries[rel] = entry
+            elif old is not None:
+                del self._entries[rel]
         return self._settle(touched, False, persist, rebuild=rebuild)
 
     @property
     def max_files(self) -> int:
         return self.store.config.cap("max_files", MAX_FILES)
 
-    def _parse(self, rel: str, st: os.stat_result, is_memory: bool) -> _Entry:
+    def _reading(self) -> Callable[[str, Found], tuple[os.stat_result, bytes | str] | _Entry | None]:
+        """A walked file's stat and bytes, or the entry saying why it was not read; None when
+        it is gone since the walk."""
+        reader = self.store.found_reader()
+
+        def read(rel: str, found: Found) -> tuple[os.stat_result, bytes | str] | _Entry | None:
+            try:
+                return reader(rel, found)
+            except (InvalidFile, OSError) as exc:
+                st = found_stat(found)
+                return None if st is None else _failed(st, exc)
+
+        return read
+
+    def _parse(self, rel: str, found: Found, is_memory: bool,
+               reading: Callable[[str, Found], tuple[os.stat_result, bytes | str] | _Entry | None] | None = None
+               ) -> _Entry | None:
+        """The entry of a walked file (None: gone since the walk); ``reading``: a loop's ``_reading()``."""
+        read = (reading or self._reading())(rel, found)
+        if read is None or isinstance(read, _Entry):
+            return read
+        return self._parse_data(rel, read[0], read[1], is_memory=is_memory)
+
+    def _parse_data(self, rel: str, st: os.stat_result, data: bytes | str, *, is_memory: bool = True) -> _Entry:
+        """``_parse`` of a file whose bytes (or text) were read already."""
         entry = _Entry(st.st_mtime_ns, st.st_size)
         try:
             if is_memory:
-                entry.memory = self.store.load_memory(rel, st)
+                entry.memory = self.store.memory_from_bytes(rel, data)
             else:
-                entry.event = self.store.load_event(rel, st)
-        except (InvalidFile, OSError) as exc:
-            return _failed(st, exc)
-        return entry
-
-    def _parse_data(self, rel: str, st: os.stat_result, data: bytes | str) -> _Entry:
-        """``_parse`` of a memory file whose bytes (or text) were read already."""
-        entry = _Entry(st.st_mtime_ns, st.st_size)
-        try:
-            entry.memory = self.store.memory_from_bytes(rel, data)
+                entry.event = self.store.event_from_bytes(rel, data)
         except InvalidFile as exc:
             return _failed(st, exc)
         return entry

@@ -22,13 +22,16 @@ from . import ids, kinds
 from .config import MAX_FIELD_CHARS, MAX_LIST_ITEMS, Config
 from .files import (
     MAX_FILE_BYTES,
+    Found,
     atomic_write,
     clear_way,
     dump_markdown,
     dump_yaml,
     file_lock,
+    found_stat,
     parse_markdown,
     private_dir,
+    read_found,
     read_untrusted,
     read_walked,
     read_walked_bytes,
@@ -434,16 +437,24 @@ class Store:
 
     # -- walking and parsing -------------------------------------------------------------------
     def memory_files(self) -> Iterator[tuple[str, os.stat_result]]:
+        yield from _stats(self.memory_entries())
+
+    def event_files(self) -> Iterator[tuple[str, os.stat_result]]:
+        yield from _stats(self.event_entries())
+
+    def memory_entries(self) -> Iterator[tuple[str, Found]]:
+        """``memory_files`` without an lstat of each file (``files.read_found`` reads them)."""
         for folder in KIND_DIRS.values():
             yield from self._walk(folder, ".md")
 
-    def event_files(self) -> Iterator[tuple[str, os.stat_result]]:
+    def event_entries(self) -> Iterator[tuple[str, Found]]:
         yield from self._walk("events", ".yaml")
 
-    def _walk(self, folder: str, suffix: str) -> Iterator[tuple[str, os.stat_result]]:
-        """The store's files in ``folder``, by lstat: a symlink, FIFO or device is yielded as
-        itself (loading it then reports it), never followed. A folder that is not a real
-        directory (a link elsewhere, a loop) is yielded as one entry and not entered."""
+    def _walk(self, folder: str, suffix: str) -> Iterator[tuple[str, Found]]:
+        """The store's files in ``folder`` as the folder lists them (``os.scandir``: the type
+        each entry has, never followed): a symlink, FIFO or device is yielded as itself (loading
+        it then reports it). A folder that is not a real directory (a link elsewhere, a loop) is
+        yielded as one entry, by its lstat, and not entered."""
         base = self.root / folder
         try:
             st = os.lstat(base)
@@ -459,10 +470,7 @@ class Store:
         with entries:
             for entry in entries:
                 if entry.name.endswith(suffix) and not entry.name.startswith("."):
-                    try:
-                        yield f"{folder}/{entry.name}", entry.stat(follow_symlinks=False)
-                    except FileNotFoundError:
-                        continue
+                    yield f"{folder}/{entry.name}", entry
 
     @property
     def max_file_bytes(self) -> int:
@@ -489,10 +497,26 @@ class Store:
         or its text when it was not a plain regular file within the cap at the lstat."""
         return read_walked_bytes(f"{self.root}/{relpath}", st, self.max_file_bytes)
 
+    def found_reader(self) -> Callable[[str, Found], tuple[os.stat_result, bytes | str]]:
+        """``(relpath, found) -> (fstat, bytes)`` of walked files (``files.read_found``: the
+        type judged from the folder's entry before the open, type and size from the fstat
+        before the read), the cap and the root looked up once: a first load calls it for every
+        file of the store."""
+        root, cap = f"{self.root}/", self.max_file_bytes
+
+        def read(relpath: str, found: Found) -> tuple[os.stat_result, bytes | str]:
+            return read_found(found.path if isinstance(found, os.DirEntry) else root + relpath, found, cap)
+
+        return read
+
     def memory_from_bytes(self, relpath: str, data: bytes | str) -> Memory:
-        """``load_memory`` of what ``read_walked_bytes`` returned."""
+        """``load_memory`` of what ``read_walked_bytes`` or ``read_found`` returned."""
         text = data if isinstance(data, str) else walked_text(data, self.max_file_bytes)
         return memory_from_file(relpath, text, self.scope)
+
+    def event_from_bytes(self, relpath: str, data: bytes | str) -> Event:
+        text = data if isinstance(data, str) else walked_text(data, self.max_file_bytes)
+        return event_from_file(relpath, text, self.scope)
 
     # -- episodes (read side; evidence refs point here) ---------------------------------------
     def episode_path(self, episode_id: str) -> Path | None:
@@ -734,3 +758,11 @@ def git_disk_full(exc: BaseException, worktree: Path | None) -> DiskFull | None:
         return None
     return DiskFull(f"no space left on the device for git to record the write ({exc.message}); it was not written",
                     hint="free some space and run the command again")
+
+
+def _stats(found: Iterator[tuple[str, Found]]) -> Iterator[tuple[str, os.stat_result]]:
+    """Each walked file with its lstat (a file gone since the walk is left out)."""
+    for rel, entry in found:
+        st = found_stat(entry)
+        if st is not None:
+            yield rel, st

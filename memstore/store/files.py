@@ -140,17 +140,27 @@ def read_untrusted(path: Path, max_bytes: int = MAX_FILE_BYTES) -> str:
                               code="not_regular") from None
         raise InvalidFile(f"cannot read: {exc.strerror}", code="unreadable") from None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise InvalidFile("is not a regular file (a FIFO, device or directory); memstore reads only "
-                              "regular files", code="not_regular")
-        if st.st_size > max_bytes:
-            raise InvalidFile(f"is {st.st_size} bytes, over the {max_bytes}-byte cap on a store file "
-                              "(limits.max_file_bytes); not read", code="too_large")
-        data = _read_capped(fd, max_bytes)  # the file may grow between fstat and read
+        data = _read_regular(fd, max_bytes)[1]
     finally:
         os.close(fd)
     return _text_within(data, max_bytes)
+
+
+def _read_regular(fd: int, max_bytes: int) -> tuple[os.stat_result, bytes]:
+    """The ``fstat`` of an open store file and its bytes, read only when that says a regular
+    file within the cap (InvalidFile otherwise): one read, and on to the cap for a file that
+    grew since the fstat (a regular file's read is short only at its end)."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise InvalidFile("is not a regular file (a FIFO, device or directory); memstore reads only "
+                          "regular files", code="not_regular")
+    if st.st_size > max_bytes:
+        raise InvalidFile(f"is {st.st_size} bytes, over the {max_bytes}-byte cap on a store file "
+                          "(limits.max_file_bytes); not read", code="too_large")
+    data = os.read(fd, st.st_size + 1)
+    if len(data) > st.st_size:
+        data += _read_capped(fd, max_bytes - len(data))
+    return st, data
 
 
 def _text_within(data: bytes, max_bytes: int) -> str:
@@ -195,19 +205,63 @@ def read_walked_bytes(path: str, st: os.stat_result, max_bytes: int = MAX_FILE_B
     return data
 
 
+_UNTRUSTED_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+# What a store's walk found of a file: the folder's entry (its type from the directory, no
+# syscall) or, for a path that is not in a real folder, its lstat.
+Found = os.DirEntry[str] | os.stat_result
+
+
+def found_stat(found: Found) -> os.stat_result | None:
+    """The lstat of what a walk found (None: gone since)."""
+    if isinstance(found, os.stat_result):
+        return found
+    try:
+        return found.stat(follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def read_found(path: str, found: Found, max_bytes: int = MAX_FILE_BYTES) -> tuple[os.stat_result, bytes | str]:
+    """A walked file's ``fstat`` and bytes, for a file the catalog has no record of (a clone's
+    first load reads every file): the folder's entry says whether it is a regular file before
+    anything is opened (the directory's own record of its type, as an ``lstat`` would say it,
+    without one), and the ``fstat`` of the descriptor opened ``O_NOFOLLOW | O_NONBLOCK`` judges
+    its type and size before a byte is read; at 100k files the walk's ``lstat`` of every file
+    cost as much as reading them all. Anything else goes through ``read_walked_bytes`` with its
+    lstat, which says what it is (InvalidFile); FileNotFoundError: gone since the walk."""
+    if isinstance(found, os.DirEntry) and found.is_file(follow_symlinks=False):
+        try:
+            fd = os.open(path, _UNTRUSTED_OPEN)
+        except FileNotFoundError:
+            raise
+        except OSError:  # replaced by a link since the walk (ELOOP): said as read_untrusted says it
+            fd = -1
+        if fd >= 0:
+            try:
+                return _read_regular(fd, max_bytes)
+            finally:
+                os.close(fd)
+    st = found_stat(found)
+    if st is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+    return st, read_walked_bytes(path, st, max_bytes)
+
+
 def walked_text(data: bytes, max_bytes: int = MAX_FILE_BYTES) -> str:
     """The text of bytes ``read_walked_bytes`` read: over the cap, or not UTF-8, is InvalidFile."""
     return _text_within(data, max_bytes)
 
 
-# What ``scan_memory`` accepts: a memory file as memstore writes it. The first line after the
-# opening dashes is the id, every other line of the frontmatter at column 0 is a plain
-# lower-case key (so no other line can be a key YAML reads as ``id`` or ``tags``: a quoted or
-# explicit key, a flow mapping, an anchor or merge key, a tab, a comment all fail), and the
-# tags, if any, are one flow list of plain words on one line.
-_SCAN_HEAD = re.compile(rb"---\nid: ([0-9a-hjkmnp-tv-z]{26})\n(?=[a-z_-])")
-_SCAN_ODD_LINE = re.compile(rb"^(?! |$|[a-z_][a-z0-9_]*:(?: |$))", re.MULTILINE)
-_SCAN_TAGS = re.compile(rb" \[([A-Za-z][A-Za-z0-9_-]*(?:, [A-Za-z][A-Za-z0-9_-]*)*)?\]")
+# What ``scan_memory`` accepts: a memory file as memstore writes it, in one match. The first line
+# after the opening dashes is the id, and the line after it a key (not a continuation of the id);
+# every other line of the frontmatter is empty, indented, or at column 0 a plain lower-case key
+# other than ``id`` and ``tags`` (so no other line can be a key YAML reads as ``id`` or ``tags``:
+# a quoted or explicit key, a flow mapping, an anchor or merge key, a tab, a comment all fail); at
+# most one ``tags:`` line, one flow list of plain words; the closing line exactly ``---``.
+_SCAN_LINES = rb"(?:(?!id:|tags:)[a-z_][a-z0-9_]*:(?: [^\n]*)?\n| [^\n]*\n|\n)*"
+_SCAN = re.compile(rb"---\nid: ([0-9a-hjkmnp-tv-z]{26})\n(?=[a-z_-])" + _SCAN_LINES
+                   + rb"(?:tags: \[([A-Za-z][A-Za-z0-9_-]*(?:, [A-Za-z][A-Za-z0-9_-]*)*)?\]\n" + _SCAN_LINES
+                   + rb")?---\n")
 # Plain words YAML 1.1 reads as something else than the word (a bool or null): a tag list
 # holding one is parsed, never guessed.
 _SCAN_NOT_WORDS = frozenset({"yes", "no", "true", "false", "on", "off", "null"})
@@ -223,27 +277,16 @@ def scan_memory(data: bytes) -> tuple[str, list[str], int] | None:
     list of plain words on its line. What it accepts, ``parse_markdown`` reads with the same id
     and tags and the body from the same byte on (``tests/test_partial_load.py`` holds the two to
     each other); a file it accepts may still be invalid, which only the parse says."""
-    head = _SCAN_HEAD.match(data)
-    if head is None or not data.isascii() or b"\r" in data:
+    got = _SCAN.match(data)
+    if got is None or not data.isascii() or b"\r" in data:
         return None
-    start = head.end()
-    end = data.find(b"\n---", start - 1)
-    if end < 0 or data[end + 4:end + 5] != b"\n":
-        return None
-    front = data[start - 1:end + 1]  # from the id line's newline: every line follows a newline
-    if _SCAN_ODD_LINE.search(front, 1) is not None or b"\nid:" in front:
-        return None
-    at = front.find(b"\ntags:")
-    if at < 0:
-        return head.group(1).decode("ascii"), [], end + 5
-    line_end = front.index(b"\n", at + 1)
-    listed = _SCAN_TAGS.fullmatch(front, at + 6, line_end)
-    if listed is None or front.find(b"\ntags:", line_end) >= 0:
-        return None
-    tags = listed.group(1).decode("ascii").lower().split(", ") if listed.group(1) else []
+    listed = got.group(2)
+    if listed is None:
+        return got.group(1).decode("ascii"), [], got.end()
+    tags = listed.decode("ascii").lower().split(", ")
     if not _SCAN_NOT_WORDS.isdisjoint(tags):
         return None
-    return head.group(1).decode("ascii"), tags, end + 5
+    return got.group(1).decode("ascii"), tags, got.end()
 
 
 # The cap on a file a person names for ``import`` (a few MB per 10,000 memories); a request

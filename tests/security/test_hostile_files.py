@@ -197,6 +197,57 @@ def test_a_file_changed_between_the_walk_and_its_read_is_never_followed_blocked_
     assert genuine.id == hostile.genuine and genuine.text == GENUINE
 
 
+def test_a_file_read_first_by_its_folder_entry_is_never_followed_blocked_on_or_read_past_the_cap(
+        hostile: Hostile) -> None:
+    """A first load reads a file it has no record of without an lstat: the folder's entry says a
+    regular file, then the open descriptor's fstat judges type and size before a byte is read
+    (``files.read_found``). A file replaced or grown after the walk listed it keeps every rule."""
+    hostile.pull()
+    store = open_workspace(cwd=hostile.clone).store("repo")
+    facts = hostile.clone / ".memory" / "facts"
+    for name in ("grows", "linked", "piped", "folder"):
+        (facts / f"{name}.md").write_text(memory_file("fact", f"A fact that {name}."))
+    found = dict(store.memory_entries())
+    assert all(found[f"facts/{n}.md"].is_file(follow_symlinks=False) for n in ("grows", "linked", "piped", "folder"))
+    cap = 4096
+    with (facts / "grows.md").open("a") as fh:
+        fh.write("x" * cap)
+    secret = hostile.clone.parent / "outside.md"
+    secret.write_text(memory_file("fact", OUTSIDE))
+    (facts / "linked.md").unlink()
+    os.symlink(secret, facts / "linked.md")
+    (facts / "piped.md").unlink()
+    os.mkfifo(facts / "piped.md")
+    (facts / "folder.md").unlink()
+    (facts / "folder.md").mkdir()
+    store.config = store.config.with_overrides({"limits": {"max_file_bytes": cap}})
+    read = store.found_reader()
+
+    for rel, code in (("facts/grows.md", "too_large"), ("facts/linked.md", "not_regular"),
+                      ("facts/piped.md", "not_regular"), ("facts/folder.md", "not_regular")):
+        with pytest.raises(InvalidFile) as exc:
+            read(rel, found[rel])
+        assert exc.value.code == code, rel
+    st, data = read(hostile.genuine_path, found[hostile.genuine_path])
+    assert GENUINE.encode() in data and st.st_size == len(data)
+    # A fresh walk sees them as what they are now, and says the same.
+    fresh = dict(store.memory_entries())
+    assert fresh["facts/linked.md"].is_symlink() and not fresh["facts/piped.md"].is_file(follow_symlinks=False)
+    for rel in ("facts/linked.md", "facts/piped.md", "facts/folder.md"):
+        with pytest.raises(InvalidFile) as exc:
+            read(rel, fresh[rel])
+        assert exc.value.code == "not_regular", rel
+    # And the catalog's first load (no catalog.json) reports each, reads nothing through the link.
+    from memstore.store.catalog import Catalog
+
+    catalog = Catalog(store)
+    catalog.refresh(persist=False)
+    assert {rel: catalog.codes[rel] for rel in catalog.codes} == {
+        "facts/grows.md": "too_large", "facts/linked.md": "not_regular", "facts/piped.md": "not_regular",
+        "facts/folder.md": "not_regular"}
+    assert [m.text for m in catalog.memories.values()] == [GENUINE]
+
+
 def test_oversized_files_and_fields_are_refused_unread(hostile: Hostile, cli: Callable[..., CliResult]) -> None:
     huge = memory_file("fact", "lorem ipsum dolor " * 200_000)  # 3.6 MB
     long_text = memory_file("fact", "a long hand-written fact " * 800)  # 20 KB: under the file cap
