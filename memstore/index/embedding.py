@@ -105,7 +105,8 @@ class Embedding:
         for mid, text, key in known:
             if time.monotonic() >= deadline:
                 break
-            self.ready[key] = self.embedder.encode([text])[0]
+            if key not in self.ready:  # the background encode made it already: only to be put in
+                self.ready[key] = self.embedder.encode([text])[0]
             self.wanted.setdefault(key, []).append(mid)
             done += 1
         return done

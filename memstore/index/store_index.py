@@ -267,10 +267,17 @@ class StoreIndex:
             head = self.pending
             if first is not None:
                 head, carry = first, self.pending
+            elif probe and budget == 0 and self.defer_saves:
+                # A read in the daemon while it embeds in the background: the vectors of what
+                # waits come from that embedding, which puts them in itself (``take_ready``).
+                # Planning the head of the queue again found none and cost every read ~10 ms at
+                # 10k waiting, and a new generation of the index (the row space taken again).
+                head, carry = [], self.pending
             elif budget is not None and len(head) > PLAN_WAITING:
                 head, carry = head[:PLAN_WAITING], head[PLAN_WAITING:]
             ids = since[0] | set(head)
-            carry = [m for m in carry if m not in ids]
+            if ids:
+                carry = [m for m in carry if m not in ids]
         kw, vec = self._plan(ids)
         if not kw and (not vec or self.embedder is None or self.semantic_error):
             self._synced_catalog_gen = self.catalog.generation
