@@ -914,8 +914,9 @@ def cold_run(n: int, reps: int, workers: int, corpus: str = "templates", firsts:
         row["first_read_results"] = len(first["results"])
         during: list[float] = []
         during_cpu: list[float] = []
+        polls: list[float] = []  # the bench's own ``daemon status`` calls: the daemon's CPU for them
         seconds_done = wait_all_vectors(env, t0, reads=(clone, during) if read_every else None, every=read_every,
-                                        pid=proc.pid, cpus=during_cpu)
+                                        pid=proc.pid, cpus=during_cpu, polls=polls)
         row["read_every_s"] = read_every
         row["read_while_embedding_p50_ms"] = ms(pct(during, 50)) if during else None
         # What a read costs the daemon while it embeds: CPU the workers do not get.
@@ -931,6 +932,8 @@ def cold_run(n: int, reps: int, workers: int, corpus: str = "templates", firsts:
         if own0 is not None and own1 is not None:
             row["daemon_own_cpu_s"] = round(own1 - own0, 1)
         row["reads_daemon_cpu_s"] = round(sum(during_cpu), 1)
+        row["status_polls"] = len(polls)
+        row["status_polls_daemon_cpu_s"] = round(sum(polls), 1)
         row["clients_cpu_s"] = round(_children_cpu() - kids0, 1)
         row["all_vectors_s"] = round(seconds_done, 1) if seconds_done is not None else None
         row["embed_rate_per_s"] = round(n / seconds_done) if seconds_done else None
@@ -1018,11 +1021,12 @@ def request_cpu(pid: int, call: Callable[[], Any]) -> tuple[Any, float | None]:
 
 
 def wait_all_vectors(env: dict[str, str], t0: float, reads: tuple[Path, list[float]] | None = None,
-                     every: float = 1.0, pid: int | None = None, cpus: list[float] | None = None) -> float | None:
+                     every: float = 1.0, pid: int | None = None, cpus: list[float] | None = None,
+                     polls: list[float] | None = None) -> float | None:
     """Seconds from ``t0`` until ``daemon status`` shows every store's memories with a vector;
     with ``reads`` (a clone, a list), a CLI read in the clone every ``every`` seconds meanwhile,
     its seconds appended to the list (and, given the daemon's ``pid``, the daemon's CPU seconds
-    for it to ``cpus``)."""
+    for it to ``cpus``, and for each ``daemon status`` asked to ``polls``)."""
     last_read = time.perf_counter()
     while time.perf_counter() - t0 < 3600:
         if reads is not None and time.perf_counter() - last_read >= every:
@@ -1034,9 +1038,11 @@ def wait_all_vectors(env: dict[str, str], t0: float, reads: tuple[Path, list[flo
                 cpus.append(cpu)
             last_read = time.perf_counter()
         try:
-            st = client.status(env=env)
+            st, cpu = request_cpu(pid, lambda: client.status(env=env)) if pid else (client.status(env=env), None)
         except OSError:
-            st = {}
+            st, cpu = {}, None
+        if polls is not None and cpu is not None:
+            polls.append(cpu)
         stores = [s for w in st.get("workspaces", []) for s in w.get("stores", [])]
         if stores and all(s["embedded"] == s["total"] for s in stores):
             return time.perf_counter() - t0
@@ -1117,7 +1123,7 @@ def cold_main(argv: list[str]) -> int:
             ("read_while_embedding_cpu_p50_ms", "its daemon CPU p50 ms"),
             ("read_after_embedding_cpu_p50_ms", "after: daemon CPU p50 ms"),
             ("daemon_own_cpu_s", "daemon's own CPU s (no workers)"), ("reads_daemon_cpu_s", "of it reads s"),
-            ("clients_cpu_s", "bench clients CPU s"),
+            ("clients_cpu_s", "bench clients CPU s"), ("status_polls_daemon_cpu_s", "its status polls s"),
             ("warm_read_p50_ms", "warm read p50 ms"), ("warm_read_p95_ms", "p95"),
             ("python_start_p50_ms", "floor python start ms")]
     print("| " + " | ".join(h for _, h in cols) + " |")

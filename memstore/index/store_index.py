@@ -494,6 +494,11 @@ class StoreIndex:
         """Vectors a background encode made, from any thread: kept for the next ``take_ready``."""
         self.embedding.offer(keys, vecs)
 
+    def made_ahead(self, key: str) -> bool:
+        """A read encoded this text key itself (its keyword candidates, ``embed_now``): the
+        background encode need not. Safe from any thread."""
+        return key in self.embedding.ahead
+
     def take_ready(self) -> bool:
         """Put offered vectors into the index: one refresh that embeds nothing itself, over the
         waiting memories whose vector is ready (the first ``PLAN_WAITING`` of them). Returns
