@@ -55,6 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -904,6 +905,8 @@ def cold_run(n: int, reps: int, workers: int, corpus: str = "templates", firsts:
         subprocess.run(["git", "clone", "-q", str(origin), str(clone)], check=True)
         row["clone_s"] = round(time.perf_counter() - t0, 2)
         cpu0 = daemon_cpu(proc.pid)
+        own0 = proc_cpu(proc.pid)
+        kids0 = _children_cpu()
         t0 = time.perf_counter()
         first_s, out = timed_cli(["read", *QUERIES[0].split()], env, clone)
         first = json.loads(out)
@@ -911,16 +914,36 @@ def cold_run(n: int, reps: int, workers: int, corpus: str = "templates", firsts:
         row["first_read_partial"] = first.get("partial")
         row["first_read_results"] = len(first["results"])
         during: list[float] = []
-        seconds_done = wait_all_vectors(env, t0, reads=(clone, during) if read_every else None, every=read_every)
+        during_cpu: list[float] = []
+        polls: list[float] = []  # the bench's own ``daemon status`` calls: the daemon's CPU for them
+        seconds_done = wait_all_vectors(env, t0, reads=(clone, during) if read_every else None, every=read_every,
+                                        pid=proc.pid, cpus=during_cpu, polls=polls)
         row["read_every_s"] = read_every
         row["read_while_embedding_p50_ms"] = ms(pct(during, 50)) if during else None
+        # What a read costs the daemon while it embeds: CPU the workers do not get.
+        row["read_while_embedding_cpu_p50_ms"] = ms(pct(during_cpu, 50)) if during_cpu else None
+        row["reads_while_embedding"] = len(during)
         row["read_while_embedding_max_ms"] = ms(max(during, default=float("nan")))
         cpu1 = daemon_cpu(proc.pid)
+        own1 = proc_cpu(proc.pid)
         if cpu0 is not None and cpu1 is not None:
             row["all_vectors_cpu_s"] = round(cpu1 - cpu0, 1)
+        # Where the CPU went: the daemon's own threads (its workers' is the rest), its reads
+        # among them, and the bench's CLI clients (not the daemon's, but the same cores).
+        if own0 is not None and own1 is not None:
+            row["daemon_own_cpu_s"] = round(own1 - own0, 1)
+        row["reads_daemon_cpu_s"] = round(sum(during_cpu), 1)
+        row["status_polls"] = len(polls)
+        row["status_polls_daemon_cpu_s"] = round(sum(polls), 1)
+        row["clients_cpu_s"] = round(_children_cpu() - kids0, 1)
         row["all_vectors_s"] = round(seconds_done, 1) if seconds_done is not None else None
         row["embed_rate_per_s"] = round(n / seconds_done) if seconds_done else None
         row["daemon_peak_rss_mb"] = client.status(env=env).get("peak_rss_mb")
+        # The same reads once every memory has its vector: what one during the embedding should cost.
+        after_cpu = [request_cpu(proc.pid, lambda i=i: timed_cli(
+            ["read", *QUERIES[i % len(QUERIES)].split()], env, clone))[1] for i in range(8)]
+        got_cpu = [c for c in after_cpu if c is not None]
+        row["read_after_embedding_cpu_p50_ms"] = ms(pct(got_cpu, 50)) if got_cpu else None
         if not embed_only:
             warm = [timed_cli(["read", *QUERIES[i % len(QUERIES)].split()], env, clone)[0] for i in range(reps)]
             last = json.loads(timed_cli(["read", *QUERIES[0].split()], env, clone)[1])
@@ -964,24 +987,71 @@ def embedding_summary(log: Path) -> str | None:
     return lines[-1].split(mark, 1)[1] if lines else None
 
 
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds of each live thread of process ``pid`` (Linux ``/proc``; empty without it)."""
+    out: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                out[int(task.name)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's waited-for children (the CLI reads it ran)."""
+    import resource
+
+    got = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return got.ru_utime + got.ru_stime
+
+
+def request_cpu(pid: int, call: Callable[[], Any]) -> tuple[Any, float | None]:
+    """``call()``'s answer and the CPU seconds the daemon ``pid`` spent on it: the CPU of its
+    threads that began and ended meanwhile (the daemon serves each connection on a thread of
+    its own), i.e. the process's CPU less what its threads alive before and after used (its
+    embedding threads among them). None without /proc."""
+    before, own0 = thread_cpu(pid), proc_cpu(pid)
+    got = call()
+    after, own1 = thread_cpu(pid), proc_cpu(pid)
+    if own0 is None or own1 is None or not before:
+        return got, None
+    lasting = sum(after[t] - before[t] for t in before.keys() & after.keys())
+    # Not clamped at 0: the samples are not taken at one instant, so busy threads (the workers'
+    # feeders) move either side a tick; summed over many calls the errors cancel.
+    return got, own1 - own0 - lasting
+
+
 def wait_all_vectors(env: dict[str, str], t0: float, reads: tuple[Path, list[float]] | None = None,
-                     every: float = 1.0) -> float | None:
+                     every: float = 1.0, pid: int | None = None, cpus: list[float] | None = None,
+                     polls: list[float] | None = None) -> float | None:
     """Seconds from ``t0`` until ``daemon status`` shows every store's memories with a vector;
     with ``reads`` (a clone, a list), a CLI read in the clone every ``every`` seconds meanwhile,
-    its seconds appended to the list."""
+    its seconds appended to the list (and, given the daemon's ``pid``, the daemon's CPU seconds
+    for it to ``cpus``, and for each ``daemon status`` asked to ``polls``)."""
     last_read = time.perf_counter()
     while time.perf_counter() - t0 < 3600:
         if reads is not None and time.perf_counter() - last_read >= every:
-            reads[1].append(timed_cli(["read", *QUERIES[len(reads[1]) % len(QUERIES)].split()], env, reads[0])[0])
+            args = ["read", *QUERIES[len(reads[1]) % len(QUERIES)].split()]
+            took, cpu = request_cpu(pid, lambda args=args: timed_cli(args, env, reads[0])[0]) if pid else (
+                timed_cli(args, env, reads[0])[0], None)
+            reads[1].append(took)
+            if cpus is not None and cpu is not None:
+                cpus.append(cpu)
             last_read = time.perf_counter()
         try:
-            st = client.status(env=env)
+            st, cpu = request_cpu(pid, lambda: client.status(env=env)) if pid else (client.status(env=env), None)
         except OSError:
-            st = {}
+            st, cpu = {}, None
+        if polls is not None and cpu is not None:
+            polls.append(cpu)
         stores = [s for w in st.get("workspaces", []) for s in w.get("stores", [])]
         if stores and all(s["embedded"] == s["total"] for s in stores):
             return time.perf_counter() - t0
-        time.sleep(0.25 if reads is not None else 0.5)
+        # Once per read (a read a second): each ``daemon status`` costs the daemon CPU its workers
+        # then lack (384 polls, 6.7 s of its CPU, at four a second over a 10k clone's 128 s).
+        time.sleep(min(1.0, max(0.05, every - (time.perf_counter() - last_read))) if reads is not None else 0.5)
     return None
 
 
@@ -1055,6 +1125,10 @@ def cold_main(argv: list[str]) -> int:
             ("no_daemon_all_vectors_s", "all vectors s"),
             ("read_while_embedding_p50_ms", "read while embedding p50 ms"),
             ("read_while_embedding_max_ms", "max"),
+            ("read_while_embedding_cpu_p50_ms", "its daemon CPU p50 ms"),
+            ("read_after_embedding_cpu_p50_ms", "after: daemon CPU p50 ms"),
+            ("daemon_own_cpu_s", "daemon's own CPU s (no workers)"), ("reads_daemon_cpu_s", "of it reads s"),
+            ("clients_cpu_s", "bench clients CPU s"), ("status_polls_daemon_cpu_s", "its status polls s"),
             ("warm_read_p50_ms", "warm read p50 ms"), ("warm_read_p95_ms", "p95"),
             ("python_start_p50_ms", "floor python start ms")]
     print("| " + " | ".join(h for _, h in cols) + " |")

@@ -383,3 +383,28 @@ def test_a_keyword_index_rebuilt_mid_embedding_leaves_no_memory_without_a_vector
         assert rc == 0 and answer["results"] and "partial" not in answer, err
     finally:
         _end(world, procs)
+
+
+def test_the_workers_leave_out_what_a_read_encoded_first(tmp_path: Path) -> None:
+    """A read while memories wait encodes its best keyword hits itself, ahead of the background
+    embedding; the workers, handed every waiting text at the start, leave those out when they
+    come to them instead of encoding them a second time. Every memory still gets its vector
+    (each its own text's: the in-process encoder's rows are byte-equal to the workers')."""
+    world = Env(tmp_path / "ahead")
+    with world.environ():
+        origin = _origin(world.base, N)
+    repo = clone(origin, "clone")
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        _start(world, "2", procs)
+        assert _first_read(world, repo).get("partial")
+        for query in ("cache schema", "deploy token", "session build", "router handler", "fixture module"):
+            rc, during, err = world.cli("read", query, cwd=repo)
+            assert rc == 0 and during["results"], err
+        assert _poll(lambda: _all_embedded(world, repo), timeout=300, every=0.5), world.log()
+        runs = [x.split("; ")[-1].split(" texts encoded")[0].split(" of ") for x in world.log().splitlines()
+                if "embedded the waiting memories in" in x and " texts encoded" in x]
+        encoded, handed = sum(int(r[0]) for r in runs), sum(int(r[1]) for r in runs)
+        assert 0 < encoded < handed, world.log()
+    finally:
+        _end(world, procs)

@@ -307,21 +307,24 @@ class Embedder:
             self._workers = workers_setting()
         return self._workers
 
-    def encode_parts(self, texts: list[str], *, pool: bool = True) -> Iterator[tuple[list[int], np.ndarray]]:
+    def encode_parts(self, texts: list[str], *, pool: bool = True,
+                     skip: Callable[[int], bool] | None = None) -> Iterator[tuple[list[int], np.ndarray]]:
         """``texts``' unit vectors a part at a time, as (positions in ``texts``, rows), in no
         set order: from the worker processes when there are enough texts for them (and
         ``pool``), in this process otherwise. The rows are byte-equal either way. Leaving the
-        loop early stops the work not yet handed out."""
+        loop early stops the work not yet handed out. ``skip``: asked of each position just
+        before it would be encoded (from another thread, with workers); True leaves it out."""
         if not texts:
             return
         self.load()
         workers = self._pool_for(len(texts)) if pool else None
         if workers is None:
             for start in range(0, len(texts), PART):
-                idx = list(range(start, min(start + PART, len(texts))))
-                yield idx, self.encode([texts[i] for i in idx])
+                idx = [i for i in range(start, min(start + PART, len(texts))) if skip is None or not skip(i)]
+                if idx:
+                    yield idx, self.encode([texts[i] for i in idx])
             return
-        for idx, raw in workers.encode_parts(texts):
+        for idx, raw in workers.encode_parts(texts, skip):
             yield idx, self._finish(raw, len(idx))
 
     def start_workers(self, n: int) -> None:

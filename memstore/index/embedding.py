@@ -51,6 +51,9 @@ class Embedding:
         # out, until a refresh puts them into the index and the embedding cache.
         self.wanted: dict[str, list[str]] = {}  # text key -> the waiting memories with that text
         self.ready: dict[str, np.ndarray] = {}
+        # Text keys a read encoded ahead of the background encode (``encode_ahead``): that encode
+        # leaves them out (read from its feeding threads; only ever added to).
+        self.ahead: set[str] = set()
 
     def cache(self) -> EmbeddingCache:
         assert self.embedder is not None
@@ -105,7 +108,9 @@ class Embedding:
         for mid, text, key in known:
             if time.monotonic() >= deadline:
                 break
-            self.ready[key] = self.embedder.encode([text])[0]
+            if key not in self.ready:  # the background encode made it already: only to be put in
+                self.ready[key] = self.embedder.encode([text])[0]
+                self.ahead.add(key)
             self.wanted.setdefault(key, []).append(mid)
             done += 1
         return done

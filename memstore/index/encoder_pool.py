@@ -69,6 +69,7 @@ class _Job:
     chunks: deque[list[int]]
     results: queue.SimpleQueue[tuple[list[int], np.ndarray | None]] = field(default_factory=queue.SimpleQueue)
     cancelled: bool = False
+    skip: Callable[[int], bool] | None = None  # positions no longer wanted, asked as a chunk is handed out
 
 
 class _Worker:
@@ -236,7 +237,13 @@ class EncoderPool:
                 if self._jobs:
                     job = self._jobs[0]
                     self._last_used = time.monotonic()
-                    return job, job.chunks.popleft()
+                    chunk = job.chunks.popleft()
+                    if job.skip is not None:
+                        chunk = [i for i in chunk if not job.skip(i)]
+                        if not chunk:
+                            job.results.put(([], None))  # counted as answered; nothing to encode
+                            continue
+                    return job, chunk
                 if not wait:
                     return None
                 self._cond.wait(timeout=1.0)
@@ -274,13 +281,16 @@ class EncoderPool:
         with self._cond:
             self.broken = True
 
-    def encode_parts(self, texts: list[str]) -> Iterator[tuple[list[int], np.ndarray]]:
+    def encode_parts(self, texts: list[str], skip: Callable[[int], bool] | None = None,
+                     ) -> Iterator[tuple[list[int], np.ndarray]]:
         """(positions in ``texts``, their pooled vectors) as the workers answer, longest texts
-        first. Leaving the loop early drops the chunks no worker has taken yet."""
+        first. Leaving the loop early drops the chunks no worker has taken yet. ``skip``: asked
+        of each position as its chunk is handed out (from a feeding thread); those it answers
+        True for are not encoded and not yielded."""
         self._ensure_started()
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
         chunks = deque(order[i:i + CHUNK] for i in range(0, len(order), CHUNK))
-        job = _Job(texts, chunks)
+        job = _Job(texts, chunks, skip=skip)
         outstanding = len(chunks)
         with self._cond:
             queued = self._running and not self._stopping and not self.broken
@@ -305,6 +315,8 @@ class EncoderPool:
                         yield chunk, self._fallback([texts[i] for i in chunk])
                     continue
                 outstanding -= 1
+                if not chunk:
+                    continue  # skipped whole
                 if vecs is None:
                     vecs = self._fallback([texts[i] for i in chunk])
                 yield chunk, vecs

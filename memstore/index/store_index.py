@@ -268,10 +268,17 @@ class StoreIndex:
             head = self.pending
             if first is not None:
                 head, carry = first, self.pending
+            elif probe and budget == 0 and self.defer_saves:
+                # A read in the daemon while it embeds in the background: the vectors of what
+                # waits come from that embedding, which puts them in itself (``take_ready``).
+                # Planning the head of the queue again found none and cost every read ~10 ms at
+                # 10k waiting, and a new generation of the index (the row space taken again).
+                head, carry = [], self.pending
             elif budget is not None and len(head) > PLAN_WAITING:
                 head, carry = head[:PLAN_WAITING], head[PLAN_WAITING:]
             ids = since[0] | set(head)
-            carry = [m for m in carry if m not in ids]
+            if ids:
+                carry = [m for m in carry if m not in ids]
         kw, vec = self._plan(ids)
         if not kw and (not vec or self.embedder is None or self.semantic_error):
             self._synced_catalog_gen = self.catalog.generation
@@ -487,6 +494,11 @@ class StoreIndex:
     def offer(self, keys: list[str], vecs: np.ndarray) -> None:
         """Vectors a background encode made, from any thread: kept for the next ``take_ready``."""
         self.embedding.offer(keys, vecs)
+
+    def made_ahead(self, key: str) -> bool:
+        """A read encoded this text key itself (its keyword candidates, ``embed_now``): the
+        background encode need not. Safe from any thread."""
+        return key in self.embedding.ahead
 
     def take_ready(self) -> bool:
         """Put offered vectors into the index: one refresh that embeds nothing itself, over the

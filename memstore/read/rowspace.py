@@ -8,6 +8,7 @@ first one that moved are taken again, and one store's matrix is a view of its ve
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -95,8 +96,9 @@ def partial_rows(rows: Rows, waiting: list[str], ok: set[str], memories: Mapping
                  dim: int) -> tuple[Rows, np.ndarray]:
     """The row space while some memories wait for their vector: ``rows`` (those that have one,
     left as they are), then one placeholder (zero) row per waiting memory, and the mask of
-    those. Built for each read and never kept; no neighbour lists follow it."""
-    extra = [m for m in dict.fromkeys(waiting) if m not in rows.pos and m in memories]
+    those. Built from scratch; ``PartialRows`` keeps the same between reads. No neighbour lists
+    follow it."""
+    extra = _waiting_rows(rows, waiting, memories)
     ids = [*rows.ids, *extra]
     kinds = [*rows.kinds, *(memories[m].kind for m in extra)]
     matrix = np.zeros((len(ids), dim), dtype=np.float32)
@@ -107,6 +109,71 @@ def partial_rows(rows: Rows, waiting: list[str], ok: set[str], memories: Mapping
     unembedded[len(rows.ids):] = True
     out = Rows(ids, kinds, matrix, {m: i for i, m in enumerate(ids)}, excluded, _codes(kinds))
     return out, unembedded
+
+
+def _waiting_rows(rows: Rows, waiting: list[str], memories: Mapping[str, Memory]) -> list[str]:
+    """The waiting memories that get a placeholder row: once each, in order, those without a
+    row of their own that the scope holds."""
+    pos = rows.pos
+    return [m for m in dict.fromkeys(waiting) if m not in pos and m in memories]
+
+
+class PartialRows:
+    """``partial_rows`` kept between reads while a store embeds in the background, and brought up
+    to date by what arrived since: the matrix stays in a buffer of its own, where only the rows
+    that gained a vector since the last read are copied in and the placeholders stay zero.
+    Built afresh for each read, the partial row space cost ~40 ms of the daemon's CPU per read
+    at 10k memories waiting (copying every vector, a Python pass over every row), CPU the
+    embedding workers then lacked (bench/RESULTS.md "Background embedding against the encoder
+    pool"). Answers the same as ``partial_rows`` (tests/test_embed_partial.py)."""
+
+    def __init__(self, owner: tuple[VectorIndex, ...], dim: int) -> None:
+        self.owner = owner  # the vector indexes the rows come from (a reload replaces them)
+        self._tokens = np.zeros(0, dtype=np.int64)  # the buffer's vector rows, by ``row_tokens``
+        self._buffer = np.zeros((0, dim), dtype=np.float32)
+        self._clean = 0  # the buffer's rows from here on are zero
+
+    def serves(self, vectors: list[VectorIndex]) -> bool:
+        return len(vectors) == len(self.owner) and all(map(operator.is_, vectors, self.owner))
+
+    def rows(self, rows: Rows, waiting: list[str], ok: set[str], memories: Mapping[str, Memory],
+             dim: int) -> tuple[Rows, np.ndarray]:
+        """What ``partial_rows(rows, waiting, ok, memories, dim)`` answers, from the last call's."""
+        assert rows.excluded is not None
+        if rows.tokens is None or len(rows.tokens) != len(rows.ids) or self._buffer.shape[1] != dim:
+            return partial_rows(rows, waiting, ok, memories, dim)
+        extra = _waiting_rows(rows, waiting, memories)
+        base, n = len(rows.ids), len(rows.ids) + len(extra)
+        # The vector rows already in the buffer: a token names one vector for good, so the rows
+        # up to the first that differs hold the right vectors.
+        keep = _common_tokens(self._tokens, rows.tokens)
+        if self._buffer.shape[0] < n:
+            grown = np.zeros((n + n // 8 + 256, dim), dtype=np.float32)
+            grown[:keep] = self._buffer[:keep]
+            self._buffer, self._clean = grown, keep
+        buf = self._buffer
+        if base > keep:
+            buf[keep:base] = rows.matrix[keep:base]
+        if self._clean > base:
+            buf[base:self._clean] = 0.0  # vectors of rows that now hold placeholders
+        self._clean = base
+        self._tokens = rows.tokens
+        kinds = [memories[m].kind for m in extra]
+        pos = rows.pos.copy()
+        pos.update(zip(extra, range(base, n), strict=True))
+        excluded = np.concatenate([rows.excluded, np.fromiter((m not in ok for m in extra), dtype=bool,
+                                                              count=len(extra))])
+        codes = np.concatenate([rows.codes if rows.codes is not None else _codes(rows.kinds), _codes(kinds)])
+        unembedded = np.zeros(n, dtype=bool)
+        unembedded[base:] = True
+        return Rows([*rows.ids, *extra], [*rows.kinds, *kinds], buf[:n], pos, excluded, codes), unembedded
+
+
+def _common_tokens(a: np.ndarray, b: np.ndarray) -> int:
+    """Length of the longest common prefix of two token arrays."""
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if len(differ) else n
 
 
 def update_rows(old: Rows, vectors: list[VectorIndex], ok: set[str], memories: Mapping[str, Memory],

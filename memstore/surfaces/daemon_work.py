@@ -248,7 +248,14 @@ class Background:
         keys, values = list(texts), list(texts.values())
         made: queue.SimpleQueue[Any] = queue.SimpleQueue()
         cancel = threading.Event()
-        threading.Thread(target=_encode_into, args=(waiting[0].embedder, values, made, cancel, run),
+        run.handed += len(keys)
+
+        def skip(i: int) -> bool:
+            # A read's keyword candidates, encoded by the read while this encode runs: encoded
+            # here too, they cost the workers as much again (every new query's 20, at 10k).
+            return all(si.made_ahead(keys[i]) for si in waiting)
+
+        threading.Thread(target=_encode_into, args=(waiting[0].embedder, values, made, cancel, run, skip),
                          name="embed-encode", daemon=True).start()
         put_at = time.monotonic()
         try:
@@ -265,6 +272,7 @@ class Background:
                 if got:
                     idx, vecs = got
                     run.first = run.first or time.monotonic()
+                    run.encoded += len(idx)
                     part = [keys[i] for i in idx]
                     for si in waiting:
                         si.offer(part, vecs)
@@ -419,6 +427,8 @@ class _Run:
         self.putting = 0.0
         self.putting_cpu = 0.0  # of that, this process's CPU (the rest: waiting for the lock, the disk)
         self.encoding_cpu = 0.0  # the encoding thread's CPU: the encoder's when in-process, else feeding it
+        self.handed = 0  # texts handed to the encoder
+        self.encoded = 0  # of them, encoded (the rest a read encoded first)
 
     def summary(self) -> str:
         end = time.monotonic()
@@ -427,15 +437,16 @@ class _Run:
         last = self.last or end
         return (f"{end - self.start:.1f} s (first vectors after {self.first - self.start:.1f} s, the last after "
                 f"{last - self.start:.1f} s; {self.putting:.1f} s putting them into the index, "
-                f"{self.putting_cpu:.1f} s of it CPU, beside the encoding thread's {self.encoding_cpu:.1f} s of CPU)")
+                f"{self.putting_cpu:.1f} s of it CPU, beside the encoding thread's {self.encoding_cpu:.1f} s of CPU; "
+                f"{self.encoded} of {self.handed} texts encoded, the rest by reads first)")
 
 
 def _encode_into(embedder: Any, texts: list[str], made: queue.SimpleQueue[Any], cancel: threading.Event,
-                 run: _Run) -> None:
+                 run: _Run, skip: Callable[[int], bool] | None = None) -> None:
     """Put ``texts``' vectors into ``made`` a part at a time, then None (or the exception that
-    stopped the encoder); stop early once ``cancel`` is set."""
+    stopped the encoder); stop early once ``cancel`` is set. ``skip``: positions to leave out."""
     c0 = time.thread_time()
-    parts = embedder.encode_parts(texts)
+    parts = embedder.encode_parts(texts, skip=skip)
     end: Exception | None = None
     try:
         for part in parts:
