@@ -309,8 +309,8 @@ def test_a_watched_workspace_reads_without_walking_and_sees_every_change(
         by_hand = api.write(reopen(repo), {"memory": {"kind": "fact", "scope": "repo", "text": FACT_NEW,
                                                       "evidence_refs": ["user:seen it"]}, "mode": "dry_run"})
         walks: list[int] = []
-        real = Store.memory_files
-        monkeypatch.setattr(Store, "memory_files", lambda self: walks.append(1) or real(self))
+        real = Store.memory_entries
+        monkeypatch.setattr(Store, "memory_entries", lambda self: walks.append(1) or real(self))
 
         (repo / by_hand["path"]).write_text(by_hand["content"])  # another program writes a file
         ans = read_until("which database driver do we use?", lambda a: by_hand["id"] in ids(a))
