@@ -213,8 +213,9 @@ class KeywordIndex:
         # this user's, read when first needed).
         self.seal: bytes | None = None
         self._projecting: dict[str, ProjectionBuild] = {}  # segment id -> its projection being written
+        self._scorer: ArrayScorer | None = None  # ``close`` reads it: a full disk closes inside _open
         self._open(fresh)
-        self._scorer: ArrayScorer | None = self._new_scorer()
+        self._scorer = self._new_scorer()
 
     def _open(self, fresh: bool) -> None:
         harden()  # before Whoosh reads a byte of the folder
