@@ -800,7 +800,9 @@ def cold_env(work: Path, workers: int) -> dict[str, str]:
 def start_daemon(work: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     """A daemon for ``env``, returned once it answers (its model is loaded before it binds)."""
     log = open(work / "serve.out", "ab")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, "-m", "memstore", "serve", "--idle", "900"], env=env,
+    # Started in ``work``: ``-m`` puts the folder it starts in first on the path, so started in
+    # a checkout it would import that checkout's memstore over a base's on PYTHONPATH.
+    proc = subprocess.Popen([sys.executable, "-m", "memstore", "serve", "--idle", "900"], env=env, cwd=work,
                             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     log.close()
     if not client.wait_until_up(120, env=env):
@@ -842,8 +844,8 @@ def first_read_reused(clone: Path, workers: int, tree: Path | None = None) -> tu
     """Seconds, the daemon's CPU seconds and the answer of the first CLI read in ``clone`` with
     its ``.memory/.index/`` removed (what a fresh clone's first read finds, without a clone of
     100k files per run), against a daemon of its own that has loaded the model; ``tree``: the
-    memstore package of that checkout is imported instead (on ``PYTHONPATH``; run from a folder
-    without a ``memstore/``), to measure a base commit beside this one."""
+    memstore package of that checkout is imported instead (on ``PYTHONPATH``; the daemon starts
+    in ``work``), to measure a base commit beside this one."""
     work = Path(tempfile.mkdtemp(prefix="msreused-", dir="/tmp"))
     env = cold_env(work, workers)
     if tree is not None:
