@@ -21,7 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..store.files import NotOurs, atomic_write, clear_way, file_lock, private_dir, read_projection, recheck_dir
+from ..store.files import (
+    NotOurs,
+    alive,
+    atomic_write,
+    clear_way,
+    file_lock,
+    private_dir,
+    read_projection,
+    recheck_dir,
+)
 from ..store.userkey import looks_sealed, sealing, unseal
 from .keyword import BM25Params, KeywordIndex, folder_listing
 from .vectors import VectorIndex, ann_path
@@ -262,16 +271,6 @@ class IndexFiles:
                     os.unlink(entry.path)
             else:
                 shutil.rmtree(entry.path, ignore_errors=True)
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def stat(path: Any) -> tuple[int, int, int] | None:

@@ -36,6 +36,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..store.files import alive
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -281,15 +283,5 @@ def leftovers(folder: Path, live: set[str]) -> Iterator[str]:
                 yield name
             elif name.startswith(".") and name.endswith(".tmp") and SUFFIX in name:
                 pid = name.rsplit(".", 2)[-2]
-                if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+                if pid.isdigit() and int(pid) != os.getpid() and not alive(int(pid)):
                     yield name
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -535,6 +535,18 @@ def full_device(said: str, what: str) -> DiskFull | None:
     return None
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (one of another user counts): a leftover temp file or
+    folder named by its pid is removed only once its writer is gone."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 @contextlib.contextmanager
 def file_lock(path: Path, shared: bool = False) -> Iterator[None]:
     """An advisory flock, released when the process dies, so a crash never leaves it held."""
