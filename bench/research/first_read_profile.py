@@ -184,7 +184,6 @@ STEPS = [
     ("  the wanted strings found in the scanned files", "store/catalog.py", "find"),
     ("  parse from the bytes read", "store/catalog.py", "_parse_data"),
     ("  read the file", "store/disk.py", "read_file"),
-    ("  read the file (one read, from the walk's lstat)", "store/files.py", "read_walked"),
     ("  frontmatter (parse_markdown)", "store/files.py", "parse_markdown"),
     ("  Memory from the fields", "store/disk.py", "memory_from_file"),
     ("catalog: views (ids, conflicts)", "store/catalog.py", "_rebuild_views"),

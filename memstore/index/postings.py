@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..store.files import alive
+from ..store.files import UNTRUSTED_OPEN, alive
 
 if TYPE_CHECKING:
     import numpy as np
@@ -184,7 +184,7 @@ class PostingsFile:
         self.segment_id = segment_id
         self.key = key
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = os.open(self.path, UNTRUSTED_OPEN)
         except FileNotFoundError:
             raise
         except OSError as exc:  # a link (ELOOP), or unreadable

@@ -33,8 +33,6 @@ from .files import (
     private_dir,
     read_found,
     read_untrusted,
-    read_walked,
-    read_walked_bytes,
     real_dir,
     safe_yaml,
     walked_text,
@@ -439,9 +437,6 @@ class Store:
     def memory_files(self) -> Iterator[tuple[str, os.stat_result]]:
         yield from _stats(self.memory_entries())
 
-    def event_files(self) -> Iterator[tuple[str, os.stat_result]]:
-        yield from _stats(self.event_entries())
-
     def memory_entries(self) -> Iterator[tuple[str, Found]]:
         """``memory_files`` without an lstat of each file (``files.read_found`` reads them)."""
         for folder in KIND_DIRS.values():
@@ -480,22 +475,11 @@ class Store:
         """A store file's text, bounded and never through a link (``files.read_untrusted``)."""
         return read_untrusted(self.root / relpath, self.max_file_bytes)
 
-    def load_memory(self, relpath: str, st: os.stat_result | None = None) -> Memory:
-        """``st``: the file's lstat from the walk that found it (``read_walked``)."""
-        return memory_from_file(relpath, self._read_walked(relpath, st), self.scope)
+    def load_memory(self, relpath: str) -> Memory:
+        return memory_from_file(relpath, self.read_file(relpath), self.scope)
 
-    def load_event(self, relpath: str, st: os.stat_result | None = None) -> Event:
-        return event_from_file(relpath, self._read_walked(relpath, st), self.scope)
-
-    def _read_walked(self, relpath: str, st: os.stat_result | None) -> str:
-        if st is None:
-            return self.read_file(relpath)
-        return read_walked(f"{self.root}/{relpath}", st, self.max_file_bytes)
-
-    def read_walked_bytes(self, relpath: str, st: os.stat_result) -> bytes | str:
-        """A walked file's bytes (``files.read_walked_bytes``: judged by ``st`` before the open),
-        or its text when it was not a plain regular file within the cap at the lstat."""
-        return read_walked_bytes(f"{self.root}/{relpath}", st, self.max_file_bytes)
+    def load_event(self, relpath: str) -> Event:
+        return event_from_file(relpath, self.read_file(relpath), self.scope)
 
     def found_reader(self) -> Callable[[str, Found], tuple[os.stat_result, bytes | str]]:
         """``(relpath, found) -> (fstat, bytes)`` of walked files (``files.read_found``: the
@@ -510,7 +494,7 @@ class Store:
         return read
 
     def memory_from_bytes(self, relpath: str, data: bytes | str) -> Memory:
-        """``load_memory`` of what ``read_walked_bytes`` or ``read_found`` returned."""
+        """``load_memory`` of what ``files.read_found`` returned."""
         text = data if isinstance(data, str) else walked_text(data, self.max_file_bytes)
         return memory_from_file(relpath, text, self.scope)
 

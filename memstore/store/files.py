@@ -125,6 +125,11 @@ def safe_yaml(text: str, what: str = "YAML", *, first_line: int = 1) -> Any:
     return _normalise(data, what)
 
 
+# How every file that may come from someone else is opened: never through a link (O_NOFOLLOW),
+# never blocking on a FIFO (O_NONBLOCK); its type and size are then judged by fstat.
+UNTRUSTED_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
 def read_untrusted(path: Path, max_bytes: int = MAX_FILE_BYTES) -> str:
     """The text of a file from the store, which may come from anyone's clone or pull request.
 
@@ -133,7 +138,7 @@ def read_untrusted(path: Path, max_bytes: int = MAX_FILE_BYTES) -> str:
     device never end), and never reads more than ``max_bytes`` + 1 bytes (a 50 MB file is
     refused, not loaded). Raises InvalidFile with a code ``check`` reports."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, UNTRUSTED_OPEN)
     except OSError as exc:
         if os.path.islink(path):
             raise InvalidFile("is a symbolic link; memstore never follows links in a store",
@@ -148,8 +153,7 @@ def read_untrusted(path: Path, max_bytes: int = MAX_FILE_BYTES) -> str:
 
 def _read_regular(fd: int, max_bytes: int) -> tuple[os.stat_result, bytes]:
     """The ``fstat`` of an open store file and its bytes, read only when that says a regular
-    file within the cap (InvalidFile otherwise): one read, and on to the cap for a file that
-    grew since the fstat (a regular file's read is short only at its end)."""
+    file within the cap (InvalidFile otherwise)."""
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         raise InvalidFile("is not a regular file (a FIFO, device or directory); memstore reads only "
@@ -157,10 +161,16 @@ def _read_regular(fd: int, max_bytes: int) -> tuple[os.stat_result, bytes]:
     if st.st_size > max_bytes:
         raise InvalidFile(f"is {st.st_size} bytes, over the {max_bytes}-byte cap on a store file "
                           "(limits.max_file_bytes); not read", code="too_large")
-    data = os.read(fd, st.st_size + 1)
-    if len(data) > st.st_size:
+    return st, _read_on(fd, st.st_size, max_bytes)
+
+
+def _read_on(fd: int, size: int, max_bytes: int) -> bytes:
+    """A regular file of ``size`` bytes when stat-ed, in one read: a regular file's read is short
+    only at its end, and one that grew since the stat is read on, to the cap."""
+    data = os.read(fd, size + 1)
+    if len(data) > size:
         data += _read_capped(fd, max_bytes - len(data))
-    return st, data
+    return data
 
 
 def _text_within(data: bytes, max_bytes: int) -> str:
@@ -173,39 +183,24 @@ def _text_within(data: bytes, max_bytes: int) -> str:
         raise InvalidFile(f"is not UTF-8 text ({exc.reason} at byte {exc.start})", code="unreadable") from None
 
 
-def read_walked(path: str, st: os.stat_result, max_bytes: int = MAX_FILE_BYTES) -> str:
-    """``read_untrusted`` for a file a walk has just lstat-ed (``st``): the type and the size
-    cap are judged from ``st`` before anything is opened, and the file is read in one call
-    (a store's first load reads every file: with the fstat, the path object and the read that
-    finds the end, reading 10k small files took ~3x as long). Anything but a regular file within
-    the cap goes through ``read_untrusted``, which says what it is. Replaced after the lstat:
-    the open still refuses a link (O_NOFOLLOW), a FIFO answers nothing (O_NONBLOCK), a
-    directory fails to read, and no more than ``max_bytes`` + 1 bytes are ever read."""
-    got = read_walked_bytes(path, st, max_bytes)
-    return got if isinstance(got, str) else walked_text(got, max_bytes)
-
-
 def read_walked_bytes(path: str, st: os.stat_result, max_bytes: int = MAX_FILE_BYTES) -> bytes | str:
-    """``read_walked`` before the decoding: the file's bytes, or its text when it was not a
-    regular file within the cap at the lstat (``read_untrusted`` read it, or raised)."""
+    """A file a walk has just lstat-ed (``st``), its type and size cap judged from ``st`` before
+    anything is opened: its bytes, or its text when it was not a regular file within the cap at
+    the lstat (``read_untrusted`` read it, or raised). Replaced after the lstat: the open still
+    refuses a link (O_NOFOLLOW), a FIFO answers nothing (O_NONBLOCK), a directory fails to
+    read, and no more than ``max_bytes`` + 1 bytes are ever read."""
     if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
         return read_untrusted(Path(path), max_bytes)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, UNTRUSTED_OPEN)
     except OSError:
         return read_untrusted(Path(path), max_bytes)
     try:
-        # A regular file's read is short only at its end; one that grew since the lstat is read
-        # on, to the cap.
-        data = os.read(fd, st.st_size + 1)
-        if len(data) > st.st_size:
-            data += _read_capped(fd, max_bytes - len(data))
+        return _read_on(fd, st.st_size, max_bytes)
     finally:
         os.close(fd)
-    return data
 
 
-_UNTRUSTED_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 # What a store's walk found of a file: the folder's entry (its type from the directory, no
 # syscall) or, for a path that is not in a real folder, its lstat.
 Found = os.DirEntry[str] | os.stat_result
@@ -231,7 +226,7 @@ def read_found(path: str, found: Found, max_bytes: int = MAX_FILE_BYTES) -> tupl
     lstat, which says what it is (InvalidFile); FileNotFoundError: gone since the walk."""
     if isinstance(found, os.DirEntry) and found.is_file(follow_symlinks=False):
         try:
-            fd = os.open(path, _UNTRUSTED_OPEN)
+            fd = os.open(path, UNTRUSTED_OPEN)
         except FileNotFoundError:
             raise
         except OSError:  # replaced by a link since the walk (ELOOP): said as read_untrusted says it
@@ -310,7 +305,7 @@ def read_given(path: Path, *, max_bytes: int, what: str, truncate: bool = False)
         raise InvalidRequest(f"{what}: {path} is a system pseudo-file ({real}); memstore reads only regular "
                              "files", code="bad_input")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, UNTRUSTED_OPEN)
     except OSError as exc:
         if os.path.islink(path):
             raise InvalidRequest(f"{what}: {path} is a symbolic link (to {real}); memstore reads no link a "
@@ -685,7 +680,7 @@ def read_projection(path: Path, max_bytes: int, *, tail: Any = None, aside: bool
     Anything else is set aside (unless not ``aside``: a file another process may be growing)
     and raised as ``NotOurs``; a missing file is FileNotFoundError."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, UNTRUSTED_OPEN)
     except FileNotFoundError:
         raise
     except OSError as exc:

@@ -17,7 +17,7 @@ from conftest import CliResult, git, make_git_repo, run_cli, store_files, write_
 from memstore import gitops
 from memstore.errors import InvalidFile
 from memstore.store import ids
-from memstore.store.model import utc_now
+from memstore.store.model import Memory, utc_now
 from memstore.store.workspace import open_workspace
 from memstore.verbs import api
 
@@ -158,8 +158,8 @@ def test_a_fifo_in_the_store_is_reported_and_never_opened_for_a_blocking_read(ho
 
 def test_a_file_changed_between_the_walk_and_its_read_is_never_followed_blocked_on_or_read_past_the_cap(
         hostile: Hostile) -> None:
-    """The catalog reads a file with the lstat its walk took (one open and one read, no fstat):
-    a file replaced or grown after that lstat is still read as the cap and the link rules say."""
+    """The catalog reads a file on record with the lstat its walk took (one open and one read, no
+    fstat): a file replaced or grown after that lstat is still read as the cap and the link rules say."""
     hostile.pull()
     store = open_workspace(cwd=hostile.clone).store("repo")
     facts = hostile.clone / ".memory" / "facts"
@@ -178,22 +178,25 @@ def test_a_file_changed_between_the_walk_and_its_read_is_never_followed_blocked_
     os.mkfifo(facts / "piped.md")
     store.config = store.config.with_overrides({"limits": {"max_file_bytes": cap}})
 
+    def load(rel: str, st: os.stat_result) -> Memory:  # as the catalog reads a file it has a record of
+        return store.memory_from_bytes(rel, store.found_reader()(rel, st)[1])
+
     with pytest.raises(InvalidFile) as grown:
-        store.load_memory("facts/grows.md", walked["facts/grows.md"])
+        load("facts/grows.md", walked["facts/grows.md"])
     assert grown.value.code == "too_large"
     with pytest.raises(InvalidFile) as linked:
-        store.load_memory("facts/linked.md", walked["facts/linked.md"])
+        load("facts/linked.md", walked["facts/linked.md"])
     assert linked.value.code == "not_regular"
     with pytest.raises(InvalidFile):  # a FIFO answers nothing at once: no frontmatter, no hang
-        store.load_memory("facts/piped.md", walked["facts/piped.md"])
+        load("facts/piped.md", walked["facts/piped.md"])
     # The walk's own view of them, read afresh, says the same.
     fresh = dict(store.memory_files())
     for rel, code in (("facts/grows.md", "too_large"), ("facts/linked.md", "not_regular"),
                       ("facts/piped.md", "not_regular")):
         with pytest.raises(InvalidFile) as exc:
-            store.load_memory(rel, fresh[rel])
+            load(rel, fresh[rel])
         assert exc.value.code == code, rel
-    genuine = store.load_memory(hostile.genuine_path, fresh[hostile.genuine_path])
+    genuine = load(hostile.genuine_path, fresh[hostile.genuine_path])
     assert genuine.id == hostile.genuine and genuine.text == GENUINE
 
 
