@@ -595,9 +595,7 @@ class ProjectionBuild:
                     field_name, tbytes = terms._keydecoder(kbytes)
                     if field_name in self._fields:
                         info = W3TermInfo.from_bytes(vbytes)
-                        got = _decode(terms._codec.postings_reader(terms._postfile, info,
-                                                                   self._reader.schema[field_name].format,
-                                                                   term=(field_name, tbytes)))
+                        got = _info_postings(self._reader, field_name, tbytes, info)
                         if got is not None:
                             self._writer.add(int(info.extent()[0]), *got)
                 if n % 256 == 0 and time.thread_time() - c0 >= seconds:
@@ -815,8 +813,9 @@ class ArrayScorer:
         proj = self.projection(reader)
         if proj is None:
             return False
+        tbytes = reader._text_to_bytes(field_name, text)
         try:
-            info = reader._terms.term_info(field_name, reader._text_to_bytes(field_name, text))
+            info = reader._terms.term_info(field_name, tbytes)
         except TermNotFound:
             return None
         df = int(info.doc_frequency())
@@ -829,9 +828,7 @@ class ArrayScorer:
                 proj.discard()
             if got is not None:
                 return got
-        terms = reader._terms
-        return _decode(terms._codec.postings_reader(terms._postfile, info, reader.schema[field_name].format,
-                                                    term=(field_name, reader._text_to_bytes(field_name, text))))
+        return _info_postings(reader, field_name, tbytes, info)
 
     def _drop(self, key: tuple[str, str, str]) -> None:
         got = self._postings.pop(key)
@@ -896,6 +893,13 @@ def _read_postings(reader: Any, field_name: str, text: str) -> tuple[np.ndarray,
     except TermNotFound:
         return None
     return _decode(matcher)
+
+
+def _info_postings(reader: Any, field_name: str, tbytes: bytes, info: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """``_read_postings`` of a term whose TermInfo is already read (no second term look-up)."""
+    terms = reader._terms
+    return _decode(terms._codec.postings_reader(terms._postfile, info, reader.schema[field_name].format,
+                                                term=(field_name, tbytes)))
 
 
 def _decode(matcher: Any) -> tuple[np.ndarray, np.ndarray] | None:
