@@ -253,8 +253,9 @@ LOAD_SLICE = 1 << 22
 
 
 def _read_rows(path: Path, dim: int) -> tuple[faiss.IndexIDMap2, int]:
-    """The id-mapped flat index saved at ``path`` in storage of its final size (the rows, an
-    eighth more and 1,024: ``_room``), and that size in bytes. RuntimeError (faiss's) or
+    """The id-mapped flat index saved at ``path`` in storage of its final size (``_room`` for the
+    rows and room for an eighth more and 1,024, as ``_room_for`` gave a load before), and that
+    size in bytes. RuntimeError (faiss's) or
     ValueError: the file is not such an index of ``dim``.
 
     faiss's own read holds the file's rows in storage of their exact size, and making the room
