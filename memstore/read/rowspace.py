@@ -99,16 +99,9 @@ def partial_rows(rows: Rows, waiting: list[str], ok: set[str], memories: Mapping
     those. Built from scratch; ``PartialRows`` keeps the same between reads. No neighbour lists
     follow it."""
     extra = _waiting_rows(rows, waiting, memories)
-    ids = [*rows.ids, *extra]
-    kinds = [*rows.kinds, *(memories[m].kind for m in extra)]
-    matrix = np.zeros((len(ids), dim), dtype=np.float32)
+    matrix = np.zeros((len(rows.ids) + len(extra), dim), dtype=np.float32)
     matrix[:len(rows.ids)] = rows.matrix
-    assert rows.excluded is not None
-    excluded = np.concatenate([rows.excluded, np.fromiter((m not in ok for m in extra), dtype=bool, count=len(extra))])
-    unembedded = np.zeros(len(ids), dtype=bool)
-    unembedded[len(rows.ids):] = True
-    out = Rows(ids, kinds, matrix, {m: i for i, m in enumerate(ids)}, excluded, _codes(kinds))
-    return out, unembedded
+    return _with_waiting(rows, extra, ok, memories, matrix)
 
 
 def _waiting_rows(rows: Rows, waiting: list[str], memories: Mapping[str, Memory]) -> list[str]:
@@ -116,6 +109,22 @@ def _waiting_rows(rows: Rows, waiting: list[str], memories: Mapping[str, Memory]
     row of their own that the scope holds."""
     pos = rows.pos
     return [m for m in dict.fromkeys(waiting) if m not in pos and m in memories]
+
+
+def _with_waiting(rows: Rows, extra: list[str], ok: set[str], memories: Mapping[str, Memory],
+                  matrix: np.ndarray) -> tuple[Rows, np.ndarray]:
+    """``rows`` and a row of ``matrix`` (placeholders: zero) for each memory of ``extra`` after
+    them, and the mask of those."""
+    assert rows.excluded is not None
+    base, n = len(rows.ids), len(rows.ids) + len(extra)
+    kinds = [memories[m].kind for m in extra]
+    pos = rows.pos.copy()
+    pos.update(zip(extra, range(base, n), strict=True))
+    excluded = np.concatenate([rows.excluded, np.fromiter((m not in ok for m in extra), dtype=bool, count=len(extra))])
+    codes = np.concatenate([rows.codes if rows.codes is not None else _codes(rows.kinds), _codes(kinds)])
+    unembedded = np.zeros(n, dtype=bool)
+    unembedded[base:] = True
+    return Rows([*rows.ids, *extra], [*rows.kinds, *kinds], matrix, pos, excluded, codes), unembedded
 
 
 class PartialRows:
@@ -158,15 +167,7 @@ class PartialRows:
             buf[base:self._clean] = 0.0  # vectors of rows that now hold placeholders
         self._clean = base
         self._tokens = rows.tokens
-        kinds = [memories[m].kind for m in extra]
-        pos = rows.pos.copy()
-        pos.update(zip(extra, range(base, n), strict=True))
-        excluded = np.concatenate([rows.excluded, np.fromiter((m not in ok for m in extra), dtype=bool,
-                                                              count=len(extra))])
-        codes = np.concatenate([rows.codes if rows.codes is not None else _codes(rows.kinds), _codes(kinds)])
-        unembedded = np.zeros(n, dtype=bool)
-        unembedded[base:] = True
-        return Rows([*rows.ids, *extra], [*rows.kinds, *kinds], buf[:n], pos, excluded, codes), unembedded
+        return _with_waiting(rows, extra, ok, memories, buf[:n])
 
 
 def _common_tokens(a: np.ndarray, b: np.ndarray) -> int:
